@@ -1,0 +1,47 @@
+# rlplace: every entry point a person or CI needs. `make demo` and `make test` set everything up themselves.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+PY := $(VENV)/bin/python
+export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
+
+.PHONY: help setup tools cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
+
+help:  ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+
+setup: $(VENV)/.installed  ## create .venv and install rlplace with its dev tools
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[dev]'
+	touch $@
+
+tools:  ## build or fetch the local control plane's binaries (cached outside the repo by version)
+	bash e2e/cluster/tools.sh
+
+cluster-up: setup tools  ## start the local control plane with fake GPU nodes (kubeconfig: .e2e/kubeconfig)
+	bash e2e/cluster/up.sh
+
+cluster-down:  ## stop every process cluster-up started and remove its state
+	bash e2e/cluster/down.sh
+
+test-unit: setup  ## tests that need no cluster
+	$(PY) -m pytest -m 'not e2e'
+
+test: setup tools lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
+	$(PY) -m pytest
+
+lint: setup  ## ruff
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+demo: setup  ## plan every example
+	@for f in examples/*.yaml; do echo "== rlplace plan $$f"; $(VENV)/bin/rlplace plan $$f || exit 1; done
+
+bench: setup  ## print the benchmark figures
+	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+clean: cluster-down
+	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

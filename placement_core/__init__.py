@@ -1,0 +1,1 @@
+"""rlplace placement core."""
