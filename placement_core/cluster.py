@@ -1,0 +1,361 @@
+"""The cluster model (spec placement.md §1): nodes, node groups, and the rank spaces placements count in.
+
+Offline the cluster comes from the `cluster:` section of a config (`Cluster.from_config`); the operator builds
+the same objects from live NodeGroups and Kubernetes Nodes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from placement_core.errors import PlacementError
+from placement_core.grammar import parse_rank_list
+
+ACCELERATOR = "Accelerator"
+ROBOT_TYPES = ("Franka", "DualFranka", "GimArm", "DOSW1", "Turtle2")
+NV_GPU = "NV_GPU"
+NO_ACCEL = "NO_ACCEL"
+CLUSTER_GROUP = "cluster"
+NODE_GROUP = "node"
+RESERVED_LABELS = (CLUSTER_GROUP, NODE_GROUP)
+#: `accelerators_per_node` when a config does not say (the common 8-GPU node).
+DEFAULT_ACCELERATORS_PER_NODE = 8
+
+_NODE_GROUP_FIELDS = ("label", "node_ranks", "hardware", "ignore_hardware", "env_configs")
+_ENV_CONFIG_FIELDS = ("node_ranks", "env_vars", "python_interpreter_path")
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One machine. `rank` is its global node rank; `name` is the Kubernetes node name in the operator."""
+
+    rank: int
+    num_accelerators: int
+    accelerator_type: str = NV_GPU
+    name: str = ""
+
+    @property
+    def display_name(self) -> str:
+        return self.name or f"node-{self.rank}"
+
+
+@dataclass(frozen=True, slots=True)
+class EnvConfig:
+    """Environment variables (and a Python interpreter) for workers on some of a group's nodes."""
+
+    node_ranks: tuple[int, ...]
+    env_vars: tuple[tuple[str, str], ...] = ()
+    python_interpreter_path: str | None = None
+
+
+@dataclass(frozen=True)
+class NodeGroup:
+    """A labelled set of nodes with at most one kind of hardware.
+
+    `hardware_type` is None (the resources are the nodes), `"Accelerator"` (the nodes' GPUs) or a robot type.
+    `hardware_units`, for robot types, is the number of units on each node of `node_ranks`, in that order.
+    """
+
+    label: str
+    node_ranks: tuple[int, ...]
+    hardware_type: str | None = None
+    hardware_units: tuple[int, ...] = ()
+    hardware_configs: tuple[Mapping[str, object], ...] = ()
+    env_configs: tuple[EnvConfig, ...] = ()
+
+    def env_for(self, node_rank: int) -> dict[str, str]:
+        """The variables this group sets for a worker on `node_rank` (empty when none)."""
+        for env in self.env_configs:
+            if node_rank in env.node_ranks:
+                return dict(env.env_vars)
+        return {}
+
+    def python_interpreter_for(self, node_rank: int) -> str | None:
+        for env in self.env_configs:
+            if node_rank in env.node_ranks:
+                return env.python_interpreter_path
+        return None
+
+
+@dataclass(frozen=True)
+class RankSpace:
+    """The resources that ranks count over for a selection of node groups, in rank order.
+
+    For a hardware space, rank r is unit `local[r]` of type `hardware_type[r]` on node `node[r]`; for a node
+    space (`is_node_space`), rank r is node `node[r]` and `local[r]` is -1. `group[r]` is the owning label.
+    """
+
+    labels: tuple[str, ...]
+    is_node_space: bool
+    node: list[int] = field(repr=False)
+    local: list[int] = field(repr=False)
+    hardware_type: list[str | None] = field(repr=False)
+    group: list[str] = field(repr=False)
+
+    def __len__(self) -> int:
+        return len(self.node)
+
+    def describe(self) -> str:
+        what = "node group" if len(self.labels) == 1 else "node groups"
+        names = ",".join(self.labels)
+        ranks = f"ranks 0-{len(self) - 1}" if len(self) else "no ranks"
+        unit = "nodes" if self.is_node_space else "units"
+        return f"{what} '{names}' has {ranks} ({len(self)} {unit})"
+
+
+class Cluster:
+    """Nodes ranked 0..N-1 and the node groups over them, the implicit `cluster` and `node` groups last."""
+
+    def __init__(self, nodes: Sequence[Node], node_groups: Sequence[NodeGroup] = ()) -> None:
+        if not nodes:
+            raise PlacementError("a cluster needs at least one node")
+        self.nodes: tuple[Node, ...] = tuple(nodes)
+        if [n.rank for n in self.nodes] != list(range(len(self.nodes))):
+            raise PlacementError("node ranks must be 0..N-1 in order")
+        all_ranks = tuple(range(len(self.nodes)))
+        has_gpus = any(n.num_accelerators > 0 for n in self.nodes)
+        implicit = (
+            NodeGroup(CLUSTER_GROUP, all_ranks, ACCELERATOR if has_gpus else None),
+            NodeGroup(NODE_GROUP, all_ranks, None),
+        )
+        self._groups: dict[str, NodeGroup] = {}
+        for group in (*node_groups, *implicit):
+            self._check_group(group)
+            self._groups[group.label] = group
+        self._spaces: dict[tuple[tuple[str, ...], bool], RankSpace] = {}
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def node_groups(self) -> list[NodeGroup]:
+        return list(self._groups.values())
+
+    @property
+    def num_accelerators(self) -> int:
+        return sum(n.num_accelerators for n in self.nodes)
+
+    def get_node_group(self, label: str) -> NodeGroup:
+        group = self._groups.get(str(label))
+        if group is None:
+            raise PlacementError(f"unknown node group '{label}' (known: {', '.join(self._groups)})")
+        return group
+
+    @cached_property
+    def visible_devices(self) -> list[tuple[str, ...]]:
+        """Per node, every accelerator as the strings CUDA_VISIBLE_DEVICES takes."""
+        return [tuple(str(i) for i in range(n.num_accelerators)) for n in self.nodes]
+
+    def units_per_node(self, group: NodeGroup) -> list[int]:
+        """How many resources of the group's type each of its nodes contributes, in node-rank order."""
+        if group.hardware_type == ACCELERATOR:
+            return [self.nodes[r].num_accelerators for r in group.node_ranks]
+        if group.hardware_type is None:
+            return [1] * len(group.node_ranks)
+        return list(group.hardware_units)
+
+    def rank_space(self, labels: Sequence[str], nodes_only: bool = False) -> RankSpace:
+        """The concatenated rank space of the listed groups, in the order listed (cached).
+
+        It counts hardware units when every group has a hardware type, else (or with `nodes_only`) nodes.
+        """
+        key = (tuple(labels), nodes_only)
+        space = self._spaces.get(key)
+        if space is None:
+            space = self._spaces[key] = self._build_rank_space(key[0], nodes_only)
+        return space
+
+    def _build_rank_space(self, labels: tuple[str, ...], nodes_only: bool) -> RankSpace:
+        groups = [self.get_node_group(label) for label in labels]
+        if len(set(labels)) != len(labels):
+            raise PlacementError(f"node group listed twice in '{','.join(labels)}'")
+        is_node_space = nodes_only or any(g.hardware_type is None for g in groups)
+        node: list[int] = []
+        local: list[int] = []
+        types: list[str | None] = []
+        owner: list[str] = []
+        for group in groups:
+            if is_node_space:
+                node.extend(group.node_ranks)
+                local.extend([-1] * len(group.node_ranks))
+                count = len(group.node_ranks)
+            else:
+                count = 0
+                for rank, units in zip(group.node_ranks, self.units_per_node(group), strict=True):
+                    node.extend([rank] * units)
+                    local.extend(range(units))
+                    count += units
+            types.extend([None if is_node_space else group.hardware_type] * count)
+            owner.extend([group.label] * count)
+        if len(groups) > 1:
+            self._check_no_overlap(labels, node, local, types, is_node_space)
+        return RankSpace(labels, is_node_space, node, local, types, owner)
+
+    @staticmethod
+    def _check_no_overlap(
+        labels: tuple[str, ...], node: list[int], local: list[int], types: list[str | None], is_node_space: bool
+    ) -> None:
+        seen: set[tuple[int, int, str | None]] = set()
+        for unit in zip(node, local, types, strict=True):
+            if unit in seen:
+                where = "a node placement" if is_node_space else f"{unit[2]} unit {unit[1]}"
+                raise PlacementError(
+                    f"node groups '{','.join(labels)}' overlap on node {unit[0]} ({where}); "
+                    "list groups that share no nodes"
+                )
+            seen.add(unit)
+
+    def _check_group(self, group: NodeGroup) -> None:
+        if group.label in self._groups:
+            raise PlacementError(f"node group label '{group.label}' is used twice")
+        for rank in group.node_ranks:
+            if not 0 <= rank < self.num_nodes:
+                raise PlacementError(
+                    f"node group '{group.label}': node rank {rank} out of range (cluster has nodes "
+                    f"0-{self.num_nodes - 1})"
+                )
+
+    @classmethod
+    def from_config(cls, section: Mapping[str, object]) -> Cluster:
+        """Build the cluster from a `cluster:` mapping as loaded from YAML."""
+        if not isinstance(section, Mapping):
+            raise PlacementError("'cluster' must be a mapping")
+        num_nodes = section.get("num_nodes")
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes <= 0:
+            raise PlacementError(f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}")
+        counts = _accelerator_counts(section.get("accelerators_per_node"), num_nodes)
+        nodes = [Node(r, c, NV_GPU if c else NO_ACCEL) for r, c in enumerate(counts)]
+        raw_groups = section.get("node_groups") or []
+        if not isinstance(raw_groups, list):
+            raise PlacementError("cluster.node_groups must be a list of node groups")
+        groups = [_node_group_from_config(raw, nodes) for raw in raw_groups]
+        return cls(nodes, groups)
+
+
+def _accelerator_counts(value: object, num_nodes: int) -> list[int]:
+    if value is None:
+        return [DEFAULT_ACCELERATORS_PER_NODE] * num_nodes
+    values = value if isinstance(value, list) else [value] * num_nodes
+    if len(values) != num_nodes:
+        raise PlacementError(
+            f"cluster.accelerators_per_node lists {len(values)} counts for {num_nodes} nodes (give one per node)"
+        )
+    for count in values:
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            raise PlacementError(f"cluster.accelerators_per_node must hold integers >= 0, got {count!r}")
+    return list(values)
+
+
+def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
+    if not isinstance(raw, Mapping):
+        raise PlacementError(f"a node group must be a mapping, got {raw!r}")
+    if "label" not in raw or raw["label"] is None:
+        raise PlacementError(f"node group {dict(raw)} has no 'label'")
+    label = str(raw["label"]).strip()
+    where = f"node group '{label}'"
+    if label in RESERVED_LABELS:
+        raise PlacementError(f"{where}: the label is reserved (reserved: {', '.join(RESERVED_LABELS)})")
+    if "hardware_type" in raw and "hardware" in raw:
+        raise PlacementError(f"{where}: 'hardware_type' is derived from 'hardware.type'; remove it")
+    unknown = [k for k in raw if k not in _NODE_GROUP_FIELDS]
+    if unknown:
+        raise PlacementError(f"{where}: unknown field '{unknown[0]}' (allowed: {', '.join(_NODE_GROUP_FIELDS)})")
+    if "node_ranks" not in raw:
+        raise PlacementError(f"{where}: 'node_ranks' is required")
+    num_nodes = len(nodes)
+    try:
+        ranks = parse_rank_list(raw["node_ranks"], "node ranks") or list(range(num_nodes))
+    except PlacementError as err:
+        raise PlacementError(f"{where}: {err}") from None
+    if len(set(ranks)) != len(ranks):
+        raise PlacementError(f"{where}: node rank listed twice in '{raw['node_ranks']}'")
+    for rank in ranks:
+        if rank >= num_nodes:
+            raise PlacementError(
+                f"{where}: node rank {rank} out of range in '{raw['node_ranks']}' (cluster has nodes 0-{num_nodes - 1})"
+            )
+    ranks.sort()
+    hardware = raw.get("hardware")
+    ignore = raw.get("ignore_hardware", False)
+    if not isinstance(ignore, bool):
+        raise PlacementError(f"{where}: ignore_hardware must be true or false, got {ignore!r}")
+    if hardware is not None and ignore:
+        raise PlacementError(f"{where}: 'hardware' and 'ignore_hardware' cannot both be set")
+    hardware_type: str | None
+    units: tuple[int, ...] = ()
+    configs: tuple[Mapping[str, object], ...] = ()
+    if hardware is not None:
+        hardware_type, units, configs = _hardware_from_config(where, hardware, ranks)
+    elif ignore:
+        hardware_type = None
+    else:
+        hardware_type = ACCELERATOR if any(nodes[r].num_accelerators for r in ranks) else None
+    env_configs = _env_configs_from_config(where, raw.get("env_configs") or [], ranks)
+    return NodeGroup(label, tuple(ranks), hardware_type, units, configs, env_configs)
+
+
+def _hardware_from_config(
+    where: str, hardware: object, ranks: list[int]
+) -> tuple[str, tuple[int, ...], tuple[Mapping[str, object], ...]]:
+    if not isinstance(hardware, Mapping):
+        raise PlacementError(f"{where}: 'hardware' must be a mapping with 'type' and 'configs'")
+    hw_type = str(hardware.get("type"))
+    if hw_type not in ROBOT_TYPES:
+        raise PlacementError(f"{where}: unknown hardware type '{hw_type}' (known: {', '.join(ROBOT_TYPES)})")
+    configs = hardware.get("configs") or []
+    if not isinstance(configs, list) or not all(isinstance(c, Mapping) for c in configs):
+        raise PlacementError(f"{where}: hardware.configs must be a list of mappings")
+    per_node = dict.fromkeys(ranks, 0)
+    for config in configs:
+        node_rank = config.get("node_rank")
+        if node_rank not in per_node:
+            raise PlacementError(
+                f"{where}: hardware config {dict(config)} is on node_rank {node_rank!r}, "
+                f"which is not in the group (nodes {','.join(map(str, ranks))})"
+            )
+        per_node[node_rank] += 1
+    return hw_type, tuple(per_node[r] for r in ranks), tuple(configs)
+
+
+def _env_configs_from_config(where: str, raw: object, ranks: list[int]) -> tuple[EnvConfig, ...]:
+    if not isinstance(raw, list):
+        raise PlacementError(f"{where}: env_configs must be a list")
+    taken: dict[int, int] = {}
+    keys: set[str] = set()
+    result = []
+    for index, entry in enumerate(raw):
+        here = f"{where}: env_configs[{index}]"
+        if not isinstance(entry, Mapping):
+            raise PlacementError(f"{here} must be a mapping")
+        unknown = [k for k in entry if k not in _ENV_CONFIG_FIELDS]
+        if unknown:
+            raise PlacementError(f"{here}: unknown field '{unknown[0]}' (allowed: {', '.join(_ENV_CONFIG_FIELDS)})")
+        try:
+            env_ranks = parse_rank_list(entry.get("node_ranks", "all"), "node ranks") or list(ranks)
+        except PlacementError as err:
+            raise PlacementError(f"{here}: {err}") from None
+        for rank in env_ranks:
+            if rank not in ranks:
+                raise PlacementError(f"{here}: node rank {rank} is not in the group (nodes {','.join(map(str, ranks))})")
+            if rank in taken:
+                raise PlacementError(f"{here}: node rank {rank} is already configured by env_configs[{taken[rank]}]")
+            taken[rank] = index
+        variables = entry.get("env_vars") or []
+        if not isinstance(variables, list):
+            raise PlacementError(f"{here}: env_vars must be a list of one-key mappings like [{{KEY: value}}]")
+        pairs = []
+        for variable in variables:
+            if not isinstance(variable, Mapping) or len(variable) != 1:
+                raise PlacementError(f"{here}: env_vars entry {variable!r} must be a one-key mapping like {{KEY: value}}")
+            ((key, value),) = variable.items()
+            key = str(key)
+            if key in keys:
+                raise PlacementError(f"{here}: variable '{key}' is set twice in the group")
+            keys.add(key)
+            pairs.append((key, "" if value is None else str(value)))
+        interpreter = entry.get("python_interpreter_path")
+        result.append(EnvConfig(tuple(env_ranks), tuple(pairs), None if interpreter is None else str(interpreter)))
+    return tuple(result)

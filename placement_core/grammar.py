@@ -1,0 +1,146 @@
+"""The `component_placement` grammar (spec placement.md §2), as text -> typed parts.
+
+Nothing here knows the cluster: a part's resource range is checked against a rank space later, in
+`components.py`. Every function raises `PlacementError` with a message that quotes the offending text.
+
+    placement := part ("," part)*        empty parts are skipped
+    part      := resource [":" process]
+    resource  := "all" | N | N "-" M
+    process   := N | N "-" M
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from placement_core.errors import PlacementError
+
+_INTEGER = re.compile(r"[0-9]+")
+
+#: A component may not make more processes than this; it keeps a typo such as `0:0-99999999` from trying
+#: to build a billion placements.
+MAX_PROCESSES = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class RankRange:
+    """An inclusive range of non-negative ranks, `start-end` in the grammar."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start + 1
+
+    def __iter__(self):
+        return iter(range(self.start, self.end + 1))
+
+    def __str__(self) -> str:
+        return str(self.start) if self.start == self.end else f"{self.start}-{self.end}"
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One comma-separated part of a placement string.
+
+    `resources` is None for `all`; `processes` is None when the part gives no `:P` (one process per resource).
+    """
+
+    text: str
+    resources: RankRange | None
+    processes: RankRange | None
+
+
+def parse_int(text: str, what: str) -> int:
+    """A non-negative decimal integer; anything else (`-1`, `1.5`, `x`) is an error."""
+    stripped = text.strip()
+    if not _INTEGER.fullmatch(stripped):
+        raise PlacementError(f"malformed {what} '{text.strip()}' (expected a non-negative integer)")
+    return int(stripped)
+
+
+def parse_range(text: str, what: str = "rank range") -> RankRange:
+    """`N` or `N-M` (inclusive, N <= M)."""
+    bounds = text.split("-")
+    if len(bounds) > 2 or not text.strip():
+        raise PlacementError(f"malformed {what} '{text.strip()}' (expected N or N-M)")
+    try:
+        start = parse_int(bounds[0], "integer")
+        end = parse_int(bounds[-1], "integer")
+    except PlacementError:
+        raise PlacementError(f"malformed {what} '{text.strip()}' (expected N or N-M)") from None
+    if end < start:
+        raise PlacementError(f"reversed range '{text.strip()}' in {what} (write {end}-{start})")
+    return RankRange(start, end)
+
+
+def is_all(text: str) -> bool:
+    return text.strip().lower() == "all"
+
+
+def parse_placement(text: str) -> list[Part]:
+    """Split a placement string into parts; empty parts (trailing commas) are skipped."""
+    parts: list[Part] = []
+    for raw in text.split(","):
+        raw = raw.strip()
+        if not raw:
+            continue
+        fields = raw.split(":")
+        if len(fields) > 2:
+            raise PlacementError(f"part '{raw}' has more than one ':' (write RESOURCES:PROCESSES)")
+        resource_text = fields[0].strip()
+        resources = None if is_all(resource_text) else parse_range(resource_text, "resource ranks")
+        processes = None
+        if len(fields) == 2:
+            if is_all(fields[1]):
+                raise PlacementError(f"'all' is not allowed as process ranks in '{raw}'")
+            processes = parse_range(fields[1], "process ranks")
+        parts.append(Part(raw, resources, processes))
+    if not parts:
+        raise PlacementError(f"empty placement '{text}'")
+    return parts
+
+
+def parse_rank_list(value: object, what: str) -> list[int]:
+    """A list of ranks written as `0-1,3`, an int, `all` (returns []: the caller fills it in), or a YAML list."""
+    if isinstance(value, bool) or value is None:
+        raise PlacementError(f"malformed {what} '{value}' (expected e.g. 0-1,3 or all)")
+    if isinstance(value, int):
+        if value < 0:
+            raise PlacementError(f"malformed {what} '{value}' (ranks are >= 0)")
+        return [value]
+    if isinstance(value, list):
+        return [r for item in value for r in parse_rank_list(item, what)]
+    text = str(value)
+    if is_all(text):
+        return []
+    ranks: list[int] = []
+    for piece in text.split(","):
+        if piece.strip():
+            ranks.extend(parse_range(piece, what))
+    if not ranks:
+        raise PlacementError(f"empty {what} '{text}'")
+    return ranks
+
+
+def parse_component_key(key: object) -> list[str]:
+    """`actor,rollout` -> ['actor', 'rollout']; names are stripped and must be non-empty and distinct."""
+    text = str(key)
+    names = [name.strip() for name in text.split(",")]
+    if any(not name for name in names):
+        raise PlacementError(f"empty component name in key '{text}'")
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise PlacementError(f"component '{duplicates[0]}' appears twice in key '{text}'")
+    return names
+
+
+def parse_labels(value: object) -> list[str]:
+    """A `node_group` value: `a800`, `"a800,4090"` or `[a800, "4090"]` (labels are turned into strings)."""
+    items: Iterable[object] = value if isinstance(value, list) else str(value).split(",")
+    labels = [str(item).strip() for item in items]
+    if not labels or any(not label for label in labels):
+        raise PlacementError(f"empty node group label in '{value}'")
+    return labels

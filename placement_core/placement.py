@@ -1,0 +1,60 @@
+"""The Placement record (spec placement.md §3) and the environment a launched process gets from it."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+
+@dataclass(slots=True)
+class Placement:
+    """Where one process of a component runs and which accelerators it sees."""
+
+    rank: int
+    """Process rank in the component (its position in the strategy's list)."""
+    cluster_node_rank: int
+    """Global node rank."""
+    placement_node_rank: int
+    """Index of the node among the distinct nodes the strategy uses, in order of first appearance."""
+    local_accelerator_rank: int
+    """First visible accelerator; -1 on a node without accelerators."""
+    accelerator_type: str
+    """The node's accelerator type (`NV_GPU`, `NO_ACCEL`)."""
+    local_rank: int
+    """Index of the process among the strategy's processes on its node."""
+    local_world_size: int
+    """Number of the strategy's processes on the node (processes sharing a GPU included)."""
+    visible_accelerators: list[str]
+    """What CUDA_VISIBLE_DEVICES holds for the process."""
+    isolate_accelerator: bool
+    """The flag `get_placement` was called with."""
+    local_hardware_ranks: list[int]
+    """The process's hardware ranks, local to its node (empty for node placements)."""
+    node_group_label: str
+    """Label of the node group that owns the process's first rank."""
+
+    def to_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def placement_env(placement: Placement, world_size: int, master_addr: str) -> dict[str, str]:
+    """The variables that let a worker start without this library (spec §3), all as strings.
+
+    `RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES=1` keeps Ray from overwriting the planned visibility.
+    """
+    visible = ",".join(placement.visible_accelerators)
+    return {
+        "RANK": str(placement.rank),
+        "WORLD_SIZE": str(world_size),
+        "NODE_RANK": str(placement.placement_node_rank),
+        "CLUSTER_NODE_RANK": str(placement.cluster_node_rank),
+        "LOCAL_ACCELERATOR_RANK": str(placement.local_accelerator_rank),
+        "NODE_LOCAL_RANK": str(placement.local_rank),
+        "NODE_LOCAL_WORLD_SIZE": str(placement.local_world_size),
+        "VISIBLE_DEVICES": visible,
+        "CUDA_VISIBLE_DEVICES": visible,
+        "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES": "1",
+        "ISOLATE_ACCELERATOR": "1" if placement.isolate_accelerator else "0",
+        "LOCAL_HARDWARE_RANKS": ",".join(map(str, placement.local_hardware_ranks)),
+        "NODE_GROUP_LABEL": placement.node_group_label,
+        "MASTER_ADDR": master_addr,
+    }
