@@ -196,7 +196,11 @@ class Cluster:
 
     @staticmethod
     def _check_no_overlap(
-        labels: tuple[str, ...], node: list[int], local: list[int], types: list[str | None], is_node_space: bool
+        labels: tuple[str, ...],
+        node: list[int],
+        local: list[int],
+        types: list[str | None],
+        is_node_space: bool,
     ) -> None:
         seen: set[tuple[int, int, str | None]] = set()
         for unit in zip(node, local, types, strict=True):
@@ -339,7 +343,9 @@ def _env_configs_from_config(where: str, raw: object, ranks: list[int]) -> tuple
             raise PlacementError(f"{here}: {err}") from None
         for rank in env_ranks:
             if rank not in ranks:
-                raise PlacementError(f"{here}: node rank {rank} is not in the group (nodes {','.join(map(str, ranks))})")
+                raise PlacementError(
+                    f"{here}: node rank {rank} is not in the group (nodes {','.join(map(str, ranks))})"
+                )
             if rank in taken:
                 raise PlacementError(f"{here}: node rank {rank} is already configured by env_configs[{taken[rank]}]")
             taken[rank] = index
@@ -349,7 +355,9 @@ def _env_configs_from_config(where: str, raw: object, ranks: list[int]) -> tuple
         pairs = []
         for variable in variables:
             if not isinstance(variable, Mapping) or len(variable) != 1:
-                raise PlacementError(f"{here}: env_vars entry {variable!r} must be a one-key mapping like {{KEY: value}}")
+                raise PlacementError(
+                    f"{here}: env_vars entry {variable!r} must be a one-key mapping like {{KEY: value}}"
+                )
             ((key, value),) = variable.items()
             key = str(key)
             if key in keys:

@@ -142,7 +142,9 @@ class FlexiblePlacementStrategy(_HardwareStrategy):
     kind = "flexible"
 
     def __init__(
-        self, hardware_ranks_list: Sequence[Sequence[int]], node_group_label: str | Sequence[str] | None = None
+        self,
+        hardware_ranks_list: Sequence[Sequence[int]],
+        node_group_label: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__(node_group_label)
         lists = []

@@ -1,0 +1,5 @@
+"""Placeholder until the auto placement commands land."""
+
+import typer
+
+app = typer.Typer()

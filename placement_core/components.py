@@ -1,0 +1,450 @@
+"""Component placements (spec placement.md §2 and §4): a `cluster.component_placement` config -> strategies.
+
+`ComponentPlacement` applies the grammar of `grammar.py` to a cluster's rank spaces and gives every component a
+Flexible (hardware) or Node strategy; `ModelParallelComponentPlacement` then re-lays the reasoning components
+(actor, rollout, inference, ...) as Packed strategies according to their model-parallel sizes.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
+from placement_core.errors import PlacementError
+from placement_core.grammar import MAX_PROCESSES, Part, parse_component_key, parse_labels, parse_placement
+from placement_core.jobconfig import ModelParallelSettings
+from placement_core.placement import Placement
+from placement_core.strategies import (
+    FlexiblePlacementStrategy,
+    NodePlacementStrategy,
+    PackedPlacementStrategy,
+    PlacementStrategy,
+)
+
+_VALUE_FIELDS = ("node_group", "placement")
+
+
+class PlacementMode(enum.Enum):
+    COLLOCATED = "collocated"
+    DISAGGREGATED = "disaggregated"
+    HYBRID = "hybrid"
+    AUTO = "auto"
+
+
+@dataclass
+class _Entry:
+    """One key of `component_placement`: the names that share it and what they were given."""
+
+    key: str
+    names: tuple[str, ...]
+    labels: tuple[str, ...]
+    text: str
+    space: RankSpace
+    hardware_ranks: list[int]
+    strategy: PlacementStrategy
+
+    @property
+    def where(self) -> str:
+        return f"component '{self.key}'"
+
+
+class ComponentPlacement:
+    """Parses `config['cluster']['component_placement']` against `cluster` (spec §2).
+
+    Everything is checked here, at construction: a placement that parses also places.
+    """
+
+    def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        section = config.get("cluster") if isinstance(config, Mapping) else None
+        if not isinstance(section, Mapping):
+            raise PlacementError("the config has no 'cluster' section")
+        raw = section.get("component_placement")
+        if raw is None:
+            raise PlacementError("the config has no 'cluster.component_placement'")
+        if not isinstance(raw, Mapping) or not raw:
+            raise PlacementError("cluster.component_placement must be a non-empty mapping of components to placements")
+        self._cluster = cluster
+        self._entries: dict[str, _Entry] = {}
+        for key, value in raw.items():
+            entry = self._parse_entry(key, value)
+            for name in entry.names:
+                if name in self._entries:
+                    raise PlacementError(
+                        f"component '{name}' appears in two keys: '{self._entries[name].key}' and '{entry.key}'"
+                    )
+                self._entries[name] = entry
+        for entry in {id(e): e for e in self._entries.values()}.values():
+            self._check_places(entry, entry.strategy)
+        self._mode = self._derive_mode()
+
+    # -- public accessors --------------------------------------------------------------------------------
+
+    @property
+    def components(self) -> list[str]:
+        return list(self._entries)
+
+    @property
+    def placement_mode(self) -> PlacementMode:
+        return self._mode
+
+    @property
+    def cluster(self) -> Cluster:
+        return self._cluster
+
+    def get_world_size(self, component_name: str) -> int:
+        """Number of processes the component's strategy makes."""
+        return len(self._placements(component_name))
+
+    def get_hardware_ranks(self, component_name: str) -> list[int]:
+        """The component's resource ranks (within its node groups), in part order."""
+        return list(self._entry(component_name).hardware_ranks)
+
+    def get_strategy(self, component_name: str) -> PlacementStrategy:
+        return self._entry(component_name).strategy
+
+    def get_node_groups(self, component_name: str) -> tuple[str, ...]:
+        return self._entry(component_name).labels
+
+    def get_placement(self, component_name: str, isolate_accelerator: bool = True) -> list[Placement]:
+        return self.get_strategy(component_name).get_placement(self._cluster, isolate_accelerator)
+
+    def get_units(self, component_name: str) -> set[tuple[int, int, str | None]]:
+        """The physical resources (node, local rank, type) the component holds; for comparing components."""
+        entry = self._entry(component_name)
+        space = entry.space
+        return {(space.node[r], space.local[r], space.hardware_type[r]) for r in entry.hardware_ranks}
+
+    # -- parsing ---------------------------------------------------------------------------------------------
+
+    def _entry(self, name: str) -> _Entry:
+        entry = self._entries.get(name)
+        if entry is None:
+            raise PlacementError(f"unknown component '{name}' (known: {', '.join(self._entries)})")
+        return entry
+
+    def _placements(self, name: str) -> list[Placement]:
+        return self.get_strategy(name).get_placement(self._cluster)
+
+    def _parse_entry(self, key: object, value: object) -> _Entry:
+        names = tuple(parse_component_key(key))
+        key_text = ",".join(names)
+        where = f"component '{key_text}'"
+        labels: Sequence[str] = (CLUSTER_GROUP,)
+        if isinstance(value, Mapping):
+            unknown = [k for k in value if k not in _VALUE_FIELDS]
+            if unknown:
+                raise PlacementError(f"{where}: unknown field '{unknown[0]}' (allowed: node_group, placement)")
+            if value.get("placement") is None:
+                raise PlacementError(f"{where}: a mapping value needs 'placement' (e.g. placement: 0-7)")
+            if value.get("node_group") is not None:
+                labels = parse_labels(value["node_group"])
+            text = value["placement"]
+        else:
+            text = value
+        if text is None or isinstance(text, list | Mapping):
+            raise PlacementError(f"{where}: placement must be a string like '0-7' or 'all', got {text!r}")
+        text = str(text)
+        try:
+            for label in labels:
+                self._cluster.get_node_group(label)
+            space = self._cluster.rank_space(labels)
+            parts = parse_placement(text)
+            hardware_ranks, per_process = _expand(parts, space)
+        except PlacementError as err:
+            raise PlacementError(f"{where}: {err} (in '{key_text}: {text}')") from None
+        strategy: PlacementStrategy
+        if space.is_node_space:
+            strategy = NodePlacementStrategy([ranks[0] for ranks in per_process], tuple(labels))
+        else:
+            strategy = FlexiblePlacementStrategy(per_process, tuple(labels))
+        return _Entry(key_text, names, tuple(labels), text, space, hardware_ranks, strategy)
+
+    def _check_places(self, entry: _Entry, strategy: PlacementStrategy) -> None:
+        try:
+            strategy.get_placement(self._cluster)
+        except PlacementError as err:
+            raise PlacementError(f"{entry.where}: {err} (in '{entry.key}: {entry.text}')") from None
+
+    def _derive_mode(self) -> PlacementMode:
+        units = [self.get_units(name) for name in self._entries]
+        if all(u == units[0] for u in units):
+            return PlacementMode.COLLOCATED
+        if sum(len(u) for u in units) == len(set().union(*units)):
+            return PlacementMode.DISAGGREGATED
+        return PlacementMode.HYBRID
+
+
+def _expand(parts: list[Part], space: RankSpace) -> tuple[list[int], list[list[int]]]:
+    """Resource ranks in part order, and each process's resource ranks (spec §2 rules)."""
+    size = len(space)
+    resources: list[int] = []
+    per_process: list[list[int]] = []
+    next_process = 0
+    previous: tuple[int, int] | None = None
+    for index, part in enumerate(parts):
+        if part.resources is None:
+            if size == 0:
+                raise PlacementError(f"'all' selects nothing: {space.describe()}")
+            start, end = 0, size - 1
+        else:
+            start, end = part.resources.start, part.resources.end
+            if end >= size:
+                raise PlacementError(f"resource rank {end} is out of range in '{part.text}' ({space.describe()})")
+        if previous is not None and start <= previous[1]:
+            if start >= previous[0]:
+                raise PlacementError(f"resource rank {start} is used twice in '{part.text}'")
+            raise PlacementError(f"part '{part.text}' comes after higher resource ranks; list parts in ascending order")
+        previous = (start, end)
+        count = end - start + 1
+        if part.processes is None:
+            first, processes = next_process, count
+        else:
+            first, processes = part.processes.start, len(part.processes)
+            if index == 0 and first != 0:
+                raise PlacementError(f"process ranks must start at 0, '{part.text}' starts at {first}")
+            if first < next_process:
+                raise PlacementError(f"process rank {first} is used twice in '{part.text}'")
+            if first > next_process:
+                raise PlacementError(
+                    f"process ranks must be continuous: '{part.text}' starts at {first}, expected {next_process}"
+                )
+        if next_process + processes > MAX_PROCESSES:
+            raise PlacementError(f"more than {MAX_PROCESSES} processes in '{part.text}'")
+        if count % processes and processes % count:
+            raise PlacementError(
+                f"{count} resources and {processes} processes in '{part.text}': one count must divide the other"
+            )
+        if space.is_node_space and count > processes:
+            raise PlacementError(
+                f"process would span {count // processes} nodes in '{part.text}' "
+                f"({space.describe()}); a node placement gives each process one node"
+            )
+        ranks = range(start, end + 1)
+        resources.extend(ranks)
+        if count >= processes:
+            k = count // processes
+            per_process.extend(list(ranks[i * k : (i + 1) * k]) for i in range(processes))
+        else:
+            m = processes // count
+            per_process.extend([r] for r in ranks for _ in range(m))
+        next_process = first + processes
+    return resources, per_process
+
+
+class HybridComponentPlacement(ComponentPlacement):
+    """Any components on any resources (embodied tasks); the mode is always HYBRID."""
+
+    @property
+    def placement_mode(self) -> PlacementMode:
+        return PlacementMode.HYBRID
+
+
+_MODEL_COMPONENTS = ("actor", "rollout", "inference", "critic", "critic_inference")
+_REQUIRED = ("actor", "rollout", "reward")
+
+
+class ModelParallelComponentPlacement(ComponentPlacement):
+    """Reasoning tasks: actor, rollout, reward (+ inference, critic, critic_inference) laid out by their
+    model-parallel sizes as collocated, disaggregated or auto-scheduled (spec §4)."""
+
+    def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        super().__init__(config, cluster)
+        self.settings = ModelParallelSettings.from_config(config)
+        missing = [name for name in _REQUIRED if name not in self._entries]
+        if missing:
+            raise PlacementError(
+                f"model-parallel placement needs components actor, rollout and reward; missing: {', '.join(missing)}"
+            )
+        present = [name for name in _MODEL_COMPONENTS if name in self._entries]
+        for name in present:
+            self._check_gpu_range(name)
+        self._mode = self._model_parallel_mode(present)
+        s = self.settings
+        for name, tp in (("actor", s.actor.tp), ("rollout", s.rollout.tp)):
+            if tp > self._gpu_count(name):
+                raise PlacementError(
+                    f"component '{name}': tensor parallel size {tp} is larger than its {self._gpu_count(name)} GPUs"
+                )
+        self._strategies = self._model_parallel_strategies(present)
+        for name, strategy in self._strategies.items():
+            self._check_places(self._entries[name], strategy)
+
+    # -- accessors that follow the final strategies ---------------------------------------------------------
+
+    @property
+    def placement_mode(self) -> PlacementMode:
+        return self._mode
+
+    def get_strategy(self, component_name: str) -> PlacementStrategy:
+        self._entry(component_name)
+        strategy = self._strategies.get(component_name)
+        return strategy if strategy is not None else super().get_strategy(component_name)
+
+    def get_hardware_ranks(self, component_name: str) -> list[int]:
+        strategy = self.get_strategy(component_name)
+        if isinstance(strategy, PackedPlacementStrategy):
+            return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
+        return super().get_hardware_ranks(component_name)
+
+    def _gpus(self, name: str) -> int:
+        return len(self.get_hardware_ranks(name)) if name in self._entries else 0
+
+    @property
+    def is_collocated(self) -> bool:
+        return self._mode is PlacementMode.COLLOCATED
+
+    @property
+    def is_disaggregated(self) -> bool:
+        return self._mode is PlacementMode.DISAGGREGATED
+
+    @property
+    def is_auto(self) -> bool:
+        return self._mode is PlacementMode.AUTO
+
+    @property
+    def has_dedicated_inference(self) -> bool:
+        return "inference" in self._entries
+
+    @property
+    def actor_world_size(self) -> int:
+        return self._gpus("actor")
+
+    @property
+    def rollout_world_size(self) -> int:
+        return self._gpus("rollout")
+
+    @property
+    def inference_world_size(self) -> int:
+        return self._gpus("inference")
+
+    @property
+    def actor_dp_size(self) -> int:
+        return self.actor_world_size // self.settings.actor.training_parallel
+
+    @property
+    def rollout_dp_size(self) -> int:
+        return self.rollout_world_size // self.settings.rollout.model_parallel
+
+    @property
+    def inference_dp_size(self) -> int:
+        return self.inference_world_size // self.settings.inference.training_parallel
+
+    # -- checks ----------------------------------------------------------------------------------------------
+
+    def _gpu_count(self, name: str) -> int:
+        return len(self._entries[name].hardware_ranks)
+
+    def _check_gpu_range(self, name: str) -> None:
+        entry = self._entries[name]
+        if entry.space.is_node_space or any(t != ACCELERATOR for t in entry.space.hardware_type):
+            raise PlacementError(f"component '{name}': model-parallel components must be placed on GPUs")
+        ranks = entry.hardware_ranks
+        if ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+            raise PlacementError(f"component '{name}': its GPUs must be one continuous range, got '{entry.text}'")
+
+    def _model_parallel_mode(self, present: list[str]) -> PlacementMode:
+        s = self.settings
+        units = {name: self.get_units(name) for name in present}
+        disjoint = sum(len(u) for u in units.values()) == len(set().union(*units.values()))
+        if s.auto_scheduler and "critic" not in self._entries:
+            self._check_auto_order(disjoint)
+            return PlacementMode.AUTO
+        if units["actor"] == units["rollout"]:
+            if "inference" in self._entries:
+                raise PlacementError(
+                    "collocated mode (actor and rollout on the same GPUs) allows no inference component"
+                )
+            return PlacementMode.COLLOCATED
+        if disjoint:
+            if "inference" in self._entries:
+                gpus = self._gpu_count("inference")
+                if s.inference.tp > gpus:
+                    raise PlacementError(
+                        f"component 'inference': tensor parallel size {s.inference.tp} is larger than its {gpus} GPUs"
+                    )
+                if not s.recompute_logprobs:
+                    raise PlacementError(
+                        "an inference component needs algorithm.recompute_logprobs: true (it recomputes log-probs)"
+                    )
+            return PlacementMode.DISAGGREGATED
+        raise PlacementError(
+            "actor and rollout must be on the same GPUs (collocated mode) or actor, rollout, inference, critic and "
+            f"critic_inference on disjoint GPUs (disaggregated mode); got {self._describe(present)}"
+        )
+
+    def _describe(self, names: list[str]) -> str:
+        return ", ".join(f"{name}: {self._entries[name].text}" for name in names)
+
+    def _check_auto_order(self, disjoint: bool) -> None:
+        chain = [name for name in ("actor", "rollout", "inference") if name in self._entries]
+        total = len(self._cluster.rank_space((CLUSTER_GROUP,)))
+        expected = 0
+        for name in chain:
+            ranks = self._entries[name].hardware_ranks
+            if self._entries[name].labels != (CLUSTER_GROUP,) or ranks[0] != expected:
+                break
+            expected = ranks[-1] + 1
+        else:
+            if disjoint and expected == total:
+                return
+        raise PlacementError(
+            "cluster.auto_scheduler needs actor, rollout and inference on disjoint GPU ranges in that order, from "
+            f"GPU 0 to the last GPU ({total - 1}); got {self._describe(chain)}"
+        )
+
+    # -- strategies ------------------------------------------------------------------------------------------
+
+    def _packed(
+        self, name: str, per_process: int, stride: int = 1, start: int | None = None
+    ) -> PackedPlacementStrategy:
+        entry = self._entries[name]
+        first = entry.hardware_ranks[0] if start is None else start
+        last = entry.hardware_ranks[-1]
+        try:
+            return PackedPlacementStrategy(first, last, per_process, stride, entry.labels)
+        except PlacementError as err:
+            raise PlacementError(f"{entry.where}: {err}") from None
+
+    def _model_parallel_strategies(self, present: list[str]) -> dict[str, PlacementStrategy]:
+        s = self.settings
+        strategies: dict[str, PlacementStrategy] = {}
+        if self._mode is PlacementMode.COLLOCATED:
+            stride = 1
+            if s.actor.tp > s.rollout.tp:
+                if s.actor.tp % s.rollout.tp:
+                    raise PlacementError(
+                        f"collocated mode needs the rollout tensor parallel size ({s.rollout.tp}) to divide the "
+                        f"actor's ({s.actor.tp})"
+                    )
+                stride = s.actor.tp // s.rollout.tp
+            strategies["rollout"] = self._packed("rollout", s.rollout.tp, stride)
+        else:
+            mp = s.rollout.model_parallel
+            start = None
+            if self._mode is PlacementMode.AUTO and s.use_pre_process_policy:
+                start = self._entries["actor"].hardware_ranks[0]
+            gpus = (
+                self._entries["rollout"].hardware_ranks[-1]
+                + 1
+                - (start if start is not None else self._entries["rollout"].hardware_ranks[0])
+            )
+            if gpus % mp:
+                raise PlacementError(
+                    f"component 'rollout': {gpus} GPUs are not a multiple of tensor*pipeline parallel size {mp}"
+                )
+            strategies["rollout"] = self._packed("rollout", mp, start=start)
+        for name in (*present, "reward"):
+            if name in strategies:
+                continue
+            if name == "actor" and self._mode is PlacementMode.AUTO:
+                total = len(self._cluster.rank_space((CLUSTER_GROUP,)))
+                strategies[name] = PackedPlacementStrategy(0, total - 1, 1, 1, (CLUSTER_GROUP,))
+            elif name != "reward" or _continuous(self._entries[name].hardware_ranks):
+                strategies[name] = self._packed(name, 1)
+        return strategies
+
+
+def _continuous(ranks: list[int]) -> bool:
+    return ranks == list(range(ranks[0], ranks[0] + len(ranks)))
