@@ -95,7 +95,7 @@ class ComponentPlacement:
 
     def get_world_size(self, component_name: str) -> int:
         """Number of processes the component's strategy makes."""
-        return len(self._placements(component_name))
+        return self.get_strategy(component_name).num_processes(self._cluster)
 
     def get_hardware_ranks(self, component_name: str) -> list[int]:
         """The component's resource ranks (within its node groups), in part order."""
@@ -123,9 +123,6 @@ class ComponentPlacement:
         if entry is None:
             raise PlacementError(f"unknown component '{name}' (known: {', '.join(self._entries)})")
         return entry
-
-    def _placements(self, name: str) -> list[Placement]:
-        return self.get_strategy(name).get_placement(self._cluster)
 
     def _parse_entry(self, key: object, value: object) -> _Entry:
         names = tuple(parse_component_key(key))
@@ -163,7 +160,7 @@ class ComponentPlacement:
 
     def _check_places(self, entry: _Entry, strategy: PlacementStrategy) -> None:
         try:
-            strategy.get_placement(self._cluster)
+            strategy.num_processes(self._cluster)
         except PlacementError as err:
             raise PlacementError(f"{entry.where}: {err} (in '{entry.key}: {entry.text}')") from None
 

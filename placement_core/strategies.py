@@ -34,10 +34,18 @@ class PlacementStrategy(ABC):
 
     def get_placement(self, cluster: Cluster, isolate_accelerator: bool = True) -> list[Placement]:
         """One Placement per process, in rank order. Raises PlacementError if the ranks do not fit."""
+        return [_copy(p) for p in self._placements(cluster, isolate_accelerator)]
+
+    def num_processes(self, cluster: Cluster) -> int:
+        """How many processes the strategy makes on `cluster`; checks the placement like `get_placement`."""
+        return len(self._placements(cluster, True))
+
+    def _placements(self, cluster: Cluster, isolate_accelerator: bool) -> list[Placement]:
+        """The cached records themselves (callers must not change them); get_placement hands out copies."""
         cached = self._cache
         if cached is None or cached[0] is not cluster or cached[1] != isolate_accelerator:
             cached = self._cache = (cluster, isolate_accelerator, self._place(cluster, isolate_accelerator))
-        return [_copy(p) for p in cached[2]]
+        return cached[2]
 
     @abstractmethod
     def _place(self, cluster: Cluster, isolate: bool) -> list[Placement]: ...
