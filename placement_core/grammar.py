@@ -112,7 +112,17 @@ def parse_rank_list(value: object, what: str) -> list[int]:
             raise PlacementError(f"malformed {what} '{value}' (ranks are >= 0)")
         return [value]
     if isinstance(value, list):
-        return [r for item in value for r in parse_rank_list(item, what)]
+        # `all` means every rank only on its own; `[]` or `[0, all]` must not widen to every rank.
+        if not value:
+            raise PlacementError(f"empty {what} '[]' (expected e.g. 0-1,3 or all)")
+        ranks = []
+        for item in value:
+            if isinstance(item, list):
+                raise PlacementError(f"malformed {what} item {item} in {value} (expected a rank or a range)")
+            if is_all(str(item)):
+                raise PlacementError(f"'all' inside the list {value} of {what} (write all alone, not in a list)")
+            ranks.extend(parse_rank_list(item, what))
+        return ranks
     text = str(value)
     if is_all(text):
         return []
