@@ -315,7 +315,8 @@ def _hardware_from_config(
     per_node = dict.fromkeys(ranks, 0)
     for config in configs:
         node_rank = config.get("node_rank")
-        if node_rank not in per_node:
+        # Only a real int: a list would not hash, and True or 2.0 would pass as 1 or 2.
+        if type(node_rank) is not int or node_rank not in per_node:
             raise PlacementError(
                 f"{where}: hardware config {dict(config)} is on node_rank {node_rank!r}, "
                 f"which is not in the group (nodes {','.join(map(str, ranks))})"
