@@ -259,6 +259,8 @@ def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
     if "label" not in raw or raw["label"] is None:
         raise PlacementError(f"node group {dict(raw)} has no 'label'")
     label = str(raw["label"]).strip()
+    if not label:
+        raise PlacementError(f"node group {dict(raw)} has an empty label")
     where = f"node group '{label}'"
     if label in RESERVED_LABELS:
         raise PlacementError(f"{where}: the label is reserved (reserved: {', '.join(RESERVED_LABELS)})")
