@@ -16,7 +16,7 @@ from placement_core.components import (
     ModelParallelComponentPlacement,
     PlacementMode,
 )
-from placement_core.errors import PlacementError
+from placement_core.errors import CapacityError, PlacementError
 from placement_core.placement import Placement
 from placement_core.strategies import (
     FlexiblePlacementStrategy,
@@ -26,6 +26,7 @@ from placement_core.strategies import (
 )
 
 __all__ = [
+    "CapacityError",
     "Cluster",
     "ComponentPlacement",
     "FlexiblePlacementStrategy",

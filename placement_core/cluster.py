@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from placement_core.errors import PlacementError
+from placement_core.errors import CapacityError, PlacementError
 from placement_core.grammar import parse_rank_list
 
 ACCELERATOR = "Accelerator"
@@ -110,7 +110,7 @@ class Cluster:
 
     def __init__(self, nodes: Sequence[Node], node_groups: Sequence[NodeGroup] = ()) -> None:
         if not nodes:
-            raise PlacementError("a cluster needs at least one node")
+            raise CapacityError("a cluster needs at least one node")
         self.nodes: tuple[Node, ...] = tuple(nodes)
         if [n.rank for n in self.nodes] != list(range(len(self.nodes))):
             raise PlacementError("node ranks must be 0..N-1 in order")

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
-from placement_core.errors import PlacementError
+from placement_core.errors import CapacityError, PlacementError
 from placement_core.grammar import MAX_PROCESSES, Part, parse_component_key, parse_labels, parse_placement
 from placement_core.jobconfig import ModelParallelSettings
 from placement_core.placement import Placement
@@ -150,7 +150,7 @@ class ComponentPlacement:
             parts = parse_placement(text)
             hardware_ranks, per_process = _expand(parts, space)
         except PlacementError as err:
-            raise PlacementError(f"{where}: {err} (in '{key_text}: {text}')") from None
+            raise type(err)(f"{where}: {err} (in '{key_text}: {text}')") from None
         strategy: PlacementStrategy
         if space.is_node_space:
             strategy = NodePlacementStrategy([ranks[0] for ranks in per_process], tuple(labels))
@@ -162,7 +162,7 @@ class ComponentPlacement:
         try:
             strategy.num_processes(self._cluster)
         except PlacementError as err:
-            raise PlacementError(f"{entry.where}: {err} (in '{entry.key}: {entry.text}')") from None
+            raise type(err)(f"{entry.where}: {err} (in '{entry.key}: {entry.text}')") from None
 
     def _derive_mode(self) -> PlacementMode:
         units = [self.get_units(name) for name in self._entries]
@@ -183,12 +183,12 @@ def _expand(parts: list[Part], space: RankSpace) -> tuple[list[int], list[list[i
     for index, part in enumerate(parts):
         if part.resources is None:
             if size == 0:
-                raise PlacementError(f"'all' selects nothing: {space.describe()}")
+                raise CapacityError(f"'all' selects nothing: {space.describe()}")
             start, end = 0, size - 1
         else:
             start, end = part.resources.start, part.resources.end
             if end >= size:
-                raise PlacementError(f"resource rank {end} is out of range in '{part.text}' ({space.describe()})")
+                raise CapacityError(f"resource rank {end} is out of range in '{part.text}' ({space.describe()})")
         if previous is not None and start <= previous[1]:
             if start >= previous[0]:
                 raise PlacementError(f"resource rank {start} is used twice in '{part.text}'")

@@ -11,7 +11,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, NODE_GROUP, Cluster, RankSpace
-from placement_core.errors import PlacementError
+from placement_core.errors import CapacityError, PlacementError
 from placement_core.placement import Placement
 
 
@@ -98,7 +98,7 @@ class _HardwareStrategy(PlacementStrategy):
             first = ranks[0]
             if not 0 <= first < size or not 0 <= ranks[-1] < size:
                 bad = next(r for r in ranks if not 0 <= r < size)
-                raise PlacementError(f"process {process}: rank {bad} is out of range ({space.describe()})")
+                raise CapacityError(f"process {process}: rank {bad} is out of range ({space.describe()})")
             node = nodes[first]
             hw_type = types[first]
             for r in ranks:
@@ -212,7 +212,7 @@ class PackedPlacementStrategy(_HardwareStrategy):
 
     def _rank_lists(self, space: RankSpace) -> list[list[int]]:
         if self.end_hardware_rank >= len(space):
-            raise PlacementError(
+            raise CapacityError(
                 f"packed placement: end rank {self.end_hardware_rank} is out of range ({space.describe()})"
             )
         n, stride = self.num_hardware_per_process, self.stride
@@ -241,7 +241,7 @@ class NodePlacementStrategy(PlacementStrategy):
     def _place(self, cluster: Cluster, isolate: bool) -> list[Placement]:
         space = cluster.rank_space(self.node_group_labels, nodes_only=True)
         if self.node_ranks[-1] >= len(space):
-            raise PlacementError(f"node rank {self.node_ranks[-1]} is out of range ({space.describe()})")
+            raise CapacityError(f"node rank {self.node_ranks[-1]} is out of range ({space.describe()})")
         placement_node: dict[int, int] = {}
         per_node: dict[int, int] = {}
         placements = []
