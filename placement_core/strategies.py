@@ -189,6 +189,12 @@ class PackedPlacementStrategy(_HardwareStrategy):
         node_group: str | Sequence[str] | None = None,
     ) -> None:
         super().__init__(node_group)
+        given = (start_hardware_rank, end_hardware_rank, num_hardware_per_process, stride)
+        if any(isinstance(v, bool) or not isinstance(v, int) for v in given):
+            raise PlacementError(
+                "packed placement: start, end, num_hardware_per_process and stride must be integers, "
+                f"got {', '.join(map(repr, given))}"
+            )
         if start_hardware_rank < 0 or end_hardware_rank < start_hardware_rank:
             raise PlacementError(
                 f"packed placement needs 0 <= start <= end, got start {start_hardware_rank}, end {end_hardware_rank}"
