@@ -1,0 +1,1 @@
+"""Pure builders: (job, plan) -> Kubernetes object dicts. No client calls, no kopf."""

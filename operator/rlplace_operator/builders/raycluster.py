@@ -1,0 +1,124 @@
+"""The job's KubeRay RayCluster (`ray.io/v1`): a GPU-blind head and one worker pod per planned node.
+
+Each worker pod is pinned to its node, requests the node's whole unit count (so GPU numbers inside the
+container equal the plan's local ranks), and declares Ray resources that let the launcher target node rank i
+and hold GPU j exclusively.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import PurePosixPath
+
+from placement_core import launcher
+from rlplace_operator.models import RLJobSpec
+from rlplace_operator.names import (
+    RAY_GROUP,
+    RAY_VERSION,
+    child_labels,
+    placement_configmap_name,
+    raycluster_name,
+    worker_group_name,
+)
+
+PLAN_MOUNT_PATH = str(PurePosixPath(launcher.DEFAULT_PLAN_PATH).parent)
+
+
+@dataclass(frozen=True)
+class WorkerNode:
+    """One node of the plan: where a worker pod goes and what it requests."""
+
+    rank: int
+    """Node rank in the job's cluster (the plan's cluster_node_rank)."""
+    name: str
+    """Kubernetes node name."""
+    gpus: int
+    """GPUs on the node (Ray's num-gpus)."""
+    requests: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources requested, all of the node's units (nvidia.com/gpu, robot resources)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """NodeGroup variables for workers on this node."""
+
+
+def _env(values: Mapping[str, str]) -> list[dict]:
+    return [{"name": k, "value": v} for k, v in values.items()]
+
+
+def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None) -> dict:
+    # Limits alone: Kubernetes sets requests equal to them, and the manifest stays small at 1,000 nodes.
+    return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
+
+
+def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
+    container = {
+        "name": "ray-worker",
+        "image": spec.ray.image,
+        "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
+        "env": [
+            *_env(node.env),
+            {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
+            {"name": "RLPLACE_NODE_RANK", "value": str(node.rank)},
+        ],
+    }
+    return {
+        "groupName": worker_group_name(node.rank),
+        "replicas": 1,
+        "minReplicas": 1,
+        "rayStartParams": {"num-gpus": str(node.gpus), **launcher.ray_start_params(node.rank, node.gpus)},
+        # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
+        "template": {
+            "spec": {
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+                            ]
+                        }
+                    }
+                },
+                "containers": [container],
+                **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
+            },
+        },
+    }
+
+
+def build_head_group(job: str, spec: RLJobSpec) -> dict:
+    env = {"NVIDIA_VISIBLE_DEVICES": "void", "RLPLACE_JOB": job, launcher.PLAN_FILE_ENV: launcher.DEFAULT_PLAN_PATH}
+    if spec.entrypoint:
+        env["RLPLACE_ENTRYPOINT"] = spec.entrypoint
+    return {
+        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+        "template": {
+            "metadata": {"labels": child_labels(job)},
+            "spec": {
+                "containers": [
+                    {
+                        "name": "ray-head",
+                        "image": spec.ray.image,
+                        "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
+                        "env": _env(env),
+                        "volumeMounts": [{"name": "plan", "mountPath": PLAN_MOUNT_PATH, "readOnly": True}],
+                    }
+                ],
+                "volumes": [{"name": "plan", "configMap": {"name": placement_configmap_name(job)}}],
+                **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
+            },
+        },
+    }
+
+
+def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """The RayCluster for a job whose plan uses `nodes` (in node-rank order)."""
+    return {
+        "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
+        "kind": "RayCluster",
+        "metadata": {"name": raycluster_name(job), "labels": child_labels(job)},
+        "spec": {
+            "rayVersion": spec.ray.ray_version,
+            "headGroupSpec": build_head_group(job, spec),
+            "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
+        },
+    }

@@ -1,0 +1,55 @@
+"""Mirror each managed RayCluster's readiness into its RLJob (RayClusterReady, phase Running)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+
+from rlplace_operator.conditions import is_true, set_condition
+from rlplace_operator.k8s import Kube
+from rlplace_operator.models import JobPhase
+from rlplace_operator.names import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL
+
+#: Phases in which the RayCluster's state decides between Provisioning and Running.
+_LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
+
+
+def raycluster_ready(body: dict) -> bool:
+    """KubeRay marks a cluster ready with state `ready` or the RayClusterProvisioned condition."""
+    status = body.get("status") or {}
+    return status.get("state") == "ready" or is_true(status.get("conditions"), "RayClusterProvisioned")
+
+
+def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> dict:
+    """The RLJob status fields that follow its RayCluster."""
+    return {
+        "phase": JobPhase.RUNNING if ready else JobPhase.PROVISIONING,
+        "conditions": set_condition(
+            job_status.get("conditions"),
+            "RayClusterReady",
+            ready,
+            "RayClusterReady" if ready else "RayClusterProvisioning",
+            "all Ray pods are ready" if ready else "waiting for the Ray pods",
+            generation,
+        ),
+    }
+
+
+@kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
+def raycluster_mirror(
+    body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **_: Any
+) -> None:
+    if type == "DELETED" or JOB_LABEL not in labels:
+        return
+    kube: Kube = memo.kube
+    job = kube.get_rljob(namespace, labels[JOB_LABEL])
+    if job is None:
+        return
+    owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
+    status = job.get("status") or {}
+    if job["metadata"]["uid"] not in owners or status.get("phase") not in _LIVE_PHASES:
+        return
+    new = mirrored_status(status, raycluster_ready(dict(body)), job["metadata"].get("generation"))
+    if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
+        kube.patch_rljob_status(namespace, job["metadata"]["name"], new)

@@ -1,0 +1,158 @@
+"""RLJob: validate -> cluster from NodeGroups -> plan -> ConfigMap -> RayCluster -> status.
+
+One reconcile serves create, update (a spec or profile-annotation change re-plans) and resume after an
+operator restart; children have fixed names, so running it twice changes nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+from pydantic import ValidationError
+
+from placement_core.errors import CapacityError, PlacementError
+from rlplace_operator.builders.configmap import build_placement_configmap
+from rlplace_operator.builders.raycluster import build_raycluster
+from rlplace_operator.conditions import set_condition
+from rlplace_operator.handlers.nodegroup import indexed
+from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
+from rlplace_operator.k8s import Kube
+from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump
+from rlplace_operator.names import RLJOB_PLURAL, raycluster_name
+from rlplace_operator.planning import plan_job
+from rlplace_operator.selection import JobGroup
+
+#: Retry delays (seconds) for causes that can change by themselves.
+WAIT_FOR_NODEGROUP = 5
+WAIT_FOR_CAPACITY = 5
+WAIT_FOR_KUBERAY = 15
+
+
+class _JobStatus:
+    """Accumulates one reconcile's status changes on kopf's patch, with conditions kept in order."""
+
+    def __init__(self, status: kopf.Status, patch: kopf.Patch, generation: int | None) -> None:
+        self.conditions = list(status.get("conditions") or [])
+        self.patch = patch
+        self.generation = generation
+
+    def condition(self, type_: str, ok: bool, reason: str, message: str = "") -> None:
+        self.conditions = set_condition(self.conditions, type_, ok, reason, message, self.generation)
+        self.patch.status["conditions"] = self.conditions
+
+    def phase(self, phase: JobPhase, message: str | None = None) -> None:
+        self.patch.status.update(phase=str(phase), message=message, observedGeneration=self.generation)
+
+
+def _fail(job: _JobStatus, body: kopf.Body, condition: str, reason: str, message: str) -> kopf.PermanentError:
+    job.condition(condition, False, reason, message)
+    job.phase(JobPhase.FAILED, message)
+    kopf.warn(body, reason=reason, message=message)
+    return kopf.PermanentError(message)
+
+
+def _wait(
+    job: _JobStatus, body: kopf.Body, condition: str, reason: str, message: str, delay: float
+) -> kopf.TemporaryError:
+    job.condition(condition, False, reason, message)
+    job.phase(JobPhase.PENDING, message)
+    kopf.warn(body, reason=reason, message=message)
+    return kopf.TemporaryError(message, delay=delay)
+
+
+def _job_groups(spec: RLJobSpec, nodegroup_index: kopf.Index) -> tuple[list[JobGroup], list[str]]:
+    groups, missing = [], []
+    for name in spec.node_groups:
+        entry = indexed(nodegroup_index, name)
+        if entry is None or not entry[1].get("observedGeneration"):
+            missing.append(name)
+            continue
+        group_spec, group_status = entry
+        groups.append(
+            JobGroup(name, NodeGroupSpec.model_validate(group_spec), NodeGroupStatus.model_validate(group_status))
+        )
+    return groups, missing
+
+
+@kopf.on.create(GROUP, VERSION, RLJOB_PLURAL, retries=None)
+@kopf.on.update(GROUP, VERSION, RLJOB_PLURAL, retries=None)
+@kopf.on.resume(GROUP, VERSION, RLJOB_PLURAL, retries=None)
+def rljob_reconcile(
+    name: str,
+    namespace: str,
+    body: kopf.Body,
+    spec: kopf.Spec,
+    meta: kopf.Meta,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    memo: kopf.Memo,
+    node_index: kopf.Index,
+    nodegroup_index: kopf.Index,
+    **_: Any,
+) -> None:
+    kube: Kube = memo.kube
+    job = _JobStatus(status, patch, meta.get("generation"))
+    try:
+        job_spec = RLJobSpec.model_validate(dict(spec))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise _fail(job, body, "Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
+    if job_spec.suspend:
+        kube.delete_raycluster(namespace, raycluster_name(name))
+        job.condition("RayClusterReady", False, "Suspended", "the job is suspended; its RayCluster was removed")
+        job.phase(JobPhase.SUSPENDED)
+        patch.status["rayCluster"] = None
+        return
+    groups, missing = _job_groups(job_spec, nodegroup_index)
+    if missing:
+        raise _wait(
+            job, body, "Validated", "NodeGroupNotFound", f"NodeGroup {', '.join(missing)} not found", WAIT_FOR_NODEGROUP
+        )
+    job.condition("Validated", True, "SpecValid", "spec and NodeGroups are valid")
+    try:
+        planned = plan_job(
+            job_spec, meta.get("annotations") or {}, groups, {n: indexed(node_index, n) for n in node_index}
+        )
+    except CapacityError as err:
+        raise _wait(job, body, "Placed", "InsufficientCapacity", str(err), WAIT_FOR_CAPACITY) from None
+    except PlacementError as err:
+        raise _fail(job, body, "Placed", "PlacementInvalid", str(err)) from None
+    job.condition(
+        "Placed",
+        True,
+        "Placed",
+        f"{sum(c.processes for c in planned.summary.components)} processes on {len(planned.workers)} nodes",
+    )
+    if not kube.raycluster_crd_installed():
+        raise _wait(
+            job,
+            body,
+            "RayClusterReady",
+            "KubeRayMissing",
+            "the ray.io RayCluster CRD is not installed (install KubeRay)",
+            WAIT_FOR_KUBERAY,
+        )
+    configmap = build_placement_configmap(name, planned.plan)
+    raycluster = build_raycluster(name, job_spec, planned.workers)
+    kopf.adopt([configmap, raycluster], owner=body)
+    kube.apply_configmap(namespace, configmap)
+    live = kube.apply_raycluster(namespace, raycluster)
+    patch.status.update(
+        placement=dump(planned.summary),
+        appliedPlacement=[dump(e) for e in planned.applied],
+        predictedIterationTime=planned.predicted_iteration_time,
+        gpus=planned.gpus,
+        nodes=len(planned.workers),
+        rayCluster=raycluster["metadata"]["name"],
+    )
+    mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
+    job.conditions = mirrored["conditions"]
+    patch.status["conditions"] = job.conditions
+    job.phase(mirrored["phase"])
+    kopf.info(
+        body,
+        reason="Placed",
+        message=f"{planned.summary.mode} placement applied; RayCluster {raycluster['metadata']['name']}",
+    )

@@ -1,0 +1,123 @@
+"""The one module that calls the Kubernetes API (besides kopf itself).
+
+Children are applied create-first: a 409 means the object exists (another reconcile, or one interrupted by a
+restart), so it is read and compared, and replaced only when what we own differs. Never a duplicate, never a
+crash on conflict.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from rlplace_operator.models import GROUP, VERSION
+from rlplace_operator.names import (
+    API_VERSION,
+    RAY_GROUP,
+    RAY_VERSION,
+    RAYCLUSTER_CRD,
+    RAYCLUSTER_PLURAL,
+    RLJOB_PLURAL,
+)
+
+
+def _owned(body: dict, keys: tuple[str, ...]) -> dict:
+    metadata = body.get("metadata", {})
+    return {
+        "labels": metadata.get("labels") or {},
+        "ownerReferences": metadata.get("ownerReferences") or [],
+        **{k: body.get(k) for k in keys},
+    }
+
+
+class Kube:
+    """Thin typed wrappers over the official client, made once at operator start-up."""
+
+    def __init__(self, api_client: client.ApiClient) -> None:
+        self.api_client = api_client
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.extensions = client.ApiextensionsV1Api(api_client)
+
+    # -- children --------------------------------------------------------------------------------------------
+
+    def _apply(
+        self,
+        body: dict,
+        keys: tuple[str, ...],
+        create: Callable[[dict], object],
+        read: Callable[[], object],
+        replace: Callable[[dict], object],
+    ) -> dict:
+        try:
+            return self._as_dict(create(body))
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        live = self._as_dict(read())
+        if _owned(live, keys) == _owned(body, keys):
+            return live
+        updated = {**body, "metadata": {**body["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
+        if "status" in live:
+            updated["status"] = live["status"]
+        return self._as_dict(replace(updated))
+
+    def apply_configmap(self, namespace: str, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        return self._apply(
+            body,
+            ("data", "binaryData"),
+            lambda b: self.core.create_namespaced_config_map(namespace, b),
+            lambda: self.core.read_namespaced_config_map(name, namespace),
+            lambda b: self.core.replace_namespaced_config_map(name, namespace, b),
+        )
+
+    def apply_raycluster(self, namespace: str, body: dict) -> dict:
+        name = body["metadata"]["name"]
+        args = (RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL)
+        return self._apply(
+            body,
+            ("spec",),
+            lambda b: self.custom.create_namespaced_custom_object(*args, b),
+            lambda: self.custom.get_namespaced_custom_object(*args, name),
+            lambda b: self.custom.replace_namespaced_custom_object(*args, name, b),
+        )
+
+    def delete_raycluster(self, namespace: str, name: str) -> bool:
+        """True if a RayCluster was there to delete."""
+        try:
+            self.custom.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def raycluster_crd_installed(self) -> bool:
+        try:
+            self.extensions.read_custom_resource_definition(RAYCLUSTER_CRD)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    # -- RLJobs ----------------------------------------------------------------------------------------------
+
+    def get_rljob(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def patch_rljob_status(self, namespace: str, name: str, status: dict) -> None:
+        self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, RLJOB_PLURAL, name, {"apiVersion": API_VERSION, "status": status}
+        )
+
+    def _as_dict(self, obj: object) -> dict:
+        return obj if isinstance(obj, dict) else self.api_client.sanitize_for_serialization(obj)

@@ -1,0 +1,334 @@
+"""The RLJob and NodeGroup resources (API group `rlplace.io`, version `v1alpha1`), as pydantic models.
+
+These models are the source of truth: `crdgen.py` turns them into the CRDs in `crds/` (descriptions become
+`kubectl explain` text, `json_schema_extra` carries CEL rules), and the handlers parse live objects with them.
+Field names are camelCase on the wire, as Kubernetes users expect.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from placement_core.cluster import ACCELERATOR, ROBOT_TYPES
+
+GROUP = "rlplace.io"
+VERSION = "v1alpha1"
+
+#: Component key of `cluster.component_placement`: names separated by commas (`actor,rollout`).
+COMPONENTS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
+#: One placement part: `all`, `N` or `N-M`, optionally `:N` or `:N-M` (placement.md §2).
+_RANGE = r"[0-9]+(\s*-\s*[0-9]+)?"
+_PART = rf"\s*([aA][lL][lL]|{_RANGE})\s*(:\s*{_RANGE}\s*)?"
+PLACEMENT_PATTERN = rf"^{_PART}(,({_PART})?)*$"
+LABELS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(populate_by_name=True, extra="forbid", use_attribute_docstrings=True)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.title() for word in rest)
+
+
+class _Camel(_Model):
+    model_config = ConfigDict(
+        populate_by_name=True, extra="forbid", use_attribute_docstrings=True, alias_generator=_camel
+    )
+
+
+# ---------------------------------------------------------------------------------------------------- NodeGroup
+
+
+class LabelSelectorRequirement(_Camel):
+    """A label selector requirement: a key, an operator and values."""
+
+    key: str
+    """The label key the selector applies to."""
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    """How the key relates to the values: In, NotIn, Exists or DoesNotExist."""
+    values: list[str] = []
+    """Values for In and NotIn; must be empty for Exists and DoesNotExist."""
+
+
+class LabelSelector(_Camel):
+    """Which Kubernetes nodes belong to the group (the usual matchLabels/matchExpressions selector)."""
+
+    match_labels: dict[str, str] = {}
+    """Labels a node must carry, all of them."""
+    match_expressions: list[LabelSelectorRequirement] = []
+    """Requirements a node's labels must meet, all of them."""
+
+
+class HardwareType(enum.StrEnum):
+    ACCELERATOR = ACCELERATOR
+    FRANKA = ROBOT_TYPES[0]
+    DUAL_FRANKA = ROBOT_TYPES[1]
+    GIM_ARM = ROBOT_TYPES[2]
+    DOSW1 = ROBOT_TYPES[3]
+    TURTLE2 = ROBOT_TYPES[4]
+
+
+class Hardware(_Camel):
+    """The one kind of hardware the group's resource ranks count."""
+
+    type: HardwareType = HardwareType.ACCELERATOR
+    """Accelerator (GPUs) or a robot type (Franka, DualFranka, GimArm, DOSW1, Turtle2)."""
+    resource_name: str = Field("nvidia.com/gpu", pattern=r"^[A-Za-z0-9.-]+/[A-Za-z0-9_.-]+$")
+    """The extended resource in node.status.allocatable that counts the units on each node."""
+
+
+class EnvVar(_Camel):
+    """An environment variable."""
+
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    """Variable name."""
+    value: str = ""
+    """Variable value."""
+
+
+class NodeGroupSpec(_Camel):
+    """A named set of Kubernetes nodes with one kind of hardware: the Kubernetes form of cluster.node_groups."""
+
+    node_selector: LabelSelector
+    """Selects the group's nodes. Inside the group nodes are ranked by the rlplace.io/node-rank label (an
+    integer; nodes without it come last), then by name."""
+    hardware: Hardware | None = None
+    """The hardware ranks count. Default: the nodes' GPUs (nvidia.com/gpu); without GPUs, the nodes."""
+    ignore_hardware: bool = False
+    """Count the nodes themselves, never their hardware (for CPU workers)."""
+    env: list[EnvVar] = []
+    """Variables every worker on these nodes gets."""
+
+
+class NodeStatus(_Camel):
+    """One matched node."""
+
+    name: str
+    """Kubernetes node name."""
+    rank: int
+    """Rank of the node inside the group (0-based)."""
+    units: int
+    """Hardware units the node has (allocatable count of hardware.resourceName; 0 for node groups)."""
+    ready: bool
+    """Whether the node is Ready and schedulable."""
+
+
+class Condition(_Camel):
+    """A metav1.Condition."""
+
+    type: str
+    """Condition type, e.g. Ready, Validated, Placed, RayClusterReady."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str
+    """A CamelCase word saying why."""
+    message: str = ""
+    """A sentence for people."""
+    last_transition_time: str
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The metadata.generation the condition was set for."""
+
+
+class NodeGroupStatus(_Camel):
+    """What the operator observed: the matched nodes in rank order."""
+
+    nodes: list[NodeStatus] = []
+    """Matched nodes in rank order."""
+    hardware_type: str | None = None
+    """Accelerator, a robot type, or empty for a group of plain nodes."""
+    total_nodes: int = 0
+    """Number of matched nodes."""
+    ready_nodes: int = 0
+    """Number of matched nodes that are Ready and schedulable."""
+    total_units: int = 0
+    """Hardware units over the ready nodes."""
+    conditions: list[Condition] = []
+    """Ready: True when at least one node is ready."""
+    observed_generation: int | None = None
+    """The metadata.generation this status describes."""
+
+
+# ---------------------------------------------------------------------------------------------------- RLJob
+
+
+class PlacementEntry(_Camel):
+    """One key of cluster.component_placement: the components that share a strategy, and where they go."""
+
+    components: Annotated[str, Field(pattern=COMPONENTS_PATTERN, max_length=253)]
+    """Component names separated by commas, e.g. `actor,rollout`; they share one placement."""
+    placement: Annotated[str, Field(pattern=PLACEMENT_PATTERN, max_length=4096)]
+    """Resource ranks and optional process ranks: parts `R[:P]` separated by commas, where R is `all`, `N` or
+    `N-M` and P is `N` or `N-M` (e.g. `0-7`, `all`, `0-3:0-7`, `0-1:0-3,3-5`)."""
+    node_group: Annotated[str | None, Field(pattern=LABELS_PATTERN, max_length=1024)] = None
+    """NodeGroups the ranks count over, comma-separated, in order (default: all of the job's node groups)."""
+
+
+class PlacementMode(enum.StrEnum):
+    HYBRID = "hybrid"
+    MODEL_PARALLEL = "modelParallel"
+
+
+class ModelParallel(_Camel):
+    """Model-parallel sizes (placement.md §4); every size defaults to 1."""
+
+    actor_tensor_parallel_size: int = Field(1, ge=1)
+    """actor.model.tensor_model_parallel_size."""
+    actor_context_parallel_size: int = Field(1, ge=1)
+    """actor.model.context_model_parallel_size."""
+    actor_pipeline_parallel_size: int = Field(1, ge=1)
+    """actor.model.pipeline_model_parallel_size."""
+    rollout_tensor_parallel_size: int = Field(1, ge=1)
+    """rollout.tensor_parallel_size."""
+    rollout_pipeline_parallel_size: int = Field(1, ge=1)
+    """rollout.pipeline_parallel_size."""
+    inference_tensor_parallel_size: int | None = Field(None, ge=1)
+    """inference.model.tensor_model_parallel_size (default: the actor's)."""
+    inference_pipeline_parallel_size: int | None = Field(None, ge=1)
+    """inference.model.pipeline_model_parallel_size (default: the actor's)."""
+
+
+class Algorithm(_Camel):
+    """Algorithm settings that placement and auto placement read."""
+
+    recompute_logprobs: bool = True
+    """algorithm.recompute_logprobs: a dedicated inference component recomputes log-probs."""
+    group_size: int = Field(1, ge=1)
+    """algorithm.group_size (responses per prompt)."""
+    n_minibatches: int = Field(1, ge=1)
+    """algorithm.n_minibatches."""
+    rollout_batch_size: int = Field(1, ge=1)
+    """data.rollout_batch_size."""
+    max_running_requests: int = Field(64, ge=1)
+    """rollout.max_running_requests."""
+
+
+class Profile(_Camel):
+    """Per-iteration costs in seconds, profiled collocated on all GPUs (autoplace.md)."""
+
+    actor_cost: float = Field(gt=0)
+    """Seconds per iteration of the actor (training)."""
+    inference_cost: float | None = Field(None, gt=0)
+    """Seconds per iteration of inference (needed when recomputeLogprobs is true)."""
+    rollout_cost: float = Field(gt=0)
+    """Seconds per iteration of rollout (generation)."""
+
+
+class Resources(_Camel):
+    """CPU and memory of a pod."""
+
+    cpu: str = Field("1", pattern=r"^[0-9]+(\.[0-9]+)?m?$")
+    """CPU request and limit, e.g. 1 or 500m."""
+    memory: str = Field("2Gi", pattern=r"^[0-9]+([KMGTE]i?)?$")
+    """Memory request and limit, e.g. 2Gi."""
+
+
+class RaySpec(_Camel):
+    """The KubeRay RayCluster the job runs in."""
+
+    image: str = "rayproject/ray:2.60.0"
+    """Container image of every Ray pod."""
+    ray_version: str = "2.60.0"
+    """Ray version in the image (RayCluster.spec.rayVersion)."""
+    head_resources: Resources = Resources()
+    """CPU and memory of the head pod (it never requests or sees a GPU)."""
+    worker_resources: Resources = Resources(cpu="4", memory="16Gi")
+    """CPU and memory of each worker pod (GPUs are added from the plan)."""
+    service_account_name: str | None = None
+    """Service account of the Ray pods."""
+
+
+class RLJobSpec(_Camel):
+    """One RL training job: its node groups, its component placement, and the Ray cluster that runs it."""
+
+    node_groups: Annotated[
+        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]], Field(min_length=1)
+    ]
+    """NodeGroups that form the job's cluster, in node-rank order."""
+    component_placement: list[PlacementEntry] = []
+    """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement."""
+    auto_placement: bool = False
+    """Search the placement with the shortest predicted iteration time from `profile` (or the
+    rlplace.io/profile annotation) instead of using componentPlacement."""
+    placement_mode: PlacementMode = PlacementMode.HYBRID
+    """hybrid (any components on any resources) or modelParallel (reasoning: actor, rollout, reward, ...)."""
+    model_parallel: ModelParallel = ModelParallel()
+    """Model-parallel sizes, for placementMode modelParallel and auto placement."""
+    algorithm: Algorithm = Algorithm()
+    """Algorithm settings for placement checks and auto placement."""
+    profile: Profile | None = None
+    """Profiled component costs for auto placement."""
+    isolate_accelerators: bool = True
+    """Each process sees only its own GPUs (CUDA_VISIBLE_DEVICES); false: all GPUs of its node."""
+    ray: RaySpec = RaySpec()
+    """The RayCluster."""
+    entrypoint: str | None = None
+    """Driver command, passed to the head pod as RLPLACE_ENTRYPOINT for `ray job submit`."""
+    suspend: bool = False
+    """Remove the RayCluster and keep the job; set back to false to start it again."""
+
+
+class JobPhase(enum.StrEnum):
+    PENDING = "Pending"
+    PLACING = "Placing"
+    PROVISIONING = "Provisioning"
+    RUNNING = "Running"
+    SUSPENDED = "Suspended"
+    FAILED = "Failed"
+
+
+class ComponentSummary(_Camel):
+    """Where one component runs."""
+
+    name: str
+    """Component name."""
+    processes: int
+    """Number of processes."""
+    gpus: int
+    """Distinct GPUs (hardware units) it uses."""
+    nodes: list[str]
+    """Kubernetes nodes it runs on."""
+
+
+class ResolvedPlacement(_Camel):
+    """The placement the operator applied."""
+
+    mode: str
+    """collocated, disaggregated, hybrid or auto."""
+    components: list[ComponentSummary] = []
+    """Per component: processes, GPUs, nodes."""
+
+
+class RLJobStatus(_Camel):
+    """What the operator did with the job."""
+
+    phase: JobPhase | None = None
+    """Pending, Placing, Provisioning, Running, Suspended or Failed."""
+    message: str | None = None
+    """Why the job is Pending or Failed."""
+    conditions: list[Condition] = []
+    """Validated, Placed, RayClusterReady."""
+    placement: ResolvedPlacement | None = None
+    """The resolved placement."""
+    applied_placement: list[PlacementEntry] = []
+    """The componentPlacement actually applied (the search result with autoPlacement)."""
+    predicted_iteration_time: float | None = None
+    """Predicted seconds per iteration of the applied placement (auto placement)."""
+    gpus: int | None = None
+    """GPUs the job uses."""
+    nodes: int | None = None
+    """Nodes the job uses."""
+    ray_cluster: str | None = None
+    """Name of the RayCluster."""
+    observed_generation: int | None = None
+    """The metadata.generation this status describes."""
+
+
+def dump(model: BaseModel) -> dict[str, Any]:
+    """Wire form: camelCase, no nulls."""
+    return model.model_dump(mode="json", by_alias=True, exclude_none=True)

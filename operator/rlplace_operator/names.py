@@ -1,0 +1,41 @@
+"""The one place for the names, labels and keys of the objects the operator reads and creates."""
+
+from __future__ import annotations
+
+from rlplace_operator.models import GROUP, VERSION
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "rlplace"
+JOB_LABEL = "rlplace.io/job"
+#: Node label that orders nodes inside a NodeGroup (an integer; nodes without it come last, then by name).
+NODE_RANK_LABEL = "rlplace.io/node-rank"
+#: Annotation with profiled costs (JSON: actor_cost, inference_cost, rollout_cost) that turns on auto placement.
+PROFILE_ANNOTATION = "rlplace.io/profile"
+#: Key of the plan in the placement ConfigMap (binaryData `plan.json.gz` when it would not fit as text).
+PLAN_KEY = "plan.json"
+PLAN_GZIP_KEY = "plan.json.gz"
+
+RLJOB_PLURAL = "rljobs"
+NODEGROUP_PLURAL = "nodegroups"
+API_VERSION = f"{GROUP}/{VERSION}"
+RAY_GROUP = "ray.io"
+RAY_VERSION = "v1"
+RAYCLUSTER_PLURAL = "rayclusters"
+RAYCLUSTER_CRD = f"{RAYCLUSTER_PLURAL}.{RAY_GROUP}"
+
+
+def placement_configmap_name(job: str) -> str:
+    return f"{job}-placement"
+
+
+def raycluster_name(job: str) -> str:
+    return job
+
+
+def worker_group_name(node_rank: int) -> str:
+    return f"node-{node_rank}"
+
+
+def child_labels(job: str) -> dict[str, str]:
+    """Labels every child of a job carries."""
+    return {MANAGED_BY_LABEL: MANAGED_BY, JOB_LABEL: job}

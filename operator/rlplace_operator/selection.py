@@ -1,0 +1,150 @@
+"""From Kubernetes Nodes to NodeGroup status, and from a job's NodeGroups to a placement_core Cluster.
+
+Pure functions over plain dicts and models: no API calls, so the rank order and unit counts are unit-tested
+and the handlers stay small.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
+from rlplace_operator.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
+from rlplace_operator.names import NODE_RANK_LABEL
+
+GPU_RESOURCE = "nvidia.com/gpu"
+
+
+@dataclass(frozen=True, slots=True)
+class NodeInfo:
+    """What the operator needs of a Kubernetes Node (kept in the node index)."""
+
+    name: str
+    labels: Mapping[str, str]
+    allocatable: Mapping[str, str]
+    ready: bool
+
+    @classmethod
+    def from_body(cls, body: Mapping) -> NodeInfo:
+        metadata, spec, status = body.get("metadata", {}), body.get("spec") or {}, body.get("status") or {}
+        conditions = status.get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        return cls(
+            name=metadata["name"],
+            labels=dict(metadata.get("labels") or {}),
+            allocatable=dict(status.get("allocatable") or {}),
+            ready=ready and not spec.get("unschedulable", False),
+        )
+
+    def count(self, resource: str) -> int:
+        """Whole units of an extended resource (`"8"` -> 8); absent or malformed counts as 0."""
+        value = str(self.allocatable.get(resource, "0"))
+        return int(value) if value.isdigit() else 0
+
+
+def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
+    if any(labels.get(key) != value for key, value in selector.match_labels.items()):
+        return False
+    for requirement in selector.match_expressions:
+        present = requirement.key in labels
+        value = labels.get(requirement.key)
+        if requirement.operator == "In" and value not in requirement.values:
+            return False
+        if requirement.operator == "NotIn" and present and value in requirement.values:
+            return False
+        if requirement.operator == "Exists" and not present:
+            return False
+        if requirement.operator == "DoesNotExist" and present:
+            return False
+    return True
+
+
+def _rank_key(node: NodeInfo) -> tuple[int, int, str]:
+    rank = node.labels.get(NODE_RANK_LABEL, "")
+    return (0, int(rank), node.name) if rank.isdigit() else (1, 0, node.name)
+
+
+def group_nodes(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+    """The nodes the selector matches, in the group's rank order: the node-rank label, then the name."""
+    return sorted((n for n in nodes if selector_matches(spec.node_selector, n.labels)), key=_rank_key)
+
+
+def hardware_type(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> str | None:
+    """placement.md §1: the hardware type, or None when the ranks count nodes."""
+    if spec.ignore_hardware:
+        return None
+    if spec.hardware is not None and spec.hardware.type != ACCELERATOR:
+        return str(spec.hardware.type)
+    resource = spec.hardware.resource_name if spec.hardware else GPU_RESOURCE
+    if spec.hardware is not None or any(n.count(resource) for n in nodes):
+        return ACCELERATOR
+    return None
+
+
+def unit_resource(spec: NodeGroupSpec) -> str | None:
+    """The extended resource that counts the group's units (None for groups of plain nodes)."""
+    if spec.ignore_hardware:
+        return None
+    return spec.hardware.resource_name if spec.hardware else GPU_RESOURCE
+
+
+def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation: int | None) -> NodeGroupStatus:
+    """The status a NodeGroup should have for the current nodes (conditions are added by the handler)."""
+    matched = group_nodes(spec, nodes)
+    resource = unit_resource(spec)
+    kind = hardware_type(spec, matched)
+    entries = [
+        NodeStatus(name=n.name, rank=i, units=n.count(resource) if resource and kind else 0, ready=n.ready)
+        for i, n in enumerate(matched)
+    ]
+    return NodeGroupStatus(
+        nodes=entries,
+        hardware_type=kind,
+        total_nodes=len(entries),
+        ready_nodes=sum(e.ready for e in entries),
+        total_units=sum(e.units for e in entries if e.ready),
+        observed_generation=generation,
+    )
+
+
+@dataclass(frozen=True)
+class JobGroup:
+    """One of a job's NodeGroups as the operator sees it."""
+
+    name: str
+    spec: NodeGroupSpec
+    status: NodeGroupStatus
+
+
+def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cluster:
+    """The placement_core cluster of a job: the ready nodes of its groups, group by group, in rank order.
+
+    A node in two groups keeps the rank of its first appearance. Accelerator counts come from the node's
+    GPU resource (the group's resourceName for Accelerator groups), so every group sees the same GPUs.
+    Raises PlacementError when no group has a ready node.
+    """
+    order: dict[str, int] = {}
+    gpu_counts: dict[str, int] = {}
+    for group in groups:
+        resource = (
+            group.spec.hardware.resource_name
+            if group.status.hardware_type == ACCELERATOR and group.spec.hardware
+            else GPU_RESOURCE
+        )
+        for entry in group.status.nodes:
+            if entry.ready and entry.name in nodes:
+                order.setdefault(entry.name, len(order))
+                gpu_counts[entry.name] = max(gpu_counts.get(entry.name, 0), nodes[entry.name].count(resource))
+    cluster_nodes = [
+        Node(rank, gpu_counts[name], NV_GPU if gpu_counts[name] else NO_ACCEL, name) for name, rank in order.items()
+    ]
+    node_groups = []
+    for group in groups:
+        ready = [e for e in group.status.nodes if e.ready and e.name in order]
+        ranks = tuple(order[e.name] for e in ready)
+        kind = group.status.hardware_type
+        units = tuple(e.units for e in ready) if kind not in (None, ACCELERATOR) else ()
+        env = (EnvConfig(ranks, tuple((v.name, v.value) for v in group.spec.env)),) if group.spec.env and ranks else ()
+        node_groups.append(NodeGroup(group.name, ranks, kind, units, (), env))
+    return Cluster(cluster_nodes, node_groups)
