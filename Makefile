@@ -3,7 +3,10 @@ SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV := .venv
 PY := $(VENV)/bin/python
-export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
+# The cluster that `make operator`/`demo`/`crds` talk to: KUBECONFIG if you set it, else the local one that
+# `make cluster-up` starts. Not exported globally: `make test` leaves KUBECONFIG alone, so the e2e suite
+# starts its own local cluster unless you pointed KUBECONFIG at one (kind, say).
+operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 
 .PHONY: help setup tools cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
 
@@ -26,6 +29,9 @@ cluster-up: setup tools  ## start the local control plane with fake GPU nodes (k
 
 cluster-down:  ## stop every process cluster-up started and remove its state
 	bash e2e/cluster/down.sh
+
+crds: setup  ## regenerate crds/ and the chart's CRDs from operator/rlplace_operator/models.py
+	$(PY) -m rlplace_operator.crdgen
 
 test-unit: setup  ## tests that need no cluster
 	$(PY) -m pytest -m 'not e2e'

@@ -1,0 +1,86 @@
+"""The pure mapping: plan -> ConfigMap and RayCluster manifests (no cluster)."""
+
+from __future__ import annotations
+
+import json
+
+from placement_core import launcher
+from rlplace_operator.builders.configmap import MAX_TEXT_PLAN_BYTES, build_placement_configmap, decode_plan
+from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
+from rlplace_operator.models import RLJobSpec
+from rlplace_operator.names import JOB_LABEL, MANAGED_BY_LABEL
+
+SPEC = RLJobSpec.model_validate(
+    {
+        "nodeGroups": ["a800"],
+        "componentPlacement": [{"components": "actor", "placement": "all"}],
+        "entrypoint": "python train.py",
+    }
+)
+
+
+def test_head_requests_no_gpu_and_cannot_see_gpus() -> None:
+    rc = build_raycluster("job", SPEC, [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8})])
+    head = rc["spec"]["headGroupSpec"]
+    container = head["template"]["spec"]["containers"][0]
+    assert head["rayStartParams"]["num-gpus"] == "0"
+    assert not any("gpu" in key for key in container["resources"]["limits"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    assert env["RLPLACE_ENTRYPOINT"] == "python train.py"
+    assert env[launcher.PLAN_FILE_ENV] == launcher.DEFAULT_PLAN_PATH
+    assert container["volumeMounts"][0]["mountPath"] == "/etc/rlplace"
+    assert head["template"]["spec"]["volumes"][0]["configMap"]["name"] == "job-placement"
+
+
+def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
+    nodes = [
+        WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}),
+        WorkerNode(3, "franka-0", 0, {"rlplace.io/franka": 2}, {"ROS_DOMAIN_ID": "7"}),
+    ]
+    rc = build_raycluster("job", SPEC, nodes)
+    groups = rc["spec"]["workerGroupSpecs"]
+    assert [g["groupName"] for g in groups] == ["node-0", "node-3"]
+    for group, node in zip(groups, nodes, strict=True):
+        assert group["replicas"] == 1
+        pod = group["template"]["spec"]
+        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]
+        container = pod["containers"][0]
+        for resource, count in node.requests.items():
+            assert container["resources"]["limits"][resource] == str(count)
+        env = {e["name"]: e.get("value") for e in container["env"]}
+        assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
+        assert env["RLPLACE_NODE_RANK"] == str(node.rank)
+        assert group["rayStartParams"]["num-gpus"] == str(node.gpus)
+        assert group["rayStartParams"]["labels"] == f"{launcher.NODE_LABEL}={node.rank}"
+        resources = json.loads(group["rayStartParams"]["resources"].strip("'"))
+        assert resources[launcher.node_resource(node.rank)] == launcher.NODE_RESOURCE_CAPACITY
+        assert sorted(k for k in resources if k.startswith("rlplace_gpu")) == sorted(
+            launcher.gpu_resource(node.rank, g) for g in range(node.gpus)
+        )
+    assert {e["name"]: e["value"] for e in groups[1]["template"]["spec"]["containers"][0]["env"]}[
+        "ROS_DOMAIN_ID"
+    ] == "7"
+    assert rc["metadata"]["labels"] == {MANAGED_BY_LABEL: "rlplace", JOB_LABEL: "job"}
+
+
+def test_raycluster_stays_under_one_mebibyte_at_1000_nodes() -> None:
+    nodes = [WorkerNode(i, f"gpu-node-{i:04d}", 8, {"nvidia.com/gpu": 8}) for i in range(1000)]
+    size = len(json.dumps(build_raycluster("job", SPEC, nodes), separators=(",", ":")))
+    assert size < 1024 * 1024, size
+
+
+def test_small_plan_is_readable_json_and_large_plan_is_gzipped() -> None:
+    small = {"mode": "hybrid", "components": {}}
+    cm = build_placement_configmap("job", small)
+    assert cm["metadata"]["name"] == "job-placement"
+    assert json.loads(cm["data"]["plan.json"]) == small
+    large = {
+        "mode": "hybrid",
+        "components": {"x": {"processes": [{"rank": i, "pad": "y" * 64} for i in range(10_000)]}},
+    }
+    cm = build_placement_configmap("job", large)
+    assert "plan.json" not in cm["data"] and len(json.dumps(large)) > MAX_TEXT_PLAN_BYTES
+    assert len(cm["binaryData"]["plan.json.gz"]) < 1024 * 1024
+    assert decode_plan(cm["data"], cm["binaryData"]) == large

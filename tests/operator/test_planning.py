@@ -1,0 +1,56 @@
+"""RLJob spec + NodeGroups + nodes -> plan, workers and summary (no cluster)."""
+
+from __future__ import annotations
+
+import pytest
+
+from placement_core import CapacityError, PlacementError
+from rlplace_operator.models import NodeGroupSpec, RLJobSpec
+from rlplace_operator.planning import plan_job, profile_of
+from rlplace_operator.selection import JobGroup, NodeInfo, nodegroup_status
+
+A800 = NodeGroupSpec.model_validate(
+    {"nodeSelector": {"matchLabels": {"gpu": "a800"}}, "env": [{"name": "NCCL_IB", "value": "1"}]}
+)
+NODES = {f"a{i}": NodeInfo(f"a{i}", {"gpu": "a800"}, {"nvidia.com/gpu": "8"}, True) for i in range(2)}
+GROUPS = [JobGroup("a800", A800, nodegroup_status(A800, list(NODES.values()), 1))]
+
+
+def job(**spec: object) -> RLJobSpec:
+    return RLJobSpec.model_validate({"nodeGroups": ["a800"], **spec})
+
+
+def test_collocated_model_parallel_job() -> None:
+    spec = job(
+        placementMode="modelParallel",
+        componentPlacement=[{"components": "actor,rollout,reward", "placement": "all", "nodeGroup": "a800"}],
+        modelParallel={"actorTensorParallelSize": 4, "rolloutTensorParallelSize": 2},
+    )
+    planned = plan_job(spec, {}, GROUPS, NODES)
+    assert planned.summary.mode == "collocated"
+    rollout = planned.plan["components"]["rollout"]["processes"]
+    assert [p["visible_accelerators"] for p in rollout[:4]] == [["0", "2"], ["1", "3"], ["4", "6"], ["5", "7"]]
+    assert [w.name for w in planned.workers] == ["a0", "a1"] and planned.gpus == 16
+    assert rollout[0]["env"]["NCCL_IB"] == "1" and rollout[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert {c.name: c.processes for c in planned.summary.components} == {"actor": 16, "rollout": 8, "reward": 16}
+
+
+def test_only_used_nodes_get_workers() -> None:
+    planned = plan_job(job(componentPlacement=[{"components": "actor", "placement": "8-11"}]), {}, GROUPS, NODES)
+    assert [w.name for w in planned.workers] == ["a1"] and planned.workers[0].requests == {"nvidia.com/gpu": 8}
+
+
+def test_too_few_gpus_is_a_capacity_error_and_bad_ranks_are_not() -> None:
+    with pytest.raises(CapacityError, match="out of range"):
+        plan_job(job(componentPlacement=[{"components": "actor", "placement": "0-31"}]), {}, GROUPS, NODES)
+    with pytest.raises(PlacementError, match="reversed range") as err:
+        plan_job(job(componentPlacement=[{"components": "actor", "placement": "3-1"}]), {}, GROUPS, NODES)
+    assert not isinstance(err.value, CapacityError)
+
+
+def test_profile_comes_from_the_annotation_first() -> None:
+    spec = job(autoPlacement=True, profile={"actorCost": 1, "rolloutCost": 2, "inferenceCost": 3})
+    assert profile_of(spec, {"rlplace.io/profile": '{"actor_cost": 9}'}) == {"actor_cost": 9}
+    assert profile_of(spec, {}) == {"actor_cost": 1.0, "inference_cost": 3.0, "rollout_cost": 2.0}
+    with pytest.raises(PlacementError, match="not valid JSON"):
+        profile_of(spec, {"rlplace.io/profile": "{"})
