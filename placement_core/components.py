@@ -158,11 +158,13 @@ class ComponentPlacement:
             strategy = FlexiblePlacementStrategy(per_process, tuple(labels))
         return _Entry(key_text, names, tuple(labels), text, space, hardware_ranks, strategy)
 
-    def _check_places(self, entry: _Entry, strategy: PlacementStrategy) -> None:
+    def _check_places(self, entry: _Entry, strategy: PlacementStrategy, name: str | None = None) -> None:
+        """Place once to check; `name` narrows the message to one component of a shared key."""
+        where = entry.where if name is None else f"component '{name}'"
         try:
             strategy.num_processes(self._cluster)
         except PlacementError as err:
-            raise type(err)(f"{entry.where}: {err} (in '{entry.key}: {entry.text}')") from None
+            raise type(err)(f"{where}: {err} (in '{entry.key}: {entry.text}')") from None
 
     def _derive_mode(self) -> PlacementMode:
         units = [self.get_units(name) for name in self._entries]
@@ -262,11 +264,12 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         for name, tp in (("actor", s.actor.tp), ("rollout", s.rollout.tp)):
             if tp > self._gpu_count(name):
                 raise PlacementError(
-                    f"component '{name}': tensor parallel size {tp} is larger than its {self._gpu_count(name)} GPUs"
+                    f"component '{name}': tensor parallel size {tp} is larger than its {self._gpu_count(name)} GPUs "
+                    f"{self._quote(name)}"
                 )
         self._strategies = self._model_parallel_strategies(present)
         for name, strategy in self._strategies.items():
-            self._check_places(self._entries[name], strategy)
+            self._check_places(self._entries[name], strategy, name)
 
     # -- accessors that follow the final strategies ---------------------------------------------------------
 
@@ -359,7 +362,8 @@ class ModelParallelComponentPlacement(ComponentPlacement):
                 gpus = self._gpu_count("inference")
                 if s.inference.tp > gpus:
                     raise PlacementError(
-                        f"component 'inference': tensor parallel size {s.inference.tp} is larger than its {gpus} GPUs"
+                        f"component 'inference': tensor parallel size {s.inference.tp} is larger than its {gpus} GPUs "
+                        f"{self._quote('inference')}"
                     )
                 if not s.recompute_logprobs:
                     raise PlacementError(
@@ -370,6 +374,10 @@ class ModelParallelComponentPlacement(ComponentPlacement):
             "actor and rollout must be on the same GPUs (collocated mode) or actor, rollout, inference, critic and "
             f"critic_inference on disjoint GPUs (disaggregated mode); got {self._describe(present)}"
         )
+
+    def _quote(self, name: str) -> str:
+        entry = self._entries[name]
+        return f"(in '{entry.key}: {entry.text}')"
 
     def _describe(self, names: list[str]) -> str:
         return ", ".join(f"{name}: {self._entries[name].text}" for name in names)
@@ -402,7 +410,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         try:
             return PackedPlacementStrategy(first, last, per_process, stride, entry.labels)
         except PlacementError as err:
-            raise PlacementError(f"{entry.where}: {err}") from None
+            raise type(err)(f"component '{name}': {err} (in '{entry.key}: {entry.text}')") from None
 
     def _model_parallel_strategies(self, present: list[str]) -> dict[str, PlacementStrategy]:
         s = self.settings
@@ -429,7 +437,8 @@ class ModelParallelComponentPlacement(ComponentPlacement):
             )
             if gpus % mp:
                 raise PlacementError(
-                    f"component 'rollout': {gpus} GPUs are not a multiple of tensor*pipeline parallel size {mp}"
+                    f"component 'rollout': {gpus} GPUs are not a multiple of tensor*pipeline parallel size {mp} "
+                    f"{self._quote('rollout')}"
                 )
             strategies["rollout"] = self._packed("rollout", mp, start=start)
         for name in (*present, "reward"):
