@@ -1,0 +1,45 @@
+{{/* The release's full name: the release name, or "<release>-rlplace" when it does not contain "rlplace". */}}
+{{- define "rlplace.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}
+{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- else -}}
+{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "rlplace.serviceAccountName" -}}
+{{- default (printf "%s-operator" (include "rlplace.fullname" .)) .Values.serviceAccount.name -}}
+{{- end -}}
+
+{{- define "rlplace.selectorLabels" -}}
+app.kubernetes.io/name: {{ .Chart.Name }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{- define "rlplace.labels" -}}
+{{ include "rlplace.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: rlplace
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Rules for the namespaced resources the operator handles (granted cluster-wide, or per watched namespace). */}}
+{{- define "rlplace.namespacedRules" -}}
+- apiGroups: [rlplace.io]
+  resources: [rljobs]
+  verbs: [get, list, watch, patch]
+- apiGroups: [rlplace.io]
+  resources: [rljobs/status]
+  verbs: [get, patch]
+- apiGroups: [""]
+  resources: [configmaps]
+  verbs: [get, create, update]
+- apiGroups: [ray.io]
+  resources: [rayclusters]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [""]
+  resources: [events]
+  verbs: [create]
+{{- end -}}
