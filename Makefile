@@ -27,7 +27,8 @@ tools:  ## build or fetch the local control plane's binaries (cached outside the
 cluster-up: setup tools  ## start the local control plane with fake GPU nodes (kubeconfig: .e2e/kubeconfig)
 	bash e2e/cluster/up.sh
 
-cluster-down:  ## stop every process cluster-up started and remove its state
+cluster-down:  ## stop the demo operator and every process cluster-up started, and remove the state
+	bash e2e/demo.sh stop-operator
 	bash e2e/cluster/down.sh
 
 crds: setup  ## regenerate crds/ and the chart's CRDs from operator/rlplace_operator/models.py
@@ -43,8 +44,11 @@ lint: setup  ## ruff
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 
-demo: setup  ## plan every example
-	@for f in examples/*.yaml; do echo "== rlplace plan $$f"; $(VENV)/bin/rlplace plan $$f || exit 1; done
+demo: setup tools  ## local cluster + operator + example RLJobs, then kubectl get and a placement table
+	bash e2e/demo.sh
+
+operator: setup  ## run the operator in the foreground against KUBECONFIG (default .e2e/kubeconfig)
+	$(PY) -m rlplace_operator.main --verbose
 
 bench: setup  ## print the benchmark figures
 	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -69,6 +70,26 @@ def plan(
         stdout.print(yaml.safe_dump(data, sort_keys=False), markup=False, end="")
     else:
         _print_tables(data)
+
+
+@app.command()
+def show(
+    plan_path: Annotated[
+        str, typer.Argument(metavar="PLAN.json", help="A stored plan (e.g. the operator's ConfigMap), or - for stdin.")
+    ],
+) -> None:
+    """Print a stored plan (`plan --format json`, or an RLJob's <job>-placement ConfigMap) as tables."""
+    try:
+        text = sys.stdin.read() if plan_path == "-" else Path(plan_path).read_text(encoding="utf-8")
+    except OSError as err:
+        fail(f"cannot read plan '{plan_path}': {err.strerror or err}")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        fail(f"plan '{plan_path}' is not valid JSON: {err.msg} at line {err.lineno}")
+    if not isinstance(data, dict) or not isinstance(data.get("components"), dict):
+        fail(f"plan '{plan_path}' has no 'components' mapping (is it `rlplace plan --format json` output?)")
+    _print_tables(data)
 
 
 def _shell_quote(value: str) -> str:
