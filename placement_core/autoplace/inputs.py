@@ -1,0 +1,202 @@
+"""What auto placement reads from a job config (spec autoplace.md, "Inputs"): the chain, the profile, the batch.
+
+Everything is read and checked here, once, so the cost models and the search work on plain frozen records and
+never see a malformed config. Bad input is a `PlacementError` with a one-line message naming the config path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from placement_core.cluster import Cluster
+from placement_core.components import ComponentPlacement, ModelParallelComponentPlacement
+from placement_core.errors import PlacementError
+from placement_core.jobconfig import ModelParallelSettings, config_value, positive_int
+
+REASONING = "reasoning"
+EMBODIED = "embodied"
+
+#: Kinds of chain stage: a rollout engine (SGLang/vLLM-like) or a Megatron model (actor, inference).
+ROLLOUT = "rollout"
+MEGATRON = "megatron"
+
+#: `rollout.max_running_requests` when the config does not say (the reference's default).
+DEFAULT_MAX_RUNNING_REQUESTS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Stage:
+    """One component of a reasoning chain as the cost models see it.
+
+    `profiled_gpus` is W of the spec: the GPU count the profile was measured on; `cost` is seconds per
+    iteration there.
+    """
+
+    name: str
+    kind: str
+    model_parallel: int
+    profiled_gpus: int
+    cost: float
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningTask:
+    """A reasoning job reduced to what the search needs; `stages` are in chain (dataflow) order.
+
+    Two facts about the cluster keep every answer a placement `ModelParallelComponentPlacement` accepts:
+    `rollout_gpu_limit`, the most GPUs a rollout starting at GPU 0 can take before one of its engines would
+    straddle two nodes, and `collocated_allowed`, whether `actor,rollout,reward: all` is a valid placement.
+    """
+
+    num_gpus: int
+    num_nodes: int
+    rollout_batch_size: int
+    group_size: int
+    n_minibatches: int
+    max_running_requests: int
+    stages: tuple[Stage, ...]
+    rollout_gpu_limit: int
+    collocated_allowed: bool
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return tuple(stage.name for stage in self.stages)
+
+
+def task_type(config: Mapping[str, object]) -> str:
+    """`embodied` when `runner.task_type` says so; every other job is searched as a reasoning chain."""
+    return EMBODIED if config_value(config, "runner.task_type") == EMBODIED else REASONING
+
+
+def read_cluster(config: Mapping[str, object]) -> Cluster:
+    section = config.get("cluster") if isinstance(config, Mapping) else None
+    if section is None:
+        raise PlacementError("the config has no 'cluster' section (auto placement needs cluster.num_nodes)")
+    cluster = Cluster.from_config(section)
+    if cluster.num_accelerators < 1:
+        raise PlacementError("auto placement needs GPUs, but the cluster has none (cluster.accelerators_per_node)")
+    return cluster
+
+
+def profile_section(config: Mapping[str, object], profile: Mapping[str, object] | None) -> Mapping[str, object]:
+    """The profile to use: `profile` when given (the operator's annotation), else the config's `profile_data`."""
+    if profile is not None:
+        return profile
+    section = config_value(config, "profile_data", {})
+    if not isinstance(section, Mapping):
+        raise PlacementError(f"profile_data must be a mapping of costs, got {section!r}")
+    return section
+
+
+def require_profile_keys(profile: Mapping[str, object], keys: tuple[str, ...]) -> None:
+    """Name every missing (or null) profile key at once, in chain order, as the spec's message does."""
+    missing = [key for key in keys if profile.get(key) is None]
+    if missing:
+        it = "it" if len(missing) == 1 else "them"
+        raise PlacementError(
+            f"profile data is not provided: missing {', '.join(missing)} (add {it} under profile_data)"
+        )
+
+
+def seconds(profile: Mapping[str, object], key: str) -> float:
+    """A profiled time: a finite number >= 0 (a bool or a string is a typo, not a time)."""
+    value = profile.get(key)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+        raise PlacementError(f"profile_data.{key} must be a finite number of seconds >= 0, got {value!r}")
+    return float(value)
+
+
+def required_int(config: Mapping[str, object], path: str) -> int:
+    if config_value(config, path) is None:
+        raise PlacementError(f"{path} is required for auto placement")
+    return positive_int(config, path)
+
+
+def read_reasoning(config: Mapping[str, object], profile: Mapping[str, object] | None = None) -> ReasoningTask:
+    """The reasoning chain `rollout -> inference -> actor` (no inference without recompute_logprobs)."""
+    cluster = read_cluster(config)
+    settings = ModelParallelSettings.from_config(config)
+    chain = ("rollout", "inference", "actor") if settings.recompute_logprobs else ("rollout", "actor")
+    costs = profile_section(config, profile)
+    require_profile_keys(costs, tuple(f"{name}_cost" for name in chain))
+    rbs = required_int(config, "data.rollout_batch_size")
+    group_size = positive_int(config, "algorithm.group_size")
+    n_minibatches = positive_int(config, "algorithm.n_minibatches")
+    if (rbs * group_size) % n_minibatches:
+        raise PlacementError(
+            f"algorithm.n_minibatches ({n_minibatches}) must divide data.rollout_batch_size * algorithm.group_size "
+            f"({rbs} * {group_size} = {rbs * group_size})"
+        )
+    profiled = profiled_gpu_count(config, cluster)
+    sizes = {"rollout": settings.rollout, "inference": settings.inference, "actor": settings.actor}
+    stages = tuple(
+        Stage(
+            name=name,
+            kind=ROLLOUT if name == "rollout" else MEGATRON,
+            model_parallel=sizes[name].model_parallel,
+            profiled_gpus=profiled,
+            cost=seconds(costs, f"{name}_cost"),
+        )
+        for name in chain
+    )
+    return ReasoningTask(
+        num_gpus=cluster.num_accelerators,
+        num_nodes=cluster.num_nodes,
+        rollout_batch_size=rbs,
+        group_size=group_size,
+        n_minibatches=n_minibatches,
+        max_running_requests=positive_int(config, "rollout.max_running_requests", DEFAULT_MAX_RUNNING_REQUESTS),
+        stages=stages,
+        rollout_gpu_limit=engines_fit_limit(cluster, settings.rollout.model_parallel),
+        collocated_allowed=accepts_placement(config, cluster, COLLOCATED_BLOCK),
+    )
+
+
+#: The one collocated placement of a reasoning chain (inference, when present, runs on the actor's GPUs).
+COLLOCATED_BLOCK = {"actor,rollout,reward": "all"}
+
+
+def engines_fit_limit(cluster: Cluster, model_parallel: int) -> int:
+    """The most GPUs, counted from global GPU 0, that hold whole rollout engines each within one node."""
+    node_of = [node.rank for node in cluster.nodes for _ in range(node.num_accelerators)]
+    limit = 0
+    while limit + model_parallel <= len(node_of) and node_of[limit] == node_of[limit + model_parallel - 1]:
+        limit += model_parallel
+    return limit
+
+
+def accepts_placement(config: Mapping[str, object], cluster: Cluster, block: Mapping[str, str]) -> bool:
+    """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job.
+
+    `cluster.auto_scheduler` is left out: the search proposes collocated and disaggregated placements, and
+    AUTO mode (which would reorder the chain) is not one of them.
+    """
+    section = {key: value for key, value in config["cluster"].items() if key != "auto_scheduler"}
+    candidate = {**config, "cluster": {**section, "component_placement": dict(block)}}
+    try:
+        ModelParallelComponentPlacement(candidate, cluster)
+    except PlacementError:
+        return False
+    return True
+
+
+def profiled_gpu_count(config: Mapping[str, object], cluster: Cluster) -> int:
+    """W of the spec: the GPUs each component had while the profile was measured.
+
+    The profile is measured collocated (seed 000), so a config whose own placement is collocated (actor and
+    rollout on the same GPUs) was profiled on those GPUs. Any other placement in the config cannot be where a
+    collocated profile came from (it is typically a placement the user pasted in to compare with `rlplace
+    cost`), so the profile counts as measured on all G GPUs. That keeps `rlplace cost` of a suggested block
+    equal to the time `rlplace autotune` predicted for it.
+    """
+    if config_value(config, "cluster.component_placement") is None:
+        return cluster.num_accelerators
+    placement = ComponentPlacement(config, cluster)
+    names = placement.components
+    if "actor" in names and "rollout" in names:
+        actor = placement.get_units("actor")
+        if actor == placement.get_units("rollout"):
+            return len(actor)
+    return cluster.num_accelerators
