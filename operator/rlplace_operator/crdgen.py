@@ -67,7 +67,7 @@ _OBJECT_RULES: dict[str, list[dict[str, str]]] = {
         }
     ],
 }
-_LIST_MAPS = {("RLJobSpec", "componentPlacement"): "components", ("RLJobStatus", "appliedPlacement"): "components"}
+_LIST_MAPS = {("RLJobSpec", "componentPlacement"): "components"}
 
 
 def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
@@ -100,6 +100,12 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None 
                 out["properties"][name] = field_schema
         elif key == "items":
             out["items"] = _structural(value, defs)
+        elif key == "description":
+            out[key] = " ".join(value.split())  # docstrings' line breaks would show in `kubectl explain`
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            # JSON Schema 2020 gives the bound; OpenAPI 3.0 (what Kubernetes reads) wants a flag beside it.
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         else:
             out[key] = value
     default = schema.get("default")

@@ -52,7 +52,7 @@ def main() -> None:
     )
     kopf.run(
         clusterwide=not args.namespace,
-        namespaces=args.namespace or None,
+        namespaces=args.namespace,
         liveness_endpoint=args.liveness,
         peering_name=args.peering,
         standalone=args.peering is None,

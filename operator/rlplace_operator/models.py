@@ -162,11 +162,15 @@ class PlacementEntry(_Camel):
 
     components: Annotated[str, Field(pattern=COMPONENTS_PATTERN, max_length=253)]
     """Component names separated by commas, e.g. `actor,rollout`; they share one placement."""
-    placement: Annotated[str, Field(pattern=PLACEMENT_PATTERN, max_length=4096)]
+    placement: Annotated[str, Field(pattern=PLACEMENT_PATTERN, max_length=1024)]
     """Resource ranks and optional process ranks: parts `R[:P]` separated by commas, where R is `all`, `N` or
     `N-M` and P is `N` or `N-M` (e.g. `0-7`, `all`, `0-3:0-7`, `0-1:0-3,3-5`)."""
-    node_group: Annotated[str | None, Field(pattern=LABELS_PATTERN, max_length=1024)] = None
+    node_group: Annotated[str | None, Field(pattern=LABELS_PATTERN, max_length=253)] = None
     """NodeGroups the ranks count over, comma-separated, in order (default: all of the job's node groups)."""
+
+
+class AppliedPlacementEntry(PlacementEntry):
+    """One key of the component placement the operator applied."""
 
 
 class PlacementMode(enum.StrEnum):
@@ -250,7 +254,7 @@ class RLJobSpec(_Camel):
         list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]], Field(min_length=1)
     ]
     """NodeGroups that form the job's cluster, in node-rank order."""
-    component_placement: list[PlacementEntry] = []
+    component_placement: Annotated[list[PlacementEntry], Field(max_length=64)] = []
     """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement."""
     auto_placement: bool = False
     """Search the placement with the shortest predicted iteration time from `profile` (or the
@@ -315,7 +319,7 @@ class RLJobStatus(_Camel):
     """Validated, Placed, RayClusterReady."""
     placement: ResolvedPlacement | None = None
     """The resolved placement."""
-    applied_placement: list[PlacementEntry] = []
+    applied_placement: list[AppliedPlacementEntry] = []
     """The componentPlacement actually applied (the search result with autoPlacement)."""
     predicted_iteration_time: float | None = None
     """Predicted seconds per iteration of the applied placement (auto placement)."""

@@ -110,7 +110,8 @@ def placement_config(
 def _auto_entries(config: dict) -> tuple[list[PlacementEntry], float]:
     from placement_core.autoplace import autotune
 
-    result = autotune(config)
+    # The operator's auto placement is the reasoning search (collocated or disaggregated model-parallel).
+    result = autotune({**config, "runner": {"task_type": "reasoning"}})
     entries = [
         PlacementEntry(components=key, placement=str(value)) for key, value in result.component_placement.items()
     ]

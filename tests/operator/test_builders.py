@@ -53,7 +53,7 @@ def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
         assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
         assert env["RLPLACE_NODE_RANK"] == str(node.rank)
         assert group["rayStartParams"]["num-gpus"] == str(node.gpus)
-        assert group["rayStartParams"]["labels"] == f"{launcher.NODE_LABEL}={node.rank}"
+        assert group["labels"] == {launcher.NODE_LABEL: str(node.rank)}
         resources = json.loads(group["rayStartParams"]["resources"].strip("'"))
         assert resources[launcher.node_resource(node.rank)] == launcher.NODE_RESOURCE_CAPACITY
         assert sorted(k for k in resources if k.startswith("rlplace_gpu")) == sorted(

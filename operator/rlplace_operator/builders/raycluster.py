@@ -65,7 +65,12 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "groupName": worker_group_name(node.rank),
         "replicas": 1,
         "minReplicas": 1,
-        "rayStartParams": {"num-gpus": str(node.gpus), **launcher.ray_start_params(node.rank, node.gpus)},
+        "rayStartParams": {
+            "num-gpus": str(node.gpus),
+            "resources": launcher.ray_start_params(node.rank, node.gpus)["resources"],
+        },
+        # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
+        "labels": launcher.node_labels(node.rank),
         # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
         "template": {
             "spec": {
