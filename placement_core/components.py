@@ -249,6 +249,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
     model-parallel sizes as collocated, disaggregated or auto-scheduled (spec §4)."""
 
     def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        self._strategies: dict[str, PlacementStrategy] = {}  # until they are built, accessors use the parsed ones
         super().__init__(config, cluster)
         self.settings = ModelParallelSettings.from_config(config)
         missing = [name for name in _REQUIRED if name not in self._entries]
@@ -287,6 +288,17 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         if isinstance(strategy, PackedPlacementStrategy):
             return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
         return super().get_hardware_ranks(component_name)
+
+    def get_units(self, component_name: str) -> set[tuple[int, int, str | None]]:
+        """The physical GPUs of the final strategy (in auto mode the actor holds every GPU, and a rollout with
+        use_pre_process_policy the actor's too)."""
+        strategy = self.get_strategy(component_name)
+        if not isinstance(strategy, PackedPlacementStrategy):
+            return super().get_units(component_name)
+        space = self._cluster.rank_space(strategy.node_group_labels)
+        return {
+            (space.node[r], space.local[r], space.hardware_type[r]) for r in self.get_hardware_ranks(component_name)
+        }
 
     def _gpus(self, name: str) -> int:
         return len(self.get_hardware_ranks(name)) if name in self._entries else 0
