@@ -10,6 +10,7 @@ from placement_core import (
     PlacementError,
     PlacementMode,
 )
+from placement_core.plan import build_plan
 
 
 def job(
@@ -342,3 +343,13 @@ def test_accessors_follow_the_final_strategies():
     with pytest.raises(PlacementError, match=r"unknown component 'inference' \(known: actor, rollout, reward\)"):
         placed.get_strategy("inference")
     assert placed.inference_world_size == 0
+
+
+def test_units_follow_the_final_strategies_in_auto_mode():
+    """The auto actor holds every GPU, so the plan says it shares them with rollout and inference."""
+    placed = place(AUTO, auto=True, pre_process=True)
+    assert len(placed.get_units("actor")) == 8
+    assert len(placed.get_units("rollout")) == 6
+    sharing = {name: c["shares_with"] for name, c in build_plan(placed)["components"].items()}
+    assert sharing["actor"] == ["rollout", "inference", "reward"]
+    assert sharing["inference"] == ["actor", "reward"]
