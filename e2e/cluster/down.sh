@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Stop every process e2e/cluster/up.sh started (by the PIDs it recorded: TERM, then KILL after a timeout)
+# and remove the cluster's state (certificates, etcd data, logs, kubeconfig). The tool symlinks in
+# .e2e/bin stay. With nothing running it says so and exits 0.
+#
+# Usage: e2e/cluster/down.sh [--quiet]
+# Env:   RLPLACE_E2E_DIR (state dir, default .e2e), RLPLACE_E2E_STOP_TIMEOUT (seconds before KILL, default 10)
+set -euo pipefail
+E2E_LOG_PREFIX=cluster-down
+source "$(dirname "$0")/lib.sh"
+
+QUIET=0
+[[ ${1:-} == --quiet ]] && QUIET=1
+say() { ((QUIET)) || log "$@"; }
+
+STATE="$E2E_DIR/cluster"
+PIDS="$STATE/pids"
+TIMEOUT=${RLPLACE_E2E_STOP_TIMEOUT:-10}
+declare -A running=()
+for name in "${E2E_COMPONENTS[@]}"; do
+  if pid=$(component_pid "$name"); then running[$name]=$pid; fi
+done
+
+if ((${#running[@]} == 0)); then
+  if [[ -e $STATE || -e $E2E_DIR/kubeconfig ]]; then
+    say "no cluster process is running from $E2E_DIR; removing its leftover state"
+  else
+    say "no cluster is running from $E2E_DIR; nothing to do"
+  fi
+else
+  for ((i = ${#E2E_COMPONENTS[@]} - 1; i >= 0; i--)); do
+    name=${E2E_COMPONENTS[i]}
+    [[ -n ${running[$name]:-} ]] || continue
+    say "stopping $name (pid ${running[$name]})"
+    kill -TERM "${running[$name]}" 2>/dev/null || true
+  done
+  deadline=$((SECONDS + TIMEOUT))
+  while :; do
+    left=()
+    for name in "${!running[@]}"; do component_pid "$name" >/dev/null && left+=("$name"); done
+    ((${#left[@]})) || break
+    if ((SECONDS >= deadline)); then
+      for name in "${left[@]}"; do
+        log "$name (pid ${running[$name]}) ignored TERM for ${TIMEOUT}s; sending KILL"
+        kill -KILL "${running[$name]}" 2>/dev/null || true
+      done
+      sleep 0.5
+      break
+    fi
+    sleep 0.2
+  done
+fi
+
+# Ports it had: nothing may listen there any more.
+if [[ -f $STATE/ports.env ]] && command -v ss >/dev/null; then
+  busy=()
+  while IFS== read -r comp port; do
+    [[ -n $port ]] || continue
+    if ss -Hltn "sport = :$port" | grep -q .; then busy+=("$comp:$port"); fi
+  done <"$STATE/ports.env"
+  ((${#busy[@]} == 0)) || log "WARNING: still listening after stop: ${busy[*]}"
+fi
+
+if [[ ${E2E_KEEP_LOGS:-0} == 1 ]]; then
+  # cluster-up failed: keep the logs for the person to read; the next cluster-up removes them.
+  rm -rf "$PIDS" "$E2E_DIR/kubeconfig"
+else
+  rm -rf "$STATE" "$E2E_DIR/kubeconfig"
+fi
+((${#running[@]} == 0)) || say "stopped ${!running[*]}; state removed"

@@ -1,0 +1,46 @@
+# Shared paths and helpers for e2e/cluster/*.sh. Source it; do not run it.
+# shellcheck shell=bash
+
+E2E_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+# shellcheck source=../versions.env
+source "$E2E_REPO/e2e/versions.env"
+
+# Binaries and Go caches live outside the repo, keyed by version, so every clone reuses them.
+E2E_CACHE=${RLPLACE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rlplace}
+# Cluster state (certificates, etcd data, logs, PIDs, kubeconfig). Override to run a second cluster.
+E2E_DIR=${RLPLACE_E2E_DIR:-$E2E_REPO/.e2e}
+
+# tool name -> version
+tool_version() {
+  case "$1" in
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl) echo "$KUBERNETES_VERSION" ;;
+    etcd) echo "$ETCD_VERSION" ;;
+    kwok) echo "$KWOK_VERSION" ;;
+    ray-operator) echo "$KUBERAY_VERSION" ;;
+    helm) echo "$HELM_VERSION" ;;
+    *) echo "unknown tool $1" >&2; return 1 ;;
+  esac
+}
+
+tool_dir() { echo "$E2E_CACHE/$1-$(tool_version "$1")"; }
+tool_bin() { echo "$(tool_dir "$1")/$1"; }
+kuberay_crd_dir() { echo "$(tool_dir ray-operator)/crds"; }
+
+E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm)
+
+log() { printf '[%s] %s\n' "${E2E_LOG_PREFIX:-e2e}" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
+
+# Cluster components in start order; down.sh stops them in reverse.
+E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator)
+
+# Print the PID of a running component of the cluster in $E2E_DIR; fail if it is not running.
+# A recorded PID only counts if that process still runs the component's binary (PIDs get reused).
+component_pid() {
+  local f="$E2E_DIR/cluster/pids/$1.pid" pid exe
+  [[ -f $f ]] || return 1
+  pid=$(<"$f")
+  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
+  [[ $(basename "${exe% (deleted)}") == "$1" ]] || return 1
+  echo "$pid"
+}

@@ -1,0 +1,275 @@
+#!/usr/bin/env bash
+# Start a real Kubernetes control plane as local processes, with kwok simulating the kubelets of the fake
+# nodes in e2e/nodes.yaml, and the KubeRay operator running out of cluster.
+#
+#   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler -> kwok -> KubeRay CRDs + operator
+#   -> fake nodes Ready, default ServiceAccount present
+#
+# Returns once everything is healthy. Admin kubeconfig: $RLPLACE_E2E_DIR/kubeconfig (default .e2e/kubeconfig).
+# Every port is picked free at start, so two clusters (two state dirs) can run side by side.
+# If the cluster is already running it says so and exits 2 (use make cluster-down first).
+# If a component fails to start it prints the component's name and the tail of its log, stops everything
+# started so far, keeps the logs under $RLPLACE_E2E_DIR/cluster/logs and exits 1.
+set -euo pipefail
+E2E_LOG_PREFIX=cluster-up
+source "$(dirname "$0")/lib.sh"
+
+STATE="$E2E_DIR/cluster"
+PKI="$STATE/pki"
+LOGS="$STATE/logs"
+PIDS="$STATE/pids"
+KUBECONFIG_OUT="$E2E_DIR/kubeconfig"
+T0=$SECONDS
+
+# Component start timeouts (seconds); generous because a cold page cache on 2 cores is slow.
+START_TIMEOUT=${RLPLACE_E2E_START_TIMEOUT:-90}
+
+# ---------------------------------------------------------------------------------------------------------
+# Already running? Stale state from a crashed run?
+alive=()
+for name in "${E2E_COMPONENTS[@]}"; do
+  if pid=$(component_pid "$name"); then alive+=("$name[$pid]"); fi
+done
+if ((${#alive[@]})); then
+  log "a cluster is already running from $E2E_DIR: ${alive[*]}"
+  log "kubeconfig: $KUBECONFIG_OUT. Use 'make cluster-down' (e2e/cluster/down.sh) to stop it first."
+  exit 2
+fi
+if [[ -e $STATE || -e $KUBECONFIG_OUT ]]; then
+  log "removing stale state of a previous cluster that is no longer running ($STATE)"
+  rm -rf "$STATE" "$KUBECONFIG_OUT"
+fi
+
+# ---------------------------------------------------------------------------------------------------------
+# Binaries (built by tools.sh, cached by version).
+declare -A BIN
+for t in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator; do
+  BIN[$t]=$(tool_bin "$t")
+  [[ -x ${BIN[$t]} ]] || die "$t $(tool_version "$t") is not built (${BIN[$t]} missing); run 'make tools' first"
+done
+CRDS=$(kuberay_crd_dir)
+[[ -f $CRDS/ray.io_rayclusters.yaml ]] || die "KubeRay CRDs missing in $CRDS; run 'make tools' first"
+for cmd in openssl curl python3; do command -v "$cmd" >/dev/null || die "$cmd is required"; done
+
+mkdir -p "$PKI" "$LOGS" "$PIDS" "$STATE/etcd"
+
+# ---------------------------------------------------------------------------------------------------------
+# Process management: every component runs in its own session (it survives the terminal that started it)
+# with its PID in $PIDS/<name>.pid. On any failure, stop what was started (in reverse order).
+STARTED=()
+
+stop_started() {
+  ((${#STARTED[@]})) || return 0
+  log "stopping the components started so far: ${STARTED[*]}"
+  RLPLACE_E2E_DIR=$E2E_DIR E2E_KEEP_LOGS=1 bash "$(dirname "$0")/down.sh" --quiet || true
+}
+
+on_exit() {
+  local rc=$?
+  if ((rc != 0 && rc != 2)); then
+    stop_started
+    log "cluster-up FAILED; logs kept in $LOGS"
+  fi
+}
+trap on_exit EXIT
+trap 'log "interrupted"; exit 130' INT TERM
+
+start() { # start <name> <binary> args...
+  local name=$1
+  shift
+  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  echo $! >"$PIDS/$name.pid"
+  STARTED+=("$name")
+}
+
+fail() { # fail <name> <why>
+  log "component $1 failed to start: $2"
+  log "last lines of $LOGS/$1.log:"
+  tail -n 25 "$LOGS/$1.log" | sed 's/^/    /' >&2 || true
+  exit 1
+}
+
+# wait_for <name> <description> <command...>: poll until the command succeeds, the process dies, or timeout.
+wait_for() {
+  local name=$1 what=$2
+  shift 2
+  local pid deadline=$((SECONDS + START_TIMEOUT))
+  pid=$(<"$PIDS/$name.pid")
+  until "$@" >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || fail "$name" "process exited before $what"
+    ((SECONDS < deadline)) || fail "$name" "not $what after ${START_TIMEOUT}s"
+    sleep 0.2
+  done
+  log "$name is $what ($((SECONDS - T0)) s)"
+}
+
+# ---------------------------------------------------------------------------------------------------------
+# Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now.
+# Each candidate is bound once to make sure it is free; if another process grabs it before the component
+# binds, the component fails to start and the message says which port.
+read -r P_ETCD P_ETCD_PEER P_API P_KCM P_SCHED P_KWOK P_RAY_METRICS P_RAY_PROBE < <(python3 - <<'EOF'
+import random, socket
+ports = set()
+while len(ports) < 8:
+    p = random.randint(20000, 32000)
+    if p in ports:
+        continue
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", p))
+        except OSError:
+            continue  # in use: pick another
+    ports.add(p)
+print(*ports)
+EOF
+)
+cat >"$STATE/ports.env" <<EOF
+ETCD=$P_ETCD
+ETCD_PEER=$P_ETCD_PEER
+APISERVER=$P_API
+KUBE_CONTROLLER_MANAGER=$P_KCM
+KUBE_SCHEDULER=$P_SCHED
+KWOK=$P_KWOK
+RAY_OPERATOR_METRICS=$P_RAY_METRICS
+RAY_OPERATOR_PROBE=$P_RAY_PROBE
+EOF
+log "state in $STATE; apiserver will listen on https://127.0.0.1:$P_API"
+
+# ---------------------------------------------------------------------------------------------------------
+# Certificates: one CA; apiserver serving cert; client certs for admin and each component;
+# a key pair to sign ServiceAccount tokens (TokenRequest API).
+log "generating certificates"
+(
+  cd "$PKI"
+  ossl() { openssl "$@" 2>>"$LOGS/openssl.log"; }
+  ossl ecparam -name prime256v1 -genkey -noout -out ca.key
+  ossl req -x509 -new -key ca.key -sha256 -days 3650 -subj "/CN=rlplace-e2e-ca" -out ca.crt
+  sign() { # sign <name> <subject> <extensions>
+    ossl ecparam -name prime256v1 -genkey -noout -out "$1.key"
+    ossl req -new -key "$1.key" -subj "$2" -out "$1.csr"
+    printf '%s\n' "$3" >"$1.ext"
+    ossl x509 -req -in "$1.csr" -CA ca.crt -CAkey ca.key -CAcreateserial -sha256 -days 3650 \
+      -extfile "$1.ext" -out "$1.crt"
+    rm -f "$1.csr" "$1.ext"
+  }
+  client="basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=clientAuth"
+  sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+  sign admin "/O=system:masters/CN=rlplace-e2e-admin" "$client"
+  sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
+  sign kube-scheduler "/CN=system:kube-scheduler" "$client"
+  ossl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
+  ossl pkey -in sa.key -pubout -out sa.pub
+  chmod 600 ./*.key
+) || die "openssl failed; see $LOGS/openssl.log"
+
+kubeconfig() { # kubeconfig <user cert name> <file>
+  cat >"$2" <<EOF
+apiVersion: v1
+kind: Config
+clusters:
+- name: rlplace-e2e
+  cluster:
+    server: https://127.0.0.1:$P_API
+    certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
+users:
+- name: $1
+  user:
+    client-certificate-data: $(base64 -w0 "$PKI/$1.crt")
+    client-key-data: $(base64 -w0 "$PKI/$1.key")
+contexts:
+- name: rlplace-e2e
+  context: {cluster: rlplace-e2e, user: $1}
+current-context: rlplace-e2e
+EOF
+  chmod 600 "$2"
+}
+kubeconfig admin "$STATE/admin.kubeconfig"
+kubeconfig kube-controller-manager "$STATE/kube-controller-manager.kubeconfig"
+kubeconfig kube-scheduler "$STATE/kube-scheduler.kubeconfig"
+KC=("${BIN[kubectl]}" --kubeconfig "$STATE/admin.kubeconfig")
+
+api_get() { curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$P_API$1"; }
+
+# ---------------------------------------------------------------------------------------------------------
+start etcd "${BIN[etcd]}" \
+  --name default --data-dir "$STATE/etcd" \
+  --listen-client-urls "http://127.0.0.1:$P_ETCD" --advertise-client-urls "http://127.0.0.1:$P_ETCD" \
+  --listen-peer-urls "http://127.0.0.1:$P_ETCD_PEER" --initial-advertise-peer-urls "http://127.0.0.1:$P_ETCD_PEER" \
+  --initial-cluster "default=http://127.0.0.1:$P_ETCD_PEER" \
+  --unsafe-no-fsync --snapshot-count 10000 --quota-backend-bytes 2147483648 --log-level warn
+wait_for etcd healthy curl -fsS "http://127.0.0.1:$P_ETCD/health"
+
+start kube-apiserver "${BIN[kube-apiserver]}" \
+  --etcd-servers "http://127.0.0.1:$P_ETCD" \
+  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$P_API" \
+  --endpoint-reconciler-type none \
+  --authorization-mode Node,RBAC \
+  --client-ca-file "$PKI/ca.crt" \
+  --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
+  --service-account-issuer https://kubernetes.default.svc.cluster.local \
+  --service-account-key-file "$PKI/sa.pub" --service-account-signing-key-file "$PKI/sa.key" \
+  --service-cluster-ip-range 10.96.0.0/16 \
+  --allow-privileged=true --profiling=false \
+  --cert-dir "$STATE/apiserver-certs"
+wait_for kube-apiserver ready api_get /readyz
+
+start kube-controller-manager "${BIN[kube-controller-manager]}" \
+  --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+  --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+  --authorization-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$P_KCM" --cert-dir "$STATE/kcm-certs" \
+  --leader-elect=false --profiling=false \
+  --use-service-account-credentials=true \
+  --service-account-private-key-file "$PKI/sa.key" \
+  --root-ca-file "$PKI/ca.crt" \
+  --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
+  --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
+start kube-scheduler "${BIN[kube-scheduler]}" \
+  --kubeconfig "$STATE/kube-scheduler.kubeconfig" \
+  --authentication-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
+  --authorization-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
+  --bind-address 127.0.0.1 --secure-port "$P_SCHED" --cert-dir "$STATE/scheduler-certs" \
+  --leader-elect=false --profiling=false
+start kwok "${BIN[kwok]}" \
+  --kubeconfig "$STATE/admin.kubeconfig" \
+  --config "$E2E_REPO/e2e/cluster/kwok-stages.yaml" \
+  --manage-all-nodes=true \
+  --node-lease-duration-seconds 40 \
+  --cidr 10.244.0.0/16 \
+  --server-address "127.0.0.1:$P_KWOK"
+wait_for kube-controller-manager healthy curl -fsSk "https://127.0.0.1:$P_KCM/healthz"
+wait_for kube-scheduler healthy curl -fsSk "https://127.0.0.1:$P_SCHED/healthz"
+wait_for kwok healthy curl -fsS "http://127.0.0.1:$P_KWOK/healthz"
+
+# KubeRay: CRDs first (large: server-side apply), then the operator out of cluster.
+"${KC[@]}" apply --server-side --force-conflicts -f "$CRDS" >"$LOGS/crds.log" 2>&1 ||
+  { cat "$LOGS/crds.log" >&2; die "applying the KubeRay CRDs failed"; }
+"${KC[@]}" wait --for condition=Established --timeout 60s -f "$CRDS" >>"$LOGS/crds.log" 2>&1 ||
+  { cat "$LOGS/crds.log" >&2; die "the KubeRay CRDs did not become Established"; }
+log "KubeRay CRDs established ($((SECONDS - T0)) s)"
+KUBECONFIG="$STATE/admin.kubeconfig" start ray-operator "${BIN[ray-operator]}" \
+  --kubeconfig "$STATE/admin.kubeconfig" \
+  --enable-leader-election=false \
+  --metrics-addr "127.0.0.1:$P_RAY_METRICS" \
+  --health-probe-bind-address "127.0.0.1:$P_RAY_PROBE" \
+  --log-stdout-encoder console
+wait_for ray-operator ready curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
+
+# ---------------------------------------------------------------------------------------------------------
+# Fake nodes, then wait until kwok reports them Ready and the default ServiceAccount exists
+# (pods cannot be created in a namespace before its ServiceAccount controller made "default").
+"${KC[@]}" apply -f "$E2E_REPO/e2e/nodes.yaml" >"$LOGS/nodes.log" 2>&1 ||
+  { cat "$LOGS/nodes.log" >&2; die "creating the fake nodes from e2e/nodes.yaml failed"; }
+wait_for kwok "running every node in e2e/nodes.yaml (Ready)" \
+  "${KC[@]}" wait --for condition=Ready --timeout 2s -f "$E2E_REPO/e2e/nodes.yaml"
+wait_for kube-controller-manager "done creating the default ServiceAccount" \
+  "${KC[@]}" get serviceaccount default -n default
+
+cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
+log "cluster up in $((SECONDS - T0)) s: $("${KC[@]}" get nodes --no-headers | wc -l) nodes Ready"
+log "export KUBECONFIG=$KUBECONFIG_OUT   (kubectl etc.: export PATH=$E2E_DIR/bin:\$PATH)"
