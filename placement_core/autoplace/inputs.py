@@ -191,7 +191,7 @@ def profiled_gpu_count(config: Mapping[str, object], cluster: Cluster) -> int:
     cost`), so the profile counts as measured on all G GPUs. That keeps `rlplace cost` of a suggested block
     equal to the time `rlplace autotune` predicted for it.
     """
-    if config_value(config, "cluster.component_placement") is None:
+    if not config_value(config, "cluster.component_placement"):  # none, or empty (an operator job without one)
         return cluster.num_accelerators
     placement = ComponentPlacement(config, cluster)
     names = placement.components

@@ -170,6 +170,14 @@ def test_profiled_gpus_follow_a_collocated_input_placement():
     assert render_text(result).endswith("collocated: not possible")
 
 
+def test_profiled_gpus_are_all_gpus_without_an_input_placement():
+    for block in (None, {}):
+        config = example_two()
+        config["cluster"]["component_placement"] = block
+        assert {s.profiled_gpus for s in read_reasoning(config).stages} == {8}
+        assert autotune(config).total_cost == pytest.approx(69.256, abs=5e-4)
+
+
 def test_profiled_gpus_are_all_gpus_for_a_disaggregated_input_placement():
     config = with_placement(example_two(), {"rollout,reward": "0-1", "inference": "2-3", "actor": "4-7"})
     assert {s.profiled_gpus for s in read_reasoning(config).stages} == {8}
