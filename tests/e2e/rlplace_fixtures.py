@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
 from e2e_cluster import e2e_dir, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -28,7 +29,11 @@ def kubectl_path() -> str:
 
 def kubectl(kubeconfig: str, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
     result = subprocess.run(
-        [kubectl_path(), "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True, text=True, timeout=timeout
+        [kubectl_path(), "--kubeconfig", kubeconfig, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
     if result.returncode:
         raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")

@@ -15,13 +15,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from e2e_cluster import wait_for
-from rlplace_fixtures import kubectl_path
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from placement_core.plan import build_plan, component_placement
 from rlplace_operator.builders.configmap import decode_plan
+
+from e2e_cluster import wait_for
+from rlplace_fixtures import kubectl_path
 
 pytestmark = pytest.mark.e2e
 
@@ -62,7 +63,7 @@ class Jobs:
         try:
             return wait_for(reached, timeout, f"RLJob {name} phase {phase}")
         except Exception:
-            status = (self.get(name).get("status") or {})
+            status = self.get(name).get("status") or {}
             raise AssertionError(f"RLJob {name} never reached {phase}: status {json.dumps(status)[:1500]}") from None
 
     def raycluster(self, name: str) -> dict | None:
@@ -154,16 +155,24 @@ def test_configmap_matches_rlplace_plan(jobs: Jobs) -> None:
 def test_update_replans_and_suspend_resume(jobs: Jobs) -> None:
     jobs.create(example_job("rljob-collocated.yaml"))
     jobs.wait_phase("collocated", "Running", timeout=90)
-    jobs.patch("collocated", {"spec": {"componentPlacement": [{"components": "actor,rollout,reward", "placement": "8-15"}]}})
+    jobs.patch(
+        "collocated", {"spec": {"componentPlacement": [{"components": "actor,rollout,reward", "placement": "8-15"}]}}
+    )
     wait_for(
         lambda: {p["node_name"] for p in jobs.plan("collocated")["components"]["actor"]["processes"]} == {"a800-1"},
         60,
         "re-plan onto the second a800 node",
     )
     wait_for(
-        lambda: [g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
-                 ["nodeSelectorTerms"][0]["matchFields"][0]["values"] for g in jobs.raycluster("collocated")["spec"]["workerGroupSpecs"]]
-        == [["a800-1"]],
+        lambda: (
+            [
+                g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+                    "nodeSelectorTerms"
+                ][0]["matchFields"][0]["values"]
+                for g in jobs.raycluster("collocated")["spec"]["workerGroupSpecs"]
+            ]
+            == [["a800-1"]]
+        ),
         60,
         "RayCluster updated to the new node",
     )
@@ -207,7 +216,10 @@ def test_invalid_placement_is_refused_at_admission(kubeconfig: str, namespace: s
     body["spec"]["placementMode"] = "both"
     result = subprocess.run(
         [kubectl_path(), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
-        input=yaml.safe_dump(body), capture_output=True, text=True, timeout=60,
+        input=yaml.safe_dump(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0 and 'supported values: "hybrid", "modelParallel"' in result.stderr, result.stderr
 
@@ -259,7 +271,9 @@ def test_job_waiting_for_capacity_starts_when_a_node_joins(jobs: Jobs, fake_node
     assert len(jobs.raycluster("collocated")["spec"]["workerGroupSpecs"]) == 3
 
 
-def test_nodegroup_status_follows_nodes(k8s: client.ApiClient, local_nodegroups: None, rlplace_operator: object, fake_node) -> None:
+def test_nodegroup_status_follows_nodes(
+    k8s: client.ApiClient, local_nodegroups: None, rlplace_operator: object, fake_node
+) -> None:
     custom = client.CustomObjectsApi(k8s)
 
     def status() -> dict:
@@ -301,5 +315,3 @@ def _missing(read: Callable[[], object]) -> bool:
     except ApiException as err:
         return err.status == 404
     return False
-
-
