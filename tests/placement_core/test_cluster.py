@@ -376,3 +376,16 @@ def test_composite_space_errors():
         cluster.rank_space(["a", "a"])
     with pytest.raises(PlacementError, match=r"unknown node group 'zz' \(known: a, b, cluster, node\)"):
         cluster.rank_space(["a", "zz"])
+
+
+def test_hardware_type_alone_is_an_unknown_field():
+    with pytest.raises(PlacementError, match=r"node group 'robot': unknown field 'hardware_type'"):
+        cluster_with({"label": "robot", "node_ranks": 2, "hardware_type": "Franka"})
+
+
+def test_ignore_hardware_false_beside_hardware_is_allowed():
+    """Only a set ignore_hardware conflicts with hardware; `false` says nothing."""
+    cluster = cluster_with(
+        {"label": "robot", "node_ranks": 2, "ignore_hardware": False, "hardware": {"type": "GimArm", "configs": []}}
+    )
+    assert cluster.get_node_group("robot").hardware_type == "GimArm"
