@@ -13,31 +13,40 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+import yaml
 
 from e2e_cluster import e2e_dir, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 
-def kubectl_path() -> str:
-    local = REPO / ".e2e" / "bin" / "kubectl"
-    found = str(local) if local.exists() else shutil.which("kubectl")
+def tool_path(name: str) -> str:
+    """kubectl or helm: the build of e2e/cluster/tools.sh (linked into .e2e/bin), else the one on PATH."""
+    local = REPO / ".e2e" / "bin" / name
+    found = str(local) if local.exists() else shutil.which(name)
     if not found:
-        pytest.fail("kubectl not found: run `make tools` or put kubectl on PATH", pytrace=False)
+        pytest.fail(f"{name} not found: run `make tools` or put {name} on PATH", pytrace=False)
     return found
 
 
-def kubectl(kubeconfig: str, *args: str, stdin: str | None = None, timeout: float = 120) -> str:
+def kubectl_path() -> str:
+    return tool_path("kubectl")
+
+
+def run_tool(
+    name: str, kubeconfig: str, *args: str, stdin: str | None = None, check: bool = True
+) -> subprocess.CompletedProcess:
+    """Run kubectl or helm against `kubeconfig`; with `check`, a failure is an AssertionError with stderr."""
     result = subprocess.run(
-        [kubectl_path(), "--kubeconfig", kubeconfig, *args],
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
+        [tool_path(name), "--kubeconfig", kubeconfig, *args], input=stdin, capture_output=True, text=True, timeout=180
     )
-    if result.returncode:
-        raise AssertionError(f"kubectl {' '.join(args)} failed: {result.stderr.strip()}")
-    return result.stdout
+    if check and result.returncode:
+        raise AssertionError(f"{name} {' '.join(args)} failed: {result.stderr.strip()}")
+    return result
+
+
+def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
+    return run_tool("kubectl", kubeconfig, *args, stdin=stdin).stdout
 
 
 def _free_port() -> int:
@@ -95,9 +104,38 @@ class OperatorProcess:
             self.start()
 
 
+CHART = REPO / "charts" / "rlplace"
+RELEASE = "rlplace"
+RELEASE_NAMESPACE = "rlplace-system"
+OPERATOR_SERVICE_ACCOUNT = "rlplace-operator"
+
+
 @pytest.fixture(scope="session")
-def rlplace_crds(kubeconfig: str) -> None:
-    """rlplace's CRDs applied and established."""
+def rlplace_chart(kubeconfig: str) -> str:
+    """The Helm chart installed (CRDs, ServiceAccount, RBAC, Deployment with 0 replicas: the operator runs as a
+    local process instead, since kwok runs no containers). Returns the release namespace."""
+    run_tool(
+        "helm",
+        kubeconfig,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        "--set",
+        "replicas=0",
+        "--wait",
+        "--timeout",
+        "120s",
+    )
+    return RELEASE_NAMESPACE
+
+
+@pytest.fixture(scope="session")
+def rlplace_crds(kubeconfig: str, rlplace_chart: str) -> None:
+    """rlplace's CRDs (installed by the chart, then brought up to date from crds/) established."""
     kubectl(kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     for crd in ("nodegroups.rlplace.io", "rljobs.rlplace.io"):
         kubectl(kubeconfig, "wait", "--for=condition=Established", f"crd/{crd}", "--timeout=60s")
@@ -109,10 +147,37 @@ def local_nodegroups(kubeconfig: str, rlplace_crds: None) -> None:
     kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-local.yaml"))
 
 
+def service_account_kubeconfig(kubeconfig: str, namespace: str, account: str, path: Path) -> str:
+    """A kubeconfig for the same cluster that authenticates with a token of `namespace/account`."""
+    from kubernetes import client, config
+
+    api = config.new_client_from_config(config_file=kubeconfig)
+    request = client.AuthenticationV1TokenRequest(spec=client.V1TokenRequestSpec(audiences=[], expiration_seconds=7200))
+    token = client.CoreV1Api(api).create_namespaced_service_account_token(account, namespace, request).status.token
+    admin = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in admin["contexts"] if c["name"] == admin["current-context"])["context"]
+    cluster = next(c for c in admin["clusters"] if c["name"] == context["cluster"])
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [cluster],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": account, "context": {"cluster": cluster["name"], "user": account}}],
+                "current-context": account,
+            }
+        )
+    )
+    return str(path)
+
+
 @pytest.fixture(scope="session")
-def operator_kubeconfig(kubeconfig: str) -> str:
-    """The identity the operator runs with (test_helm.py's chart fixture overrides it with the chart's)."""
-    return kubeconfig
+def operator_kubeconfig(kubeconfig: str, rlplace_chart: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The identity the operator runs with: the chart's ServiceAccount, so every scenario proves the chart's
+    RBAC grants enough (test_helm.py proves it grants no more)."""
+    path = tmp_path_factory.mktemp("identity") / "operator-kubeconfig"
+    return service_account_kubeconfig(kubeconfig, rlplace_chart, OPERATOR_SERVICE_ACCOUNT, path)
 
 
 @pytest.fixture(scope="session")

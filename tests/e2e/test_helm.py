@@ -1,0 +1,106 @@
+"""The Helm chart on a real API server: lint, server-side validation, install, and least privilege.
+
+The operator scenarios of test_operator.py run with the chart's ServiceAccount token (the
+`operator_kubeconfig` fixture), which proves the chart grants enough; this module proves it grants no more.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlplace_fixtures import CHART, OPERATOR_SERVICE_ACCOUNT, REPO, run_tool
+
+pytestmark = pytest.mark.e2e
+
+
+def test_helm_lint(kubeconfig: str) -> None:
+    result = run_tool("helm", kubeconfig, "lint", "--strict", str(CHART), check=False)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_rendered_chart_passes_server_side_validation(kubeconfig: str, rlplace_chart: str) -> None:
+    for values in ([], ["--set", "watchNamespaces={default,kube-public}"]):
+        manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), "-n", rlplace_chart, *values).stdout
+        result = run_tool("kubectl", kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=manifest, check=False)
+        assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        (["--set", "replicas=2"], "replicas"),
+        (["--set", "watchNamespaces={Bad_Namespace}"], "watchNamespaces"),
+        (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
+        (["--set", "unknownKey=1"], "unknownKey"),
+    ],
+)
+def test_bad_values_fail_with_the_key_named(kubeconfig: str, values: list[str], message: str) -> None:
+    result = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), *values, check=False)
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr and message in result.stderr
+
+
+def test_chart_crds_are_the_generated_ones() -> None:
+    for crd in (REPO / "crds").glob("*.yaml"):
+        assert (CHART / "crds" / crd.name).read_text() == crd.read_text()
+
+
+def test_rbac_has_no_wildcards_and_no_secrets(kubeconfig: str) -> None:
+    for values in ([], ["--set", "watchNamespaces={team-a}"]):
+        manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), *values).stdout
+        for doc in yaml.safe_load_all(manifest):
+            if doc and doc["kind"] in ("ClusterRole", "Role"):
+                for rule in doc["rules"]:
+                    assert "*" not in rule["verbs"] and "*" not in rule["resources"] and "*" not in rule["apiGroups"]
+                    assert "secrets" not in rule["resources"]
+
+
+def test_deployment_is_hardened(kubeconfig: str) -> None:
+    manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART)).stdout
+    (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert container["resources"]["limits"] and container["resources"]["requests"]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
+    labels = deployment["metadata"]["labels"]
+    assert {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version"} <= set(labels)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "allowed"),
+    [
+        ("get", "secrets", False),
+        ("list", "secrets", False),
+        ("delete", "nodes", False),
+        ("create", "pods", False),
+        ("list", "nodes", True),
+        ("patch", "rljobs.rlplace.io", True),
+        ("create", "rayclusters.ray.io", True),
+        ("update", "configmaps", True),
+    ],
+)
+def test_operator_identity_is_least_privilege(
+    operator_kubeconfig: str, verb: str, resource: str, allowed: bool
+) -> None:
+    """Asked with the operator's own token, the API server answers exactly as the chart intends."""
+    result = run_tool("kubectl", operator_kubeconfig, "auth", "can-i", verb, resource, "-n", "default", check=False)
+    assert result.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, result.stdout, result.stderr)
+
+
+def test_reading_a_secret_is_forbidden(operator_kubeconfig: str) -> None:
+    result = run_tool("kubectl", operator_kubeconfig, "get", "secrets", "-n", "kube-system", check=False)
+    assert result.returncode != 0 and "Forbidden" in result.stderr
+    assert f"system:serviceaccount:rlplace-system:{OPERATOR_SERVICE_ACCOUNT}" in result.stderr
+
+
+def test_install_notes_tell_the_next_steps(kubeconfig: str, rlplace_chart: str) -> None:
+    notes = run_tool("helm", kubeconfig, "get", "notes", "rlplace", "-n", rlplace_chart).stdout
+    assert "kubectl get rljobs" in notes and "replicas is 0" in notes
+    assert Path(CHART / "values.schema.json").exists()
