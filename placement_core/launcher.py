@@ -550,6 +550,9 @@ def launch_all(
     for name in names:
         launch_plan.processes(name)
         _check_worker(name, workers[name])
+    clash = sorted(set(opts.actor_options) & set(PLACEMENT_OPTIONS))
+    if clash:
+        raise LaunchError(f"actor_options may not set {', '.join(clash)} (the plan decides them)")
     _wait_free(launch_plan, names, opts.free_timeout_s)
     addresses = ray_node_addresses()
     groups: dict[str, WorkerGroup] = {}
@@ -591,16 +594,24 @@ def _start_group(
     actors = []
     for proc in processes:
         env = {**proc.env, "MASTER_ADDR": master}
-        placed = actor_class.options(
-            **opts.actor_options,
-            num_cpus=opts.num_cpus,
-            num_gpus=0,
-            resources=plan.resources(proc),
-            max_restarts=0,
-            **({} if by_constructor else {"runtime_env": {"env_vars": env}}),
-        )
+        placed = actor_class.options(**_actor_options(opts, plan.resources(proc), None if by_constructor else env))
         actors.append(placed.remote(env, *args, **kwargs) if by_constructor else placed.remote(*args, **kwargs))
     return WorkerGroup(component, actors, processes)
+
+
+#: Actor options the placement decides; LaunchOptions.actor_options may not set them.
+PLACEMENT_OPTIONS = ("num_cpus", "num_gpus", "resources", "label_selector", "scheduling_strategy")
+
+
+def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[str, str] | None) -> dict[str, Any]:
+    """The user's actor options plus the placement's; planned variables win over a user runtime_env's."""
+    options: dict[str, Any] = {"max_restarts": 0, **opts.actor_options}
+    options.update(num_cpus=opts.num_cpus, num_gpus=0, resources=resources)
+    if env is not None:
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+        options["runtime_env"] = runtime_env
+    return options
 
 
 def _with_env(worker: type) -> type:

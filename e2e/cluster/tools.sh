@@ -41,8 +41,13 @@ check_tool() { # prints nothing on success, a reason on failure
   local tool=$1 bin out
   bin=$(tool_bin "$tool")
   [[ -x $bin ]] || { echo "missing"; return 1; }
-  if ! out=$(timeout 20 $(check_cmd "$bin") 2>&1); then
-    echo "'$(check_cmd "$bin" | sed "s|$bin|$tool|")' failed: $(tail -1 <<<"$out")"
+  local rc=0
+  out=$(timeout 20 $(check_cmd "$bin") 2>&1) || rc=$?
+  if ((rc != 0)); then
+    local why="exit status $rc"
+    ((rc > 128)) && why+=" (killed by signal $((rc - 128)))"
+    [[ -n $out ]] && why+=": $(tail -1 <<<"$out")"
+    echo "'$(check_cmd "$bin" | sed "s|$bin|$tool|")' failed with $why"
     return 1
   fi
   local ver
@@ -210,7 +215,7 @@ if ! flock -n 9; then
 fi
 
 # Check every cached binary in parallel (a version command of a 100 MB binary takes ~0.1-0.3 s).
-declare -A reason
+declare -A reason=()
 tmpd=$(mktemp -d)
 trap 'rm -rf "$tmpd"' EXIT
 for t in "${E2E_TOOLS[@]}"; do

@@ -56,7 +56,7 @@ def load_config(path: Path) -> dict[str, object]:
         fail(f"config file '{path}' is not valid YAML{where}: {problem}")
     if not isinstance(config, dict):
         fail(f"config file '{path}' must hold a YAML mapping, got {type(config).__name__}")
-    if config.get("apiVersion", "").startswith("rlplace.io/"):
+    if str(config.get("apiVersion", "")).startswith("rlplace.io/"):
         fail(
             f"'{path}' is a Kubernetes {config.get('kind', 'object')} manifest (apply it with kubectl); "
             "rlplace takes a job config with a cluster: section"
