@@ -459,9 +459,15 @@ class ModelParallelComponentPlacement(ComponentPlacement):
             if name == "actor" and self._mode is PlacementMode.AUTO:
                 total = len(self._cluster.rank_space((CLUSTER_GROUP,)))
                 strategies[name] = PackedPlacementStrategy(0, total - 1, 1, 1, (CLUSTER_GROUP,))
-            elif name != "reward" or _continuous(self._entries[name].hardware_ranks):
+            elif name != "reward" or self._packs_as_gpus(self._entries[name]):
                 strategies[name] = self._packed(name, 1)
         return strategies
+
+    @staticmethod
+    def _packs_as_gpus(entry: _Entry) -> bool:
+        """Reward is unconstrained: only a continuous range of GPUs becomes one GPU per process; a reward on CPU
+        nodes (node placement) or on scattered GPUs keeps the placement it was given."""
+        return not entry.space.is_node_space and _continuous(entry.hardware_ranks)
 
 
 def _continuous(ranks: list[int]) -> bool:
