@@ -353,3 +353,13 @@ def test_units_follow_the_final_strategies_in_auto_mode():
     sharing = {name: c["shares_with"] for name, c in build_plan(placed)["components"].items()}
     assert sharing["actor"] == ["rollout", "inference", "reward"]
     assert sharing["inference"] == ["actor", "reward"]
+
+
+def test_reward_on_cpu_nodes_keeps_its_node_placement():
+    """Reward is unconstrained: a rule-based reward on CPU-only nodes is not packed onto GPUs."""
+    config = job({"actor,rollout": "0-7", "reward": {"node_group": "cpu", "placement": "0:0-3"}})
+    config["cluster"].update(num_nodes=2, accelerators_per_node=[8, 0], node_groups=[{"label": "cpu", "node_ranks": 1}])
+    placed = ModelParallelComponentPlacement(config, Cluster.from_config(config["cluster"]))
+    assert placed.is_collocated
+    assert placed.get_strategy("reward").kind == "node"
+    assert [(p.cluster_node_rank, p.local_accelerator_rank) for p in placed.get_placement("reward")] == [(1, -1)] * 4
