@@ -40,9 +40,10 @@ test-unit: setup  ## tests that need no cluster
 test: setup tools lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
 	$(PY) -m pytest
 
-lint: setup  ## ruff
+lint: setup tools  ## ruff and helm lint
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	.e2e/bin/helm lint --strict charts/rlplace
 
 demo: setup tools  ## local cluster + operator + example RLJobs, then kubectl get and a placement table
 	bash e2e/demo.sh
