@@ -138,6 +138,43 @@ def test_valid_placements_keep_the_invariants(job, isolate):
     build_plan(placed, isolate_accelerator=isolate, with_env=True)
 
 
+@st.composite
+def composite_groups(draw):
+    """A GPU cluster split into groups g0, g1, ... over disjoint nodes, and an order to list them in."""
+    cluster = draw(gpu_cluster())
+    n = cluster["num_nodes"]
+    owner = draw(st.lists(st.integers(0, 2), min_size=n, max_size=n))
+    labels = sorted(set(owner))
+    groups = [{"label": f"g{label}", "node_ranks": [r for r in range(n) if owner[r] == label]} for label in labels]
+    order = draw(st.permutations([g["label"] for g in groups]))
+    return {**cluster, "node_groups": groups}, list(order)
+
+
+@VALID
+@given(composite_groups(), st.booleans(), st.booleans())
+def test_composite_groups_concatenate_in_listed_order(cluster_and_order, isolate, as_list):
+    cluster_config, order = cluster_and_order
+    cluster = Cluster.from_config(cluster_config)
+    expected = [
+        (node.rank, local, label)
+        for label in order
+        for node in cluster.nodes
+        if node.rank in cluster.get_node_group(label).node_ranks
+        for local in range(node.num_accelerators)
+    ]
+    node_group = order if as_list else ",".join(order)
+    config = {
+        "cluster": {**cluster_config, "component_placement": {"a": {"node_group": node_group, "placement": "all"}}}
+    }
+    placed = ComponentPlacement(config, cluster)
+    placements = placed.get_placement("a", isolate)
+    if placed.get_strategy("a").kind == "node":  # a listed group without GPUs: one process per node
+        assert any(not cluster.get_node_group(label).hardware_type for label in order)
+        return
+    assert [(p.cluster_node_rank, p.local_hardware_ranks[0], p.node_group_label) for p in placements] == expected
+    _check_invariants(cluster, placed.get_strategy("a"), placements, isolate)
+
+
 @VALID
 @given(
     gpu_cluster(),
