@@ -15,6 +15,13 @@ from rlplace_fixtures import CHART, OPERATOR_SERVICE_ACCOUNT, REPO, run_tool
 
 pytestmark = pytest.mark.e2e
 
+#: `helm template` renders offline; it is told the oldest Kubernetes the chart supports (Chart.yaml kubeVersion).
+KUBE_VERSION = ("--kube-version", "v1.30.0")
+
+
+def template(kubeconfig: str, *args: str, check: bool = True):
+    return run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), *KUBE_VERSION, *args, check=check)
+
 
 def test_helm_lint(kubeconfig: str) -> None:
     result = run_tool("helm", kubeconfig, "lint", "--strict", str(CHART), check=False)
@@ -23,7 +30,7 @@ def test_helm_lint(kubeconfig: str) -> None:
 
 def test_rendered_chart_passes_server_side_validation(kubeconfig: str, rlplace_chart: str) -> None:
     for values in ([], ["--set", "watchNamespaces={default,kube-public}"]):
-        manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), "-n", rlplace_chart, *values).stdout
+        manifest = template(kubeconfig, "-n", rlplace_chart, *values).stdout
         result = run_tool("kubectl", kubeconfig, "apply", "--dry-run=server", "-f", "-", stdin=manifest, check=False)
         assert result.returncode == 0, result.stderr
 
@@ -38,7 +45,7 @@ def test_rendered_chart_passes_server_side_validation(kubeconfig: str, rlplace_c
     ],
 )
 def test_bad_values_fail_with_the_key_named(kubeconfig: str, values: list[str], message: str) -> None:
-    result = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), *values, check=False)
+    result = template(kubeconfig, *values, check=False)
     assert result.returncode != 0
     assert "values don't meet the specifications of the schema" in result.stderr and message in result.stderr
 
@@ -50,7 +57,7 @@ def test_chart_crds_are_the_generated_ones() -> None:
 
 def test_rbac_has_no_wildcards_and_no_secrets(kubeconfig: str) -> None:
     for values in ([], ["--set", "watchNamespaces={team-a}"]):
-        manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), *values).stdout
+        manifest = template(kubeconfig, *values).stdout
         for doc in yaml.safe_load_all(manifest):
             if doc and doc["kind"] in ("ClusterRole", "Role"):
                 for rule in doc["rules"]:
@@ -59,7 +66,7 @@ def test_rbac_has_no_wildcards_and_no_secrets(kubeconfig: str) -> None:
 
 
 def test_deployment_is_hardened(kubeconfig: str) -> None:
-    manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART)).stdout
+    manifest = template(kubeconfig).stdout
     (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
