@@ -28,27 +28,36 @@ if ((${#running[@]} == 0)); then
     say "no cluster is running from $E2E_DIR; nothing to do"
   fi
 else
-  for ((i = ${#E2E_COMPONENTS[@]} - 1; i >= 0; i--)); do
-    name=${E2E_COMPONENTS[i]}
-    [[ -n ${running[$name]:-} ]] || continue
-    say "stopping $name (pid ${running[$name]})"
-    kill -TERM "${running[$name]}" 2>/dev/null || true
-  done
-  deadline=$((SECONDS + TIMEOUT))
-  while :; do
-    left=()
-    for name in "${!running[@]}"; do component_pid "$name" >/dev/null && left+=("$name"); done
-    ((${#left[@]})) || break
-    if ((SECONDS >= deadline)); then
-      for name in "${left[@]}"; do
-        log "$name (pid ${running[$name]}) ignored TERM for ${TIMEOUT}s; sending KILL"
-        kill -KILL "${running[$name]}" 2>/dev/null || true
-      done
-      sleep 0.5
-      break
-    fi
-    sleep 0.2
-  done
+  # In three steps, so that nothing loses its apiserver (or the apiserver its etcd) while shutting down:
+  # clients first, then the apiserver, then etcd.
+  stop() { # stop <component>...: TERM, wait up to $TIMEOUT s, then KILL
+    local name group=()
+    for name in "$@"; do
+      [[ -n ${running[$name]:-} ]] || continue
+      say "stopping $name (pid ${running[$name]})"
+      kill -TERM "${running[$name]}" 2>/dev/null || true
+      group+=("$name")
+    done
+    local deadline=$((SECONDS + TIMEOUT)) left
+    while ((${#group[@]})); do
+      left=()
+      for name in "${group[@]}"; do component_pid "$name" >/dev/null && left+=("$name"); done
+      group=("${left[@]}")
+      ((${#group[@]})) || break
+      if ((SECONDS >= deadline)); then
+        for name in "${group[@]}"; do
+          log "$name (pid ${running[$name]}) ignored TERM for ${TIMEOUT}s; sending KILL"
+          kill -KILL "${running[$name]}" 2>/dev/null || true
+        done
+        sleep 0.5
+        break
+      fi
+      sleep 0.1
+    done
+  }
+  stop ray-operator kwok kube-scheduler kube-controller-manager
+  stop kube-apiserver
+  stop etcd
 fi
 
 # Ports it had: nothing may listen there any more.

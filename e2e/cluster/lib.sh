@@ -35,12 +35,15 @@ die() { log "ERROR: $*"; exit 1; }
 E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator)
 
 # Print the PID of a running component of the cluster in $E2E_DIR; fail if it is not running.
-# A recorded PID only counts if that process still runs the component's binary (PIDs get reused).
+# A recorded PID only counts if that process was started as the component's binary (argv[0]; PIDs get
+# reused). argv[0], not /proc/PID/exe: the latter changes when tools.sh replaces a binary in the cache.
 component_pid() {
-  local f="$E2E_DIR/cluster/pids/$1.pid" pid exe
+  local f="$E2E_DIR/cluster/pids/$1.pid" pid argv0
   [[ -f $f ]] || return 1
   pid=$(<"$f")
-  exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || return 1
-  [[ $(basename "${exe% (deleted)}") == "$1" ]] || return 1
+  [[ $pid =~ ^[0-9]+$ ]] || return 1
+  argv0=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | head -1) || return 1
+  [[ $(basename "$argv0") == "$1" ]] || return 1
+  [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 1 # a zombie has stopped already
   echo "$pid"
 }

@@ -134,8 +134,8 @@ from rlplace_fixtures import (  # noqa: E402, F401
     local_nodegroups,
     operator_kubeconfig,
     restart_operator,
-    rlplace_crds,
     rlplace_chart,
+    rlplace_crds,
     rlplace_operator,
     stop_operator,
 )

@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# Make a kind cluster look like the local e2e cluster: the i-th kind worker gets the labels and extended
+# resources (nvidia.com/gpu, rlplace.io/franka) of the i-th node in e2e/nodes.yaml.
+# Extended resources are advertised by patching each node's status capacity/allocatable through the API
+# ("Advertise Extended Resources for a Node" in the Kubernetes docs); the kubelet keeps them, and pods that
+# request them are scheduled and run (pause/busybox images; nothing uses a real GPU).
+#
+# Usage: e2e/kind/setup.sh [cluster-name]    (default: rlplace; creates the cluster if it does not exist)
+# Needs: docker, kind, kubectl, python3 on PATH.
+set -euo pipefail
+HERE=$(cd "$(dirname "$0")" && pwd)
+REPO=$(cd "$HERE/../.." && pwd)
+NAME=${1:-rlplace}
+CTX=kind-$NAME
+
+for cmd in docker kind kubectl python3; do
+  command -v "$cmd" >/dev/null || { echo "setup.sh: $cmd is required" >&2; exit 1; }
+done
+
+if ! kind get clusters 2>/dev/null | grep -qx "$NAME"; then
+  kind create cluster --name "$NAME" --config "$HERE/kind-config.yaml" --wait 120s
+fi
+kubectl --context "$CTX" wait --for condition=Ready node --all --timeout 120s >/dev/null
+
+# nodes.yaml -> one line per node: "<labels k=v,...> <extended resources k=v,...>" (JSON through kubectl).
+plan=$(kubectl --context "$CTX" create --dry-run=client -o json -f "$REPO/e2e/nodes.yaml" | python3 -c '
+import json, sys
+doc = json.load(sys.stdin)
+for node in doc.get("items", [doc]):
+    labels = {k: v for k, v in node["metadata"]["labels"].items()
+              if k.startswith("rlplace.io/")}
+    extra = {k: v for k, v in node["status"]["capacity"].items()
+             if "/" in k and not k.startswith(("kubernetes.io/", "hugepages-"))}
+    print(",".join(f"{k}={v}" for k, v in labels.items()) or "-",
+          ",".join(f"{k}={v}" for k, v in extra.items()) or "-")
+')
+
+mapfile -t workers < <(kubectl --context "$CTX" get nodes -l '!node-role.kubernetes.io/control-plane' \
+  -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}' | sort -V)
+i=0
+while read -r labels extra; do
+  node=${workers[i]:-}
+  [[ -n $node ]] || { echo "setup.sh: fewer kind workers than nodes in e2e/nodes.yaml" >&2; exit 1; }
+  # shellcheck disable=SC2046
+  kubectl --context "$CTX" label node "$node" --overwrite $(tr , ' ' <<<"$labels") >/dev/null
+  if [[ $extra != - ]]; then
+    patch=$(python3 -c '
+import json, sys
+ops = []
+for kv in sys.argv[1].split(","):
+    k, v = kv.split("=")
+    for field in ("capacity", "allocatable"):
+        ops.append({"op": "add", "path": f"/status/{field}/" + k.replace("~", "~0").replace("/", "~1"), "value": v})
+print(json.dumps(ops))' "$extra")
+    kubectl --context "$CTX" patch node "$node" --subresource status --type json -p "$patch" >/dev/null
+  fi
+  echo "$node: labels $labels; extended resources $extra"
+  i=$((i + 1))
+done <<<"$plan"
+
+echo "kind cluster $NAME ready. Run the e2e suite against it with:"
+echo "  export KUBECONFIG=\$(mktemp) && kind get kubeconfig --name $NAME > \$KUBECONFIG && make test"
+echo "KubeRay is not installed by this script; install its operator (e.g. helm install kuberay-operator"
+echo "kuberay/kuberay-operator) before running the tests that need RayClusters."
