@@ -22,6 +22,9 @@ NODE_GROUP = "node"
 RESERVED_LABELS = (CLUSTER_GROUP, NODE_GROUP)
 #: `accelerators_per_node` when a config does not say (the common 8-GPU node).
 DEFAULT_ACCELERATORS_PER_NODE = 8
+#: Bounds that keep a typo (`num_nodes: 1000000000`) from building a cluster that exhausts memory.
+MAX_NODES = 100_000
+MAX_ACCELERATORS_PER_NODE = 1024
 
 _NODE_GROUP_FIELDS = ("label", "node_ranks", "hardware", "ignore_hardware", "env_configs")
 _ENV_CONFIG_FIELDS = ("node_ranks", "env_vars", "python_interpreter_path")
@@ -230,6 +233,8 @@ class Cluster:
         num_nodes = section.get("num_nodes")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes <= 0:
             raise PlacementError(f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}")
+        if num_nodes > MAX_NODES:
+            raise PlacementError(f"cluster.num_nodes is {num_nodes}; at most {MAX_NODES} nodes are supported")
         counts = _accelerator_counts(section.get("accelerators_per_node"), num_nodes)
         nodes = [Node(r, c, NV_GPU if c else NO_ACCEL) for r, c in enumerate(counts)]
         raw_groups = section.get("node_groups") or []
@@ -248,8 +253,10 @@ def _accelerator_counts(value: object, num_nodes: int) -> list[int]:
             f"cluster.accelerators_per_node lists {len(values)} counts for {num_nodes} nodes (give one per node)"
         )
     for count in values:
-        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-            raise PlacementError(f"cluster.accelerators_per_node must hold integers >= 0, got {count!r}")
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_ACCELERATORS_PER_NODE:
+            raise PlacementError(
+                f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, got {count!r}"
+            )
     return list(values)
 
 

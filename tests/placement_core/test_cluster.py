@@ -187,9 +187,9 @@ def test_cluster_must_be_a_mapping():
     ("value", "message"),
     [
         ([8, 8], r"lists 2 counts for 3 nodes"),
-        (-1, r"must hold integers >= 0, got -1"),
-        ("8", r"must hold integers >= 0, got '8'"),
-        ([8, True, 8], r"must hold integers >= 0, got True"),
+        (-1, r"must hold integers from 0 to 1024, got -1"),
+        ("8", r"must hold integers from 0 to 1024, got '8'"),
+        ([8, True, 8], r"must hold integers from 0 to 1024, got True"),
     ],
 )
 def test_bad_accelerators_per_node(value, message):
@@ -389,3 +389,10 @@ def test_ignore_hardware_false_beside_hardware_is_allowed():
         {"label": "robot", "node_ranks": 2, "ignore_hardware": False, "hardware": {"type": "GimArm", "configs": []}}
     )
     assert cluster.get_node_group("robot").hardware_type == "GimArm"
+
+
+def test_absurd_sizes_are_refused_before_building_anything() -> None:
+    with pytest.raises(PlacementError, match="at most 100000 nodes"):
+        Cluster.from_config({"num_nodes": 1_000_000_000})
+    with pytest.raises(PlacementError, match="from 0 to 1024, got 4096"):
+        Cluster.from_config({"num_nodes": 1, "accelerators_per_node": 4096})
