@@ -6,7 +6,9 @@
 # Usage: e2e/cluster/down.sh [--quiet]
 # Env:   RLPLACE_E2E_DIR (state dir, default .e2e), RLPLACE_E2E_STOP_TIMEOUT (seconds before KILL, default 10)
 set -euo pipefail
+# shellcheck disable=SC2034 # used by log() in lib.sh
 E2E_LOG_PREFIX=cluster-down
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 QUIET=0
@@ -63,7 +65,7 @@ fi
 # Ports it had: nothing may listen there any more.
 if [[ -f $STATE/ports.env ]] && command -v ss >/dev/null; then
   busy=()
-  while IFS== read -r comp port; do
+  while IFS='=' read -r comp port; do
     [[ -n $port ]] || continue
     if ss -Hltn "sport = :$port" | grep -q .; then busy+=("$comp:$port"); fi
   done <"$STATE/ports.env"

@@ -26,12 +26,14 @@ tool_dir() { echo "$E2E_CACHE/$1-$(tool_version "$1")"; }
 tool_bin() { echo "$(tool_dir "$1")/$1"; }
 kuberay_crd_dir() { echo "$(tool_dir ray-operator)/crds"; }
 
+# shellcheck disable=SC2034 # used by the scripts that source this file
 E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm)
 
 log() { printf '[%s] %s\n' "${E2E_LOG_PREFIX:-e2e}" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 # Cluster components in start order; down.sh stops them in reverse.
+# shellcheck disable=SC2034
 E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator)
 
 # Print the PID of a running component of the cluster in $E2E_DIR; fail if it is not running.

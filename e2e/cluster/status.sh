@@ -2,7 +2,9 @@
 # Is the local cluster in $RLPLACE_E2E_DIR (default .e2e) running? Prints each component's PID and port.
 # Exit 0: every component runs; 1: none does; 2: some do (a crashed component: make cluster-down, then up).
 set -euo pipefail
+# shellcheck disable=SC2034 # used by log() in lib.sh
 E2E_LOG_PREFIX=cluster
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 up=0

@@ -10,7 +10,9 @@
 #
 # Usage: e2e/cluster/tools.sh [--force]     (--force rebuilds everything)
 set -euo pipefail
+# shellcheck disable=SC2034 # used by log() in lib.sh
 E2E_LOG_PREFIX=tools
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 FORCE=0
@@ -27,13 +29,12 @@ command -v go >/dev/null || die "go is not on PATH (need Go >= 1.26 to build the
 
 # ---------------------------------------------------------------------------------------------------------
 # Health check of one cached binary: it exists and its version command succeeds and names the version.
-check_cmd() {
-  local bin=$1
-  case "$(basename "$bin")" in
-    kubectl) echo "$bin version --client" ;;
-    helm) echo "$bin version --short" ;;
-    ray-operator) echo "$bin -help" ;; # no version flag; -help exits 0 once flags parse
-    *) echo "$bin --version" ;;
+check_args() { # the arguments that make a tool print its version
+  case "$1" in
+    kubectl) echo "version --client" ;;
+    helm) echo "version --short" ;;
+    ray-operator) echo "-help" ;; # no version flag; -help exits 0 once its flags parse
+    *) echo "--version" ;;
   esac
 }
 
@@ -41,13 +42,14 @@ check_tool() { # prints nothing on success, a reason on failure
   local tool=$1 bin out
   bin=$(tool_bin "$tool")
   [[ -x $bin ]] || { echo "missing"; return 1; }
-  local rc=0
-  out=$(timeout 20 $(check_cmd "$bin") 2>&1) || rc=$?
+  local rc=0 args
+  read -ra args <<<"$(check_args "$tool")"
+  out=$(timeout 20 "$bin" "${args[@]}" 2>&1) || rc=$?
   if ((rc != 0)); then
     local why="exit status $rc"
     ((rc > 128)) && why+=" (killed by signal $((rc - 128)))"
     [[ -n $out ]] && why+=": $(tail -1 <<<"$out")"
-    echo "'$(check_cmd "$bin" | sed "s|$bin|$tool|")' failed with $why"
+    echo "'$tool ${args[*]}' failed with $why"
     return 1
   fi
   local ver
@@ -149,7 +151,7 @@ build_kubernetes() {
   done
   local out="$src/out"
   rm -rf "$out" && mkdir -p "$out"
-  (cd "$src" && progress kubernetes-$kv nice go build -mod=mod -v -trimpath -ldflags "$ld" -o "$out/" \
+  (cd "$src" && progress "kubernetes-$kv" nice go build -mod=mod -v -trimpath -ldflags "$ld" -o "$out/" \
     k8s.io/kubernetes/cmd/kube-apiserver \
     k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kube-scheduler \

@@ -11,7 +11,9 @@
 # If a component fails to start it prints the component's name and the tail of its log, stops everything
 # started so far, keeps the logs under $RLPLACE_E2E_DIR/cluster/logs and exits 1.
 set -euo pipefail
+# shellcheck disable=SC2034 # used by log() in lib.sh
 E2E_LOG_PREFIX=cluster-up
+# shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
 
 STATE="$E2E_DIR/cluster"
@@ -28,7 +30,7 @@ START_TIMEOUT=${RLPLACE_E2E_START_TIMEOUT:-90}
 # Already running? Stale state from a crashed run?
 alive=()
 for name in "${E2E_COMPONENTS[@]}"; do
-  if pid=$(component_pid "$name"); then alive+=("$name[$pid]"); fi
+  if pid=$(component_pid "$name"); then alive+=("${name}[$pid]"); fi
 done
 if ((${#alive[@]})); then
   log "a cluster is already running from $E2E_DIR: ${alive[*]}"
@@ -78,7 +80,7 @@ trap 'log "interrupted"; exit 130' INT TERM
 start() { # start <name> <binary> args...
   local name=$1
   shift
-  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null &
+  setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$PIDS/$name.pid"
   STARTED+=("$name")
 }
@@ -105,6 +107,15 @@ wait_for() {
 }
 
 # ---------------------------------------------------------------------------------------------------------
+# One cluster-up at a time chooses and binds ports (another one could otherwise pick a port that is chosen
+# here but not yet bound). The lock is released once every component listens; components do not inherit it.
+mkdir -p "$E2E_CACHE"
+exec 8>"$E2E_CACHE/.cluster-up.lock"
+if ! flock -n 8; then
+  log "another cluster-up is starting its components; waiting for it to bind its ports ..."
+  flock -w 300 8 || die "gave up waiting for $E2E_CACHE/.cluster-up.lock after 300 s"
+fi
+
 # Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now.
 # Each candidate is bound once to make sure it is free; if another process grabs it before the component
 # binds, the component fails to start and the message says which port.
@@ -164,8 +175,8 @@ subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubern
   sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
   sign kube-scheduler "/CN=system:kube-scheduler" "$client"
   sign front-proxy-client "/CN=front-proxy-client" "$client" # apiserver -> aggregated APIs
-  ossl genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out sa.key
-  ossl pkey -in sa.key -pubout -out sa.pub
+  ossl ecparam -name prime256v1 -genkey -noout -out sa.key # ServiceAccount tokens are signed ES256
+  ossl ec -in sa.key -pubout -out sa.pub
   chmod 600 ./*.key
 ) || die "openssl failed; see $LOGS/openssl.log"
 
@@ -248,17 +259,26 @@ start kwok "${BIN[kwok]}" \
   --node-lease-duration-seconds 40 \
   --cidr 10.244.0.0/16 \
   --server-address "127.0.0.1:$P_KWOK"
+# While those start: KubeRay's CRDs and the fake nodes (both need only the apiserver). The CRDs are large
+# (4 MB): too big for client-side apply's annotation, and `create` is faster than server-side apply.
+"${KC[@]}" create -f "$CRDS" >"$LOGS/crds.log" 2>&1 8>&- &
+crds_job=$!
+"${KC[@]}" apply -f "$E2E_REPO/e2e/nodes.yaml" >"$LOGS/nodes.log" 2>&1 ||
+  { cat "$LOGS/nodes.log" >&2; die "creating the fake nodes from e2e/nodes.yaml failed"; }
+
 wait_for kube-controller-manager healthy curl -fsSk "https://127.0.0.1:$P_KCM/healthz"
 wait_for kube-scheduler healthy curl -fsSk "https://127.0.0.1:$P_SCHED/healthz"
 wait_for kwok healthy curl -fsS "http://127.0.0.1:$P_KWOK/healthz"
 
-# KubeRay: CRDs first, then the operator out of cluster. The CRDs are large (4 MB): too big for client-side
-# apply's annotation, and `create` is much faster than server-side apply on a fresh cluster.
-"${KC[@]}" create -f "$CRDS" >"$LOGS/crds.log" 2>&1 ||
-  { cat "$LOGS/crds.log" >&2; die "creating the KubeRay CRDs failed"; }
-"${KC[@]}" wait --for condition=Established --timeout 60s -f "$CRDS" >>"$LOGS/crds.log" 2>&1 ||
-  { cat "$LOGS/crds.log" >&2; die "the KubeRay CRDs did not become Established"; }
-log "KubeRay CRDs established ($((SECONDS - T0)) s)"
+wait "$crds_job" || { cat "$LOGS/crds.log" >&2; die "creating the KubeRay CRDs failed"; }
+log "KubeRay CRDs created ($((SECONDS - T0)) s)"
+crds_established() {
+  local got
+  got=$("${KC[@]}" get -f "$CRDS" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{" "}{end}')
+  [[ $got == "$(for _ in "$CRDS"/*.yaml; do printf 'True '; done)" ]]
+}
+wait_for kube-apiserver "serving the KubeRay CRDs (Established)" crds_established
+
 KUBECONFIG="$STATE/admin.kubeconfig" start ray-operator "${BIN[ray-operator]}" \
   --kubeconfig "$STATE/admin.kubeconfig" \
   --enable-leader-election=false \
@@ -266,12 +286,9 @@ KUBECONFIG="$STATE/admin.kubeconfig" start ray-operator "${BIN[ray-operator]}" \
   --health-probe-bind-address "127.0.0.1:$P_RAY_PROBE" \
   --log-stdout-encoder console
 wait_for ray-operator ready curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
+exec 8>&- # every port is bound now: let another cluster-up choose its own
 
-# ---------------------------------------------------------------------------------------------------------
-# Fake nodes, then wait until kwok reports them Ready and the default ServiceAccount exists
-# (pods cannot be created in a namespace before its ServiceAccount controller made "default").
-"${KC[@]}" apply -f "$E2E_REPO/e2e/nodes.yaml" >"$LOGS/nodes.log" 2>&1 ||
-  { cat "$LOGS/nodes.log" >&2; die "creating the fake nodes from e2e/nodes.yaml failed"; }
+# kwok reports the nodes Ready; pods can be created once the namespace's "default" ServiceAccount exists.
 wait_for kwok "running every node in e2e/nodes.yaml (Ready)" \
   "${KC[@]}" wait --for condition=Ready --timeout 2s -f "$E2E_REPO/e2e/nodes.yaml"
 wait_for kube-controller-manager "done creating the default ServiceAccount" \

@@ -22,11 +22,19 @@ if ! kind get clusters 2>/dev/null | grep -qx "$NAME"; then
 fi
 kubectl --context "$CTX" wait --for condition=Ready node --all --timeout 120s >/dev/null
 
-# nodes.yaml -> one line per node: "<labels k=v,...> <extended resources k=v,...>" (JSON through kubectl).
+# nodes.yaml -> one line per node: "<labels k=v,...> <extended resources k=v,...>". kubectl turns the YAML
+# into a stream of JSON objects, so no YAML library is needed.
 plan=$(kubectl --context "$CTX" create --dry-run=client -o json -f "$REPO/e2e/nodes.yaml" | python3 -c '
 import json, sys
-doc = json.load(sys.stdin)
-for node in doc.get("items", [doc]):
+text, decoder, i, nodes = sys.stdin.read(), json.JSONDecoder(), 0, []
+while True:
+    while i < len(text) and text[i].isspace():
+        i += 1
+    if i == len(text):
+        break
+    obj, i = decoder.raw_decode(text, i)
+    nodes.extend(obj.get("items", [obj]))
+for node in nodes:
     labels = {k: v for k, v in node["metadata"]["labels"].items()
               if k.startswith("rlplace.io/")}
     extra = {k: v for k, v in node["status"]["capacity"].items()
@@ -41,8 +49,10 @@ i=0
 while read -r labels extra; do
   node=${workers[i]:-}
   [[ -n $node ]] || { echo "setup.sh: fewer kind workers than nodes in e2e/nodes.yaml" >&2; exit 1; }
-  # shellcheck disable=SC2046
-  kubectl --context "$CTX" label node "$node" --overwrite $(tr , ' ' <<<"$labels") >/dev/null
+  if [[ $labels != - ]]; then
+    # shellcheck disable=SC2046 # one argument per k=v
+    kubectl --context "$CTX" label node "$node" --overwrite $(tr , ' ' <<<"$labels") >/dev/null
+  fi
   if [[ $extra != - ]]; then
     patch=$(python3 -c '
 import json, sys
