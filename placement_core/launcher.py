@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from placement_core.cluster import ACCELERATOR
+from placement_core.placement import Placement, placement_env
 
 if TYPE_CHECKING:
     from placement_core.components import ComponentPlacement
@@ -182,9 +183,10 @@ def load_plan(source: ComponentPlacement | Mapping[str, Any] | str) -> LaunchPla
     components = source.get("components") if isinstance(source, Mapping) else None
     if not isinstance(components, Mapping) or not components:
         raise LaunchError("the plan has no 'components' mapping (expected the output of build_plan)")
-    specs = {
-        name: tuple(_process_spec(name, entry) for entry in _entries(name, comp)) for name, comp in components.items()
-    }
+    specs = {}
+    for name, comp in components.items():
+        entries = _entries(name, comp)
+        specs[name] = tuple(_process_spec(name, entry, len(entries)) for entry in entries)
     holders: dict[tuple[int, int], int] = {}
     for procs in specs.values():
         for proc in procs:
@@ -235,17 +237,24 @@ def _entries(name: str, component: object) -> list[Mapping[str, Any]]:
     return processes
 
 
-def _process_spec(name: str, entry: Mapping[str, Any]) -> ProcessSpec:
+def _process_spec(name: str, entry: Mapping[str, Any], world_size: int) -> ProcessSpec:
     rank = entry["rank"]
-    if "env" not in entry:
-        raise LaunchError(f"component '{name}' rank {rank}: no 'env' in the plan (build it with with_env=True)")
     try:
         node_rank = int(entry["cluster_node_rank"])
         gpus = _held_gpus(entry)
-    except (KeyError, TypeError, ValueError) as err:
-        raise LaunchError(f"component '{name}' rank {rank}: malformed process entry ({err!r})") from err
-    env = {str(k): str(v) for k, v in entry["env"].items()}
-    return ProcessSpec(name, rank, node_rank, gpus, env)
+        env = entry["env"] if "env" in entry else _placement_env(entry, world_size)
+    except KeyError as err:
+        raise LaunchError(f"component '{name}' rank {rank}: the plan's entry has no '{err.args[0]}'") from err
+    except (TypeError, ValueError) as err:
+        raise LaunchError(f"component '{name}' rank {rank}: malformed process entry ({err})") from err
+    return ProcessSpec(name, rank, node_rank, gpus, {str(k): str(v) for k, v in env.items()})
+
+
+def _placement_env(entry: Mapping[str, Any], world_size: int) -> dict[str, str]:
+    """The §3 variables for a plan saved without env (`rlplace plan -o json`); node groups' env_configs are
+    not in such a plan, so only the operator's plan (with_env=True) carries them. MASTER_ADDR is set at launch."""
+    fields = {name: entry[name] for name in Placement.__dataclass_fields__}
+    return placement_env(Placement(**fields), world_size, master_addr="")
 
 
 def _held_gpus(entry: Mapping[str, Any]) -> tuple[int, ...]:
@@ -384,8 +393,11 @@ def ray_node_addresses() -> dict[int, str]:
             continue
         for key in node.get("Resources", {}):
             rank = parse_node_resource(key)
-            if rank is not None:
-                addresses[rank] = node["NodeManagerAddress"]
+            if rank is None:
+                continue
+            if rank in addresses:
+                raise LaunchError(f"two live Ray nodes declare node rank {rank} ('{node_resource(rank)}')")
+            addresses[rank] = node["NodeManagerAddress"]
     return addresses
 
 

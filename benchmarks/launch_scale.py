@@ -1,0 +1,113 @@
+"""Time to start 64 workers on 4 simulated nodes: the rlplace launcher against plain Ray `num_gpus=1` actors.
+
+The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
+with custom resources, ships a per-process environment), so this measures what that costs, for both ways of
+shipping the environment (LaunchOptions.env_via). All sides run in the same simulated cluster, in a
+palindrome order (plain, runtime_env, constructor, constructor, runtime_env, plain) so none gets the warm
+caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
+
+    .venv/bin/python benchmarks/launch_scale.py [--nodes 4] [--workers 64] [--rounds 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+from placement_core import launcher
+from placement_core.plan import build_plan, component_placement
+
+TARGET_RATIO = 1.5
+SIDES = {
+    "plain": "plain Ray actors (num_gpus=1)",
+    "runtime_env": "launcher, env_via=runtime_env (default)",
+    "constructor": "launcher, env_via=constructor",
+}
+
+
+class Worker:
+    """As small as an actor gets, so the time is all placement and process start."""
+
+    def ping(self) -> int:
+        return 1
+
+
+def make_plan(nodes: int, gpus_per_node: int) -> dict:
+    """One exclusive process per GPU on every node: what the operator would store for `actor: all`."""
+    config = {
+        "cluster": {"num_nodes": nodes, "accelerators_per_node": gpus_per_node, "component_placement": {"actor": "all"}}
+    }
+    return build_plan(component_placement(config), with_env=True)
+
+
+def time_plain(workers: int) -> float:
+    """Plain Ray: `num_gpus=1` actors; Ray picks the node and sets CUDA_VISIBLE_DEVICES itself."""
+    import ray
+
+    actor_class = ray.remote(Worker).options(num_cpus=0, num_gpus=1)
+    start = time.perf_counter()
+    actors = [actor_class.remote() for _ in range(workers)]
+    ray.get([a.__ray_ready__.remote() for a in actors])
+    elapsed = time.perf_counter() - start
+    for actor in actors:
+        ray.kill(actor)
+    return elapsed
+
+
+def time_launcher(plan: dict, env_via: str) -> float:
+    """The launcher, from the stored plan to every actor up (plan parsing and cluster check included)."""
+    options = launcher.LaunchOptions(free_timeout_s=60, env_via=env_via)
+    start = time.perf_counter()
+    group = launcher.launch(plan, "actor", Worker, options=options)
+    elapsed = time.perf_counter() - start
+    group.shutdown()
+    return elapsed
+
+
+def wait_idle(workers: int) -> None:
+    """Let killed actors' processes exit and their GPUs return, so each run starts from the same state."""
+    import ray
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        free = ray.available_resources()
+        rlplace_free = sum(v for k, v in free.items() if launcher.parse_gpu_resource(k))
+        if free.get("GPU", 0) >= workers and rlplace_free >= workers:
+            break
+        time.sleep(0.2)
+    time.sleep(3)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=4)
+    parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--rounds", type=int, default=1, help="pairs of runs per side")
+    args = parser.parse_args(argv)
+    if args.workers % args.nodes:
+        parser.error("--workers must be a multiple of --nodes")
+    gpus = args.workers // args.nodes
+    plan = make_plan(args.nodes, gpus)
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    with launcher.simulated_cluster([gpus] * args.nodes):
+        for _ in range(args.rounds):
+            for side in (*SIDES, *reversed(SIDES)):
+                wait_idle(args.workers)
+                times[side].append(time_plain(args.workers) if side == "plain" else time_launcher(plan, side))
+    medians = {side: statistics.median(runs) for side, runs in times.items()}
+    print(
+        f"{args.workers} workers on {args.nodes} simulated nodes ({gpus} fake GPUs each), median of {2 * args.rounds}"
+    )
+    for side, label in SIDES.items():
+        runs = ", ".join(f"{t:.2f}" for t in times[side])
+        ratio = (
+            "" if side == "plain" else f"   {medians[side] / medians['plain']:.2f}x plain (target <= {TARGET_RATIO}x)"
+        )
+        print(f"  {label:<40} {medians[side]:6.2f} s{ratio}   runs: {runs}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,379 @@
+"""The Ray launcher: names shared with the operator, plan reading and resource checks (pure), then real actors
+on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the whole module."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from placement_core import launcher
+from placement_core.launcher import (
+    LaunchError,
+    LaunchOptions,
+    LaunchPlan,
+    WorkerDiedError,
+    check_resources,
+    gpu_resource,
+    load_plan,
+    node_resource,
+    node_resources,
+)
+from placement_core.plan import build_plan, component_placement
+
+pytestmark = pytest.mark.ray
+
+ENV_KEYS = ("CUDA_VISIBLE_DEVICES", "RANK", "WORLD_SIZE", "NODE_RANK", "CLUSTER_NODE_RANK", "MASTER_ADDR")
+
+
+def config(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> dict:
+    return {"cluster": {"num_nodes": num_nodes, "accelerators_per_node": gpus, "component_placement": placements}}
+
+
+def plan_of(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> dict:
+    """The plan exactly as the operator stores it: build_plan(with_env=True) through JSON."""
+    return json.loads(json.dumps(build_plan(component_placement(config(placements, num_nodes, gpus)), with_env=True)))
+
+
+# The module's main plan: actor and rollout collocated (2 per GPU), reward exclusive, critic on 2 GPUs.
+MAIN = {"actor,rollout": "0-1,8-9", "reward": "2,10", "critic": "3-4:0"}
+
+
+# -- names and pure logic --------------------------------------------------------------------------------
+
+
+def test_names_the_operator_uses() -> None:
+    assert launcher.node_label() == "rlplace.io/node-rank"
+    assert launcher.node_labels(3) == {"rlplace.io/node-rank": "3"}
+    assert node_resource(3) == "rlplace_node_3"
+    assert gpu_resource(3, 7) == "rlplace_gpu_3_7"
+    assert node_resources(1, 2) == {"rlplace_node_1": 1000, "rlplace_gpu_1_0": 1, "rlplace_gpu_1_1": 1}
+    params = launcher.ray_start_params(1, 1)
+    assert params == {
+        "resources": '\'{"rlplace_node_1":1000,"rlplace_gpu_1_0":1}\'',
+        "labels": "rlplace.io/node-rank=1",
+    }
+    assert launcher.parse_node_resource("rlplace_node_12") == 12
+    assert launcher.parse_gpu_resource("rlplace_gpu_2_5") == (2, 5)
+    assert launcher.parse_gpu_resource("GPU") is None
+
+
+def test_import_without_ray_connection_needs_no_ray() -> None:
+    """The operator imports the names; nothing at import time may start or need Ray."""
+    code = "import sys, placement_core.launcher; assert 'ray' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_collocated_gpus_are_shared_exclusive_taken_whole() -> None:
+    plan = load_plan(plan_of(MAIN))
+    actor0 = plan.processes("actor")[0]
+    assert plan.resources(actor0) == {"rlplace_node_0": 1, "rlplace_gpu_0_0": 0.5}
+    assert plan.resources(plan.processes("reward")[1]) == {"rlplace_node_1": 1, "rlplace_gpu_1_2": 1.0}
+    assert plan.resources(plan.processes("critic")[0]) == {
+        "rlplace_node_0": 1,
+        "rlplace_gpu_0_3": 1.0,
+        "rlplace_gpu_0_4": 1.0,
+    }
+
+
+def test_three_way_share_rounds_down_to_ray_step() -> None:
+    plan = load_plan(plan_of({"a": "0:0-2"}, num_nodes=1))
+    assert [plan.resources(p)["rlplace_gpu_0_0"] for p in plan.processes("a")] == [0.3333] * 3
+
+
+@given(st.integers(1, launcher.RESOURCE_STEP))
+def test_shares_of_one_gpu_never_exceed_it(holders: int) -> None:
+    """However many processes the plan puts on a GPU, their shares (in Ray's fixed-point steps) fit in it,
+    none is zero, and only a lone holder takes the whole GPU."""
+    plan = LaunchPlan({}, {(0, 0): holders})
+    steps = round(plan.share(0, 0) * launcher.RESOURCE_STEP)
+    assert 1 <= steps * holders <= launcher.RESOURCE_STEP
+    assert (steps == launcher.RESOURCE_STEP) == (holders == 1)
+
+
+def test_component_placement_and_configmap_json_give_the_same_plan() -> None:
+    placement = component_placement(config(MAIN))
+    from_placement = load_plan(placement)
+    from_json = load_plan(json.dumps(build_plan(placement, with_env=True)))
+    assert from_placement == from_json
+
+
+def test_a_plan_without_env_gets_the_placement_variables() -> None:
+    """`rlplace plan -o json` leaves env out; the launcher derives the §3 variables from the entries."""
+    placement = component_placement(config(MAIN))
+    bare = load_plan(build_plan(placement))
+    full = load_plan(build_plan(placement, with_env=True))
+    for name in full.components:
+        for lean, rich in zip(bare.processes(name), full.processes(name), strict=True):
+            assert {**lean.env, "MASTER_ADDR": "x"} == {**rich.env, "MASTER_ADDR": "x"}
+
+
+def test_robot_hardware_ranks_are_not_gpus() -> None:
+    entry = {
+        "rank": 0,
+        "cluster_node_rank": 0,
+        "local_accelerator_rank": 0,
+        "visible_accelerators": ["0", "1"],
+        "isolate_accelerator": True,
+        "local_hardware_ranks": [1],
+        "env": {},
+    }
+    assert load_plan({"components": {"arm": {"processes": [entry]}}}).processes("arm")[0].gpus == ()
+    typed = {**entry, "hardware_type": "Accelerator"}
+    assert load_plan({"components": {"g": {"processes": [typed]}}}).processes("g")[0].gpus == (1,)
+
+
+@pytest.mark.parametrize(
+    ("plan", "message"),
+    [
+        ("{", "the plan is not valid JSON"),
+        ({"mode": "hybrid"}, "the plan has no 'components' mapping"),
+        ({"components": {"a": {"processes": [{"rank": 1}]}}}, "component 'a': process ranks must be 0..0 in order"),
+        (
+            {"components": {"a": {"processes": [{"rank": 0, "cluster_node_rank": 0}]}}},
+            "component 'a' rank 0: the plan's entry has no 'placement_node_rank'",
+        ),
+    ],
+)
+def test_bad_plans(plan: object, message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        load_plan(plan)
+
+
+def test_unknown_component_lists_known() -> None:
+    with pytest.raises(LaunchError, match=r"unknown component 'actr' \(known: actor, rollout, reward, critic\)"):
+        load_plan(plan_of(MAIN)).processes("actr")
+
+
+def test_missing_nodes_and_gpus_are_listed_in_one_line() -> None:
+    plan = load_plan(plan_of({"a": "8-9,16", "b": "all"}, num_nodes=3, gpus=16))
+    total = {**node_resources(0, 8), **node_resources(1, 16)}
+    with pytest.raises(LaunchError) as err:
+        check_resources(plan, ["a", "b"], total)
+    message = str(err.value)
+    assert "\n" not in message
+    assert message == (
+        "the Ray cluster lacks what component 'a', component 'b' need: node rank 2; "
+        "GPU 8-15 on node rank 0 (it declares 8 GPUs) (Ray nodes declare node ranks 0-1)"
+    )
+
+
+def test_held_resources_are_reported() -> None:
+    plan = load_plan(plan_of(MAIN))
+    total = {**node_resources(0, 8), **node_resources(1, 8)}
+    available = {**total, gpu_resource(0, 2): 0.5}
+    del available[gpu_resource(1, 2)]
+    with pytest.raises(
+        LaunchError,
+        match=r"component 'reward' cannot start, resources held by running actors: "
+        r"GPU 2 on node rank 0 needs 1, 0.5 free; GPU 2 on node rank 1 needs 1, 0 free$",
+    ):
+        check_resources(plan, ["reward"], total, available)
+    check_resources(plan, ["actor"], total, available)
+
+
+def test_launch_needs_a_connection() -> None:
+    import ray
+
+    if ray.is_initialized():
+        pytest.skip("the module's cluster is already up")
+    with pytest.raises(LaunchError, match="not connected to a Ray cluster"):
+        launcher.launch(plan_of(MAIN), "reward", Probe)
+
+
+def test_workers_must_be_plain_classes_and_options_not_placement() -> None:
+    import ray
+
+    with pytest.raises(LaunchError, match=r"component 'reward': the worker must be a plain class, got ActorClass"):
+        launcher.launch(plan_of(MAIN), "reward", ray.remote(Probe))
+    with pytest.raises(LaunchError, match=r"actor_options may not set num_gpus, resources \(the plan decides them\)"):
+        launcher.launch(
+            plan_of(MAIN), "reward", Probe, options=LaunchOptions(actor_options={"num_gpus": 1, "resources": {}})
+        )
+
+
+# -- real actors -----------------------------------------------------------------------------------------
+
+
+class Probe:
+    """A tiny worker: says what it sees, sleeps, or dies on request."""
+
+    def __init__(self, marker_dir: str | None = None) -> None:
+        if marker_dir:
+            Path(marker_dir, f"{os.getpid()}").touch()
+
+    def report(self) -> dict:
+        import ray
+
+        context = ray.get_runtime_context()
+        return {
+            "env": {key: os.environ.get(key) for key in ENV_KEYS},
+            "node_id": context.get_node_id(),
+            "labels": context.get_node_labels(),
+        }
+
+    def span(self, seconds: float) -> tuple[float, float]:
+        start = time.time()
+        time.sleep(seconds)
+        return start, time.time()
+
+    def exit(self) -> None:
+        os._exit(1)
+
+
+class Broken:
+    def __init__(self) -> None:
+        raise RuntimeError("no model weights at /models/x")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each."""
+    import ray
+
+    ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+    with launcher.simulated_cluster([8, 8]):
+        yield
+    ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
+
+
+@pytest.fixture(scope="module")
+def main_groups(ray_cluster):
+    groups = launcher.launch_all(plan_of(MAIN), dict.fromkeys(["actor", "rollout", "reward", "critic"], Probe))
+    yield groups
+    for group in groups.values():
+        group.shutdown()
+
+
+def test_every_actor_sees_its_planned_environment_on_its_node(main_groups) -> None:
+    import ray
+
+    plan = plan_of(MAIN)
+    node_ids = {n["Labels"]["rlplace.io/node-rank"]: n["NodeID"] for n in ray.nodes() if n["Alive"]}
+    addresses = launcher.ray_node_addresses()
+    for name, group in main_groups.items():
+        reports = group.run("report", timeout=60)
+        entries = plan["components"][name]["processes"]
+        assert len(reports) == len(entries) == group.world_size
+        for entry, seen in zip(entries, reports, strict=True):
+            expected = {key: entry["env"][key] for key in ENV_KEYS}
+            expected["MASTER_ADDR"] = addresses[entries[0]["cluster_node_rank"]]
+            assert seen["env"] == expected
+            node = str(entry["cluster_node_rank"])
+            assert seen["labels"]["rlplace.io/node-rank"] == node
+            assert seen["node_id"] == node_ids[node]
+
+
+def test_collocated_components_share_and_exclusive_hold_whole_gpus(main_groups) -> None:
+    import ray
+
+    actor = [r["env"]["CUDA_VISIBLE_DEVICES"] for r in main_groups["actor"].run("report")]
+    rollout = [r["env"]["CUDA_VISIBLE_DEVICES"] for r in main_groups["rollout"].run("report")]
+    assert actor == rollout == ["0", "1", "0", "1"]
+    assert main_groups["critic"].run("report")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "3,4"
+    free = ray.available_resources()
+    for rank in (0, 1):
+        for gpu in (0, 1, 2):
+            assert free.get(gpu_resource(rank, gpu), 0) == 0
+        assert free[gpu_resource(rank, 5)] == 1
+
+
+def test_constructor_mode_gives_the_same_environment(main_groups) -> None:
+    plan = plan_of({"fast": "11,12"})
+    opts = LaunchOptions(env_via="constructor", actor_options={"max_concurrency": 2})
+    with launcher.launch(plan, "fast", Probe, options=opts) as group:
+        seen = [r["env"] for r in group.run("report")]
+    master = launcher.ray_node_addresses()[1]
+    expected = [
+        {**{k: p["env"][k] for k in ENV_KEYS}, "MASTER_ADDR": master} for p in plan["components"]["fast"]["processes"]
+    ]
+    assert seen == expected
+    assert [s["CUDA_VISIBLE_DEVICES"] for s in seen] == ["3", "4"]
+
+
+def test_exclusive_gpus_taken_fail_before_starting(main_groups, tmp_path) -> None:
+    with pytest.raises(LaunchError, match=r"component 'reward' cannot start, .*GPU 2 on node rank 0 needs 1, 0 free"):
+        launcher.launch(plan_of(MAIN), "reward", Probe, str(tmp_path), options=LaunchOptions(free_timeout_s=0.3))
+    assert not list(tmp_path.iterdir())
+
+
+def test_ray_itself_never_doubles_up_an_exclusive_gpu(main_groups) -> None:
+    """Without the free check the actors are queued by Ray, never started on the held GPU, and killed."""
+    other = plan_of({"intruder": "2"})
+    with pytest.raises(LaunchError, match=r"^component 'intruder' rank 0 did not start within 2 s"):
+        launcher.launch(other, "intruder", Probe, options=LaunchOptions(free_timeout_s=None, ready_timeout_s=2))
+
+
+def test_collocated_components_launched_one_by_one_fit_beside_each_other(main_groups) -> None:
+    plan = plan_of({"p,q": "7"})
+    with launcher.launch(plan, "p", Probe), launcher.launch(plan, "q", Probe) as q:
+        assert q.run("report")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "7"
+        with pytest.raises(LaunchError, match=r"GPU 7 on node rank 0 needs 1, 0 free"):
+            launcher.launch(plan_of({"r": "7"}), "r", Probe, options=LaunchOptions(free_timeout_s=0.2))
+
+
+def test_non_blocking_calls_of_two_components_overlap(main_groups) -> None:
+    actor = main_groups["actor"].call("span", 1.0)
+    reward = main_groups["reward"].call("span", 1.0)
+    assert not actor.done()
+    spans = actor.get(timeout=30) + reward.get(timeout=30)
+    assert max(start for start, _ in spans) < min(end for _, end in spans)
+
+
+def test_missing_node_fails_before_any_actor_starts(ray_cluster, tmp_path) -> None:
+    plan = plan_of({"a": "0,16"}, num_nodes=3)
+    with pytest.raises(LaunchError, match=r"^the Ray cluster lacks what component 'a' need: node rank 2 \("):
+        launcher.launch(plan, "a", Probe, str(tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
+def test_more_gpus_than_the_node_has_fails_before_any_actor_starts(ray_cluster, tmp_path) -> None:
+    plan = plan_of({"big": "6-9"}, gpus=16)
+    with pytest.raises(LaunchError, match=r"GPU 8-9 on node rank 0 \(it declares 8 GPUs\)"):
+        launcher.launch(plan, "big", Probe, str(tmp_path))
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_dead_actor_is_reported_with_component_and_rank(ray_cluster) -> None:
+    with launcher.launch(plan_of({"victim": "5,13"}), "victim", Probe) as group:
+        group.actors[1].exit.remote()
+        with pytest.raises(
+            WorkerDiedError, match=r"^component 'victim' rank 1 \(node rank 1\) died during 'report'"
+        ) as err:
+            group.run("report", timeout=30)
+        assert (err.value.component, err.value.rank) == ("victim", 1)
+
+
+def test_a_constructor_failure_names_component_and_rank(ray_cluster) -> None:
+    with pytest.raises(
+        LaunchError, match=r"component 'broken' rank 0 failed to start: .*no model weights at /models/x"
+    ):
+        launcher.launch(plan_of({"broken": "6"}), "broken", Broken)
+
+
+def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
+    import ray
+
+    spec = importlib.util.spec_from_file_location(
+        "rlplace_driver", Path(__file__).parents[2] / "examples" / "driver.py"
+    )
+    driver = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = driver
+    spec.loader.exec_module(driver)
+    ray.cloudpickle.register_pickle_by_value(driver)
+    plan_file = tmp_path / "plan.json"
+    plan_file.write_text(json.dumps(plan_of({"actor,rollout": "14", "reward": "15"})))
+    rows = driver.report(launcher.read_plan(plan_file), ["actor", "rollout", "reward"])
+    assert [(r["component"], r["RANK"], r["CUDA_VISIBLE_DEVICES"], r["CLUSTER_NODE_RANK"]) for r in rows] == [
+        ("actor", "0", "6", "1"),
+        ("rollout", "0", "6", "1"),
+        ("reward", "0", "7", "1"),
+    ]
