@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
@@ -673,13 +674,15 @@ def simulated_cluster(gpus_per_node: Sequence[int], tmpdir: str | None = None) -
     """A local `ray.cluster_utils.Cluster` whose node i declares `gpus_per_node[i]` fake GPUs and the
     rlplace label and resources of rank i, connected with ray.init; shut down on exit.
 
-    Ray's socket paths must stay short, so its temp dir comes from RAY_TMPDIR (made under /tmp when unset).
+    Ray's socket paths must stay short, so its temp dir comes from RAY_TMPDIR (made under /tmp when unset,
+    and removed on exit with the session logs in it).
     """
     import ray
     from ray.cluster_utils import Cluster
 
     previous = os.environ.get("RAY_TMPDIR")
-    os.environ["RAY_TMPDIR"] = tmpdir or previous or tempfile.mkdtemp(prefix="rlray", dir="/tmp")
+    made = None if tmpdir or previous else tempfile.mkdtemp(prefix="rlray", dir="/tmp")
+    os.environ["RAY_TMPDIR"] = tmpdir or previous or made
     cluster = Cluster()
     try:
         for rank, gpus in enumerate(gpus_per_node):
@@ -693,3 +696,5 @@ def simulated_cluster(gpus_per_node: Sequence[int], tmpdir: str | None = None) -
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = previous
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
