@@ -95,13 +95,14 @@ def node_resources(rank: int, num_gpus: int) -> dict[str, float]:
 
 
 def ray_start_params(rank: int, num_gpus: int) -> dict[str, str]:
-    """`rayStartParams` for a KubeRay worker group of one node: `--resources` JSON and `--labels k=v`.
+    """`rayStartParams` for a KubeRay worker group of one node: `--num-gpus` and the `--resources` JSON.
 
     KubeRay pastes each value after `--<key>=` into a shell command, so the JSON is wrapped in single quotes.
+    The node labels go in the group's own `labels` field (`node_labels`): KubeRay 1.5+ rejects
+    `rayStartParams['labels']`.
     """
     resources = json.dumps(node_resources(rank, num_gpus), separators=(",", ":"))
-    labels = ",".join(f"{k}={v}" for k, v in node_labels(rank).items())
-    return {"resources": f"'{resources}'", "labels": labels}
+    return {"num-gpus": str(num_gpus), "resources": f"'{resources}'"}
 
 
 def parse_node_resource(name: str) -> int | None:

@@ -63,6 +63,8 @@ def build_plan(placement: ComponentPlacement, isolate_accelerator: bool = True, 
     for name in placement.components:
         processes = placement.get_placement(name, isolate_accelerator)
         master = cluster.nodes[processes[0].cluster_node_rank].display_name
+        on_nodes = placement.get_strategy(name).kind == "node"
+        hardware = {g.label: None if on_nodes else g.hardware_type for g in cluster.node_groups}
         entries = []
         for p in processes:
             entry = {
@@ -78,6 +80,8 @@ def build_plan(placement: ComponentPlacement, isolate_accelerator: bool = True, 
                 "local_hardware_ranks": p.local_hardware_ranks,
                 "node_group_label": p.node_group_label,
                 "node_name": cluster.nodes[p.cluster_node_rank].display_name,
+                # What local_hardware_ranks count: Accelerator (GPUs), a robot type, or None (whole nodes).
+                "hardware_type": hardware[p.node_group_label],
             }
             if with_env:
                 entry["env"] = process_env(placement, name, p, master)

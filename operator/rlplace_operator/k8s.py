@@ -1,8 +1,9 @@
 """The one module that calls the Kubernetes API (besides kopf itself).
 
-Children are applied create-first: a 409 means the object exists (another reconcile, or one interrupted by a
-restart), so it is read and compared, and replaced only when what we own differs. Never a duplicate, never a
-crash on conflict.
+Children are created first; a 409 means the object exists (another reconcile, or one interrupted by a
+restart), so it is read and compared, and only when a field we own differs is our manifest server-side
+applied (field manager `rlplace`, forced: the fields are ours). Never a duplicate, never a crash on a
+conflict with KubeRay's own writes, and re-applying an unchanged plan writes nothing.
 """
 
 from __future__ import annotations
@@ -22,14 +23,22 @@ from rlplace_operator.names import (
     RLJOB_PLURAL,
 )
 
+FIELD_MANAGER = "rlplace"
+_APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+
+
+def contains(live: object, wanted: object) -> bool:
+    """Whether `live` holds everything in `wanted` (the API server and KubeRay add defaults we never set)."""
+    if isinstance(wanted, dict):
+        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in wanted.items())
+    if isinstance(wanted, list):
+        return isinstance(live, list) and len(live) == len(wanted) and all(map(contains, live, wanted))
+    return live == wanted
+
 
 def _owned(body: dict, keys: tuple[str, ...]) -> dict:
     metadata = body.get("metadata", {})
-    return {
-        "labels": metadata.get("labels") or {},
-        "ownerReferences": metadata.get("ownerReferences") or [],
-        **{k: body.get(k) for k in keys},
-    }
+    return {"labels": metadata.get("labels") or {}, **{k: body[k] for k in keys if k in body}}
 
 
 class Kube:
@@ -49,7 +58,7 @@ class Kube:
         keys: tuple[str, ...],
         create: Callable[[dict], object],
         read: Callable[[], object],
-        replace: Callable[[dict], object],
+        apply: Callable[[dict], object],
     ) -> dict:
         try:
             return self._as_dict(create(body))
@@ -57,12 +66,9 @@ class Kube:
             if err.status != 409:
                 raise
         live = self._as_dict(read())
-        if _owned(live, keys) == _owned(body, keys):
+        if contains(_owned(live, keys), _owned(body, keys)):
             return live
-        updated = {**body, "metadata": {**body["metadata"], "resourceVersion": live["metadata"]["resourceVersion"]}}
-        if "status" in live:
-            updated["status"] = live["status"]
-        return self._as_dict(replace(updated))
+        return self._as_dict(apply(body))
 
     def apply_configmap(self, namespace: str, body: dict) -> dict:
         name = body["metadata"]["name"]
@@ -71,7 +77,7 @@ class Kube:
             ("data", "binaryData"),
             lambda b: self.core.create_namespaced_config_map(namespace, b),
             lambda: self.core.read_namespaced_config_map(name, namespace),
-            lambda b: self.core.replace_namespaced_config_map(name, namespace, b),
+            lambda b: self.core.patch_namespaced_config_map(name, namespace, b, **_APPLY),
         )
 
     def apply_raycluster(self, namespace: str, body: dict) -> dict:
@@ -82,7 +88,7 @@ class Kube:
             ("spec",),
             lambda b: self.custom.create_namespaced_custom_object(*args, b),
             lambda: self.custom.get_namespaced_custom_object(*args, name),
-            lambda b: self.custom.replace_namespaced_custom_object(*args, name, b),
+            lambda b: self.custom.patch_namespaced_custom_object(*args, name, b, **_APPLY),
         )
 
     def delete_raycluster(self, namespace: str, name: str) -> bool:

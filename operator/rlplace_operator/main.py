@@ -39,24 +39,29 @@ def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
     return kopf.login_via_client(**kwargs)
 
 
+class _QuietTimers(logging.Filter):
+    """Drop the "Timer ... succeeded" line that NodeGroup resyncs would log every few seconds per group."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.getMessage().startswith("Timer ") and record.getMessage().endswith(" succeeded."))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="rlplace-operator", description="Run the rlplace operator.")
     parser.add_argument("--namespace", "-n", action="append", default=[], help="watch only these namespaces")
     parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
-    parser.add_argument("--peering", default=None, help="kopf peering name (several replicas: one acts)")
-    parser.add_argument("--priority", type=int, default=0, help="peering priority of this replica")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.INFO, format="%(asctime)s %(levelname)s %(message)s"
-    )
+    # kopf's own log format names the object ([namespace/name]) on every line.
+    kopf.configure(verbose=args.verbose, log_prefix=True)
+    if not args.verbose:
+        logging.getLogger("kopf.objects").addFilter(_QuietTimers())
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace,
         liveness_endpoint=args.liveness,
-        peering_name=args.peering,
-        standalone=args.peering is None,
-        priority=args.priority,
+        # One replica by design (the chart's Deployment uses the Recreate strategy), so no kopf peering.
+        standalone=True,
     )
 
 

@@ -57,10 +57,7 @@ def test_names_the_operator_uses() -> None:
     assert gpu_resource(3, 7) == "rlplace_gpu_3_7"
     assert node_resources(1, 2) == {"rlplace_node_1": 1000, "rlplace_gpu_1_0": 1, "rlplace_gpu_1_1": 1}
     params = launcher.ray_start_params(1, 1)
-    assert params == {
-        "resources": '\'{"rlplace_node_1":1000,"rlplace_gpu_1_0":1}\'',
-        "labels": "rlplace.io/node-rank=1",
-    }
+    assert params == {"num-gpus": "1", "resources": '\'{"rlplace_node_1":1000,"rlplace_gpu_1_0":1}\''}
     assert launcher.parse_node_resource("rlplace_node_12") == 12
     assert launcher.parse_gpu_resource("rlplace_gpu_2_5") == (2, 5)
     assert launcher.parse_gpu_resource("GPU") is None

@@ -65,10 +65,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "groupName": worker_group_name(node.rank),
         "replicas": 1,
         "minReplicas": 1,
-        "rayStartParams": {
-            "num-gpus": str(node.gpus),
-            "resources": launcher.ray_start_params(node.rank, node.gpus)["resources"],
-        },
+        "rayStartParams": launcher.ray_start_params(node.rank, node.gpus),
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": launcher.node_labels(node.rank),
         # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
