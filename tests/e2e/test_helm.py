@@ -90,7 +90,8 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
         ("list", "nodes", True),
         ("patch", "rljobs.rlplace.io", True),
         ("create", "rayclusters.ray.io", True),
-        ("update", "configmaps", True),
+        ("patch", "configmaps", True),
+        ("update", "configmaps", False),
     ],
 )
 def test_operator_identity_is_least_privilege(

@@ -7,10 +7,10 @@ the admin kubeconfig.
 
 from __future__ import annotations
 
+import contextlib
 import json
-import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -22,7 +22,7 @@ from placement_core.plan import build_plan, component_placement
 from rlplace_operator.builders.configmap import decode_plan
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import kubectl_path
+from rlplace_fixtures import run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -83,8 +83,19 @@ class Jobs:
 
 
 @pytest.fixture
-def jobs(k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object) -> Jobs:
-    return Jobs(k8s, namespace)
+def jobs(k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object) -> Iterator[Jobs]:
+    """RLJobs in a fresh namespace; afterwards they are deleted and their Ray pods waited out, so the next
+    test finds every GPU free."""
+    helper = Jobs(k8s, namespace)
+    yield helper
+    for job in helper.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
+        with contextlib.suppress(ApiException):
+            helper.delete(job["metadata"]["name"])
+    wait_for(
+        lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
+        120,
+        f"Ray pods in {namespace} gone",
+    )
 
 
 def example_job(name: str) -> dict:
@@ -199,29 +210,21 @@ def test_delete_cascades_to_children(jobs: Jobs) -> None:
     wait_for(gone, 60, "children garbage-collected")
 
 
-def test_invalid_placement_is_refused_at_admission(kubeconfig: str, namespace: str, local_nodegroups: None) -> None:
-    body = example_job("rljob-collocated.yaml")
-    body["metadata"]["namespace"] = namespace
-    body["spec"]["componentPlacement"][0]["placement"] = "3-1:x"
-    result = subprocess.run(
-        [kubectl_path(), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
-        input=yaml.safe_dump(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode != 0
-    assert "placement must be parts R[:P] separated by commas" in result.stderr, result.stderr
-    body["spec"]["componentPlacement"][0]["placement"] = "0-7"
-    body["spec"]["placementMode"] = "both"
-    result = subprocess.run(
-        [kubectl_path(), "--kubeconfig", kubeconfig, "apply", "-f", "-"],
-        input=yaml.safe_dump(body),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert result.returncode != 0 and 'supported values: "hybrid", "modelParallel"' in result.stderr, result.stderr
+def test_invalid_specs_are_refused_at_admission(kubeconfig: str, namespace: str, local_nodegroups: None) -> None:
+    """Errors one object can show are the CRD schema's: kubectl apply fails with a readable message."""
+
+    def apply(placement: str, mode: str = "modelParallel") -> str:
+        body = example_job("rljob-collocated.yaml")
+        body["metadata"]["namespace"] = namespace
+        body["spec"]["componentPlacement"][0]["placement"] = placement
+        body["spec"]["placementMode"] = mode
+        result = run_tool("kubectl", kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
+        assert result.returncode != 0, result.stdout
+        return result.stderr
+
+    assert "placement must be parts R[:P] separated by commas" in apply("3-1:x")
+    assert "placement must be parts R[:P] separated by commas" in apply("all:all")
+    assert 'supported values: "hybrid", "modelParallel"' in apply("0-7", mode="both")
 
 
 def test_semantic_error_fails_the_job_and_others_still_run(jobs: Jobs) -> None:

@@ -23,42 +23,52 @@ from rlplace_operator.names import RLJOB_PLURAL, raycluster_name
 from rlplace_operator.planning import plan_job
 from rlplace_operator.selection import JobGroup
 
-#: Retry delays (seconds) for causes that can change by themselves.
-WAIT_FOR_NODEGROUP = 5
-WAIT_FOR_CAPACITY = 5
-WAIT_FOR_KUBERAY = 15
+#: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
+#: the first after this many seconds, then doubling up to the cap, so a job left Pending for hours costs
+#: the API server one request every half minute.
+FIRST_RETRY_DELAY = 5.0
+MAX_RETRY_DELAY = 30.0
+
+
+def retry_delay(retry: int) -> float:
+    return min(MAX_RETRY_DELAY, FIRST_RETRY_DELAY * 2 ** min(retry, 8))
 
 
 class _JobStatus:
-    """Accumulates one reconcile's status changes on kopf's patch, with conditions kept in order."""
+    """One reconcile's status changes, accumulated on kopf's patch; conditions kept in order.
 
-    def __init__(self, status: kopf.Status, patch: kopf.Patch, generation: int | None) -> None:
+    An Event is posted when a condition's reason changes, not on every retry of the same cause.
+    """
+
+    def __init__(self, body: kopf.Body, status: kopf.Status, patch: kopf.Patch, generation: int | None) -> None:
+        self.body = body
         self.conditions = list(status.get("conditions") or [])
         self.patch = patch
         self.generation = generation
 
-    def condition(self, type_: str, ok: bool, reason: str, message: str = "") -> None:
+    def condition(self, type_: str, ok: bool, reason: str, message: str = "") -> bool:
+        """Set a condition; True when its status or reason changed."""
+        before = next((c for c in self.conditions if c.get("type") == type_), {})
         self.conditions = set_condition(self.conditions, type_, ok, reason, message, self.generation)
         self.patch.status["conditions"] = self.conditions
+        return before.get("reason") != reason or before.get("status") != ("True" if ok else "False")
 
     def phase(self, phase: JobPhase, message: str | None = None) -> None:
         self.patch.status.update(phase=str(phase), message=message, observedGeneration=self.generation)
 
+    def fail(self, condition: str, reason: str, message: str) -> kopf.PermanentError:
+        """Phase Failed: retrying cannot help until the spec changes."""
+        if self.condition(condition, False, reason, message):
+            kopf.warn(self.body, reason=reason, message=message)
+        self.phase(JobPhase.FAILED, message)
+        return kopf.PermanentError(message)
 
-def _fail(job: _JobStatus, body: kopf.Body, condition: str, reason: str, message: str) -> kopf.PermanentError:
-    job.condition(condition, False, reason, message)
-    job.phase(JobPhase.FAILED, message)
-    kopf.warn(body, reason=reason, message=message)
-    return kopf.PermanentError(message)
-
-
-def _wait(
-    job: _JobStatus, body: kopf.Body, condition: str, reason: str, message: str, delay: float
-) -> kopf.TemporaryError:
-    job.condition(condition, False, reason, message)
-    job.phase(JobPhase.PENDING, message)
-    kopf.warn(body, reason=reason, message=message)
-    return kopf.TemporaryError(message, delay=delay)
+    def wait(self, condition: str, reason: str, message: str, retry: int) -> kopf.TemporaryError:
+        """Phase Pending: the cause can go away by itself, so try again later."""
+        if self.condition(condition, False, reason, message):
+            kopf.warn(self.body, reason=reason, message=message)
+        self.phase(JobPhase.PENDING, message)
+        return kopf.TemporaryError(message, delay=retry_delay(retry))
 
 
 def _job_groups(spec: RLJobSpec, nodegroup_index: kopf.Index) -> tuple[list[JobGroup], list[str]]:
@@ -89,16 +99,17 @@ def rljob_reconcile(
     memo: kopf.Memo,
     node_index: kopf.Index,
     nodegroup_index: kopf.Index,
+    retry: int,
     **_: Any,
 ) -> None:
     kube: Kube = memo.kube
-    job = _JobStatus(status, patch, meta.get("generation"))
+    job = _JobStatus(body, status, patch, meta.get("generation"))
     try:
         job_spec = RLJobSpec.model_validate(dict(spec))
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise _fail(job, body, "Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
+        raise job.fail("Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
     if job_spec.suspend:
         kube.delete_raycluster(namespace, raycluster_name(name))
         job.condition("RayClusterReady", False, "Suspended", "the job is suspended; its RayCluster was removed")
@@ -107,18 +118,16 @@ def rljob_reconcile(
         return
     groups, missing = _job_groups(job_spec, nodegroup_index)
     if missing:
-        raise _wait(
-            job, body, "Validated", "NodeGroupNotFound", f"NodeGroup {', '.join(missing)} not found", WAIT_FOR_NODEGROUP
-        )
+        raise job.wait("Validated", "NodeGroupNotFound", f"NodeGroup {', '.join(missing)} not found", retry)
     job.condition("Validated", True, "SpecValid", "spec and NodeGroups are valid")
     try:
         planned = plan_job(
             job_spec, meta.get("annotations") or {}, groups, {n: indexed(node_index, n) for n in node_index}
         )
     except CapacityError as err:
-        raise _wait(job, body, "Placed", "InsufficientCapacity", str(err), WAIT_FOR_CAPACITY) from None
+        raise job.wait("Placed", "InsufficientCapacity", str(err), retry) from None
     except PlacementError as err:
-        raise _fail(job, body, "Placed", "PlacementInvalid", str(err)) from None
+        raise job.fail("Placed", "PlacementInvalid", str(err)) from None
     job.condition(
         "Placed",
         True,
@@ -126,14 +135,8 @@ def rljob_reconcile(
         f"{sum(c.processes for c in planned.summary.components)} processes on {len(planned.workers)} nodes",
     )
     if not kube.raycluster_crd_installed():
-        raise _wait(
-            job,
-            body,
-            "RayClusterReady",
-            "KubeRayMissing",
-            "the ray.io RayCluster CRD is not installed (install KubeRay)",
-            WAIT_FOR_KUBERAY,
-        )
+        message = "the ray.io RayCluster CRD is not installed (install KubeRay)"
+        raise job.wait("RayClusterReady", "KubeRayMissing", message, retry)
     configmap = build_placement_configmap(name, planned.plan)
     raycluster = build_raycluster(name, job_spec, planned.workers)
     kopf.adopt([configmap, raycluster], owner=body)
