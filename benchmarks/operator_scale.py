@@ -127,7 +127,7 @@ def wait_for(probe, timeout: float, what: str):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
-def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int) -> dict[str, float]:
+def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_timeout: float) -> dict[str, float]:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     prefix = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
     namespace = prefix
@@ -190,8 +190,10 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int) -> dict[s
             list(pool.map(create_job, range(jobs)))
         runnable = min(jobs, nodes)
         try:
-            wait_for(lambda: len(raycluster_seen) >= jobs, 600, f"{jobs} RayClusters")
-            wait_for(lambda: len(running_seen) >= runnable, 600, f"{runnable} RLJobs Running")
+            wait_for(lambda: len(raycluster_seen) >= jobs, 300, f"{jobs} RayClusters")
+            # Running also needs KubeRay to make the pods and kwok to run them: report how many made it.
+            with contextlib.suppress(TimeoutError):
+                wait_for(lambda: len(running_seen) >= runnable, running_timeout, f"{runnable} RLJobs Running")
         finally:
             stop.set()
         to_raycluster = [raycluster_seen[name] - t for name, t in created.items()]
@@ -202,7 +204,7 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int) -> dict[s
             "raycluster_p50": statistics.median(to_raycluster),
             "raycluster_p95": percentile(to_raycluster, 0.95),
             "running_count": len(to_running),
-            "running_p50": statistics.median(to_running),
+            "running_p50": statistics.median(to_running) if to_running else float("nan"),
             "running_p95": percentile(to_running, 0.95),
             "configmap_p50": statistics.median(baseline),
             "configmap_p95": percentile(baseline, 0.95),
@@ -222,6 +224,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, nargs="+", default=[64, 1000])
     parser.add_argument("--jobs", type=int, default=100)
+    parser.add_argument("--running-timeout", type=float, default=240, help="seconds to wait for phase Running")
     args = parser.parse_args()
     state = REPO / ".e2e" / "bench"
     kubeconfig = os.environ.get("KUBECONFIG")
@@ -249,7 +252,7 @@ def main() -> None:
             f"{'ConfigMap create p50/p95 (s)':>29} | {'p95 ratio':>9} | operator peak RSS"
         )
         for nodes in args.nodes:
-            r = run(api, kubeconfig, nodes, args.jobs)
+            r = run(api, kubeconfig, nodes, args.jobs, args.running_timeout)
             print(
                 f"{r['nodes']:>6} {r['jobs']:>5} | {r['raycluster_p50']:>12.3f} / {r['raycluster_p95']:<11.3f} | "
                 f"{r['running_p50']:>10.3f} / {r['running_p95']:<10.3f} ({r['running_count']}) | "
