@@ -11,7 +11,7 @@ operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 .PHONY: help setup tools cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
 
 help:  ## list the targets
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
+	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
 
 setup: $(VENV)/.installed  ## create .venv and install rlplace with its dev tools
 
@@ -36,6 +36,9 @@ crds: setup  ## regenerate crds/ and the chart's CRDs from operator/rlplace_oper
 
 test-unit: setup  ## tests that need no cluster
 	$(PY) -m pytest -m 'not e2e'
+
+test-e2e: setup tools  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)
+	$(PY) -m pytest -m e2e
 
 test: setup tools lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
 	$(PY) -m pytest

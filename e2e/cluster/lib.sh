@@ -8,7 +8,7 @@ source "$E2E_REPO/e2e/versions.env"
 # Binaries and Go caches live outside the repo, keyed by version, so every clone reuses them.
 E2E_CACHE=${RLPLACE_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/rlplace}
 # Cluster state (certificates, etcd data, logs, PIDs, kubeconfig). Override to run a second cluster.
-E2E_DIR=${RLPLACE_E2E_DIR:-$E2E_REPO/.e2e}
+E2E_DIR=$(realpath -m "${RLPLACE_E2E_DIR:-$E2E_REPO/.e2e}") # absolute: up.sh changes directory
 
 # tool name -> version
 tool_version() {

@@ -8,6 +8,7 @@ conflict with KubeRay's own writes, and re-applying an unchanged plan writes not
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from kubernetes import client
@@ -18,12 +19,12 @@ from rlplace_operator.names import (
     API_VERSION,
     RAY_GROUP,
     RAY_VERSION,
-    RAYCLUSTER_CRD,
     RAYCLUSTER_PLURAL,
     RLJOB_PLURAL,
 )
 
 FIELD_MANAGER = "rlplace"
+DISCOVERY_TTL_SECONDS = 60.0
 _APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
@@ -48,7 +49,7 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self.extensions = client.ApiextensionsV1Api(api_client)
+        self._raycluster_served_until = 0.0
 
     # -- children --------------------------------------------------------------------------------------------
 
@@ -102,13 +103,24 @@ class Kube:
         return True
 
     def raycluster_crd_installed(self) -> bool:
+        """Whether the API serves ray.io/v1 RayClusters.
+
+        Asked through API discovery, which needs no RBAC rule and is a few hundred bytes (KubeRay's CRD
+        object is megabytes of schema). A yes is remembered for a minute: under a burst of new jobs the
+        answer does not change, and a KubeRay uninstall is still noticed soon.
+        """
+        if time.monotonic() < self._raycluster_served_until:
+            return True
         try:
-            self.extensions.read_custom_resource_definition(RAYCLUSTER_CRD)
+            resources = self.custom.get_api_resources(RAY_GROUP, RAY_VERSION)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
-        return True
+        served = any(r.name == RAYCLUSTER_PLURAL for r in resources.resources or [])
+        if served:
+            self._raycluster_served_until = time.monotonic() + DISCOVERY_TTL_SECONDS
+        return served
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
 

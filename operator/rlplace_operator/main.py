@@ -15,6 +15,9 @@ import kubernetes
 from rlplace_operator import handlers  # noqa: F401  (registers the handlers)
 from rlplace_operator.k8s import Kube
 
+#: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
+MAX_WORKERS = 32
+
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
@@ -24,14 +27,18 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="rlplace.io")
     settings.persistence.finalizer = "rlplace.io/finalizer"
     settings.posting.level = logging.INFO
-    settings.execution.max_workers = 32
+    settings.execution.max_workers = MAX_WORKERS
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     try:
         kubernetes.config.load_incluster_config()
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
-    memo.kube = Kube(kubernetes.client.ApiClient())
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    # One pooled connection per handler thread: a smaller pool makes threads open (and TLS-handshake) a
+    # fresh connection for every call under load.
+    configuration.connection_pool_maxsize = MAX_WORKERS
+    memo.kube = Kube(kubernetes.client.ApiClient(configuration))
 
 
 @kopf.on.login()

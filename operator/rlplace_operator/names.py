@@ -21,7 +21,6 @@ API_VERSION = f"{GROUP}/{VERSION}"
 RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"
 RAYCLUSTER_PLURAL = "rayclusters"
-RAYCLUSTER_CRD = f"{RAYCLUSTER_PLURAL}.{RAY_GROUP}"
 
 
 def placement_configmap_name(job: str) -> str:

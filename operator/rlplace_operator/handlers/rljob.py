@@ -20,7 +20,7 @@ from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_rea
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump
 from rlplace_operator.names import RLJOB_PLURAL, raycluster_name
-from rlplace_operator.planning import plan_job
+from rlplace_operator.planning import JobPlan, plan_job
 from rlplace_operator.selection import JobGroup
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
@@ -85,6 +85,59 @@ def _job_groups(spec: RLJobSpec, nodegroup_index: kopf.Index) -> tuple[list[JobG
     return groups, missing
 
 
+def _validated_spec(job: _JobStatus, spec: kopf.Spec) -> RLJobSpec:
+    try:
+        return RLJobSpec.model_validate(dict(spec))
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        raise job.fail("Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
+
+
+def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str) -> None:
+    kube.delete_raycluster(namespace, raycluster_name(name))
+    job.condition("RayClusterReady", False, "Suspended", "the job is suspended; its RayCluster was removed")
+    job.phase(JobPhase.SUSPENDED)
+    job.patch.status["rayCluster"] = None
+
+
+def _plan(
+    job: _JobStatus,
+    spec: RLJobSpec,
+    annotations: dict[str, str],
+    node_index: kopf.Index,
+    nodegroup_index: kopf.Index,
+    retry: int,
+) -> JobPlan:
+    """The plan on the live cluster, or Pending (a cause that can go away) / Failed (a wrong spec)."""
+    groups, missing = _job_groups(spec, nodegroup_index)
+    if missing:
+        raise job.wait("Validated", "NodeGroupNotFound", f"NodeGroup {', '.join(missing)} not found", retry)
+    job.condition("Validated", True, "SpecValid", "spec and NodeGroups are valid")
+    try:
+        planned = plan_job(spec, annotations, groups, {n: indexed(node_index, n) for n in node_index})
+    except CapacityError as err:
+        raise job.wait("Placed", "InsufficientCapacity", str(err), retry) from None
+    except PlacementError as err:
+        raise job.fail("Placed", "PlacementInvalid", str(err)) from None
+    processes = sum(c.processes for c in planned.summary.components)
+    job.condition("Placed", True, "Placed", f"{processes} processes on {len(planned.workers)} nodes")
+    return planned
+
+
+def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int) -> dict:
+    """Apply the ConfigMap and the RayCluster (adopted by the job); returns the live RayCluster."""
+    if not kube.raycluster_crd_installed():
+        message = "the ray.io RayCluster CRD is not installed (install KubeRay)"
+        raise job.wait("RayClusterReady", "KubeRayMissing", message, retry)
+    name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
+    configmap = build_placement_configmap(name, planned.plan)
+    raycluster = build_raycluster(name, spec, planned.workers)
+    kopf.adopt([configmap, raycluster], owner=job.body)
+    kube.apply_configmap(namespace, configmap)
+    return kube.apply_raycluster(namespace, raycluster)
+
+
 @kopf.on.create(GROUP, VERSION, RLJOB_PLURAL, retries=None)
 @kopf.on.update(GROUP, VERSION, RLJOB_PLURAL, retries=None)
 @kopf.on.resume(GROUP, VERSION, RLJOB_PLURAL, retries=None)
@@ -102,60 +155,25 @@ def rljob_reconcile(
     retry: int,
     **_: Any,
 ) -> None:
+    """Validate -> plan on the live cluster -> ConfigMap and RayCluster -> status."""
     kube: Kube = memo.kube
     job = _JobStatus(body, status, patch, meta.get("generation"))
-    try:
-        job_spec = RLJobSpec.model_validate(dict(spec))
-    except ValidationError as err:
-        first = err.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        raise job.fail("Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
+    job_spec = _validated_spec(job, spec)
     if job_spec.suspend:
-        kube.delete_raycluster(namespace, raycluster_name(name))
-        job.condition("RayClusterReady", False, "Suspended", "the job is suspended; its RayCluster was removed")
-        job.phase(JobPhase.SUSPENDED)
-        patch.status["rayCluster"] = None
+        _suspend(job, kube, namespace, name)
         return
-    groups, missing = _job_groups(job_spec, nodegroup_index)
-    if missing:
-        raise job.wait("Validated", "NodeGroupNotFound", f"NodeGroup {', '.join(missing)} not found", retry)
-    job.condition("Validated", True, "SpecValid", "spec and NodeGroups are valid")
-    try:
-        planned = plan_job(
-            job_spec, meta.get("annotations") or {}, groups, {n: indexed(node_index, n) for n in node_index}
-        )
-    except CapacityError as err:
-        raise job.wait("Placed", "InsufficientCapacity", str(err), retry) from None
-    except PlacementError as err:
-        raise job.fail("Placed", "PlacementInvalid", str(err)) from None
-    job.condition(
-        "Placed",
-        True,
-        "Placed",
-        f"{sum(c.processes for c in planned.summary.components)} processes on {len(planned.workers)} nodes",
-    )
-    if not kube.raycluster_crd_installed():
-        message = "the ray.io RayCluster CRD is not installed (install KubeRay)"
-        raise job.wait("RayClusterReady", "KubeRayMissing", message, retry)
-    configmap = build_placement_configmap(name, planned.plan)
-    raycluster = build_raycluster(name, job_spec, planned.workers)
-    kopf.adopt([configmap, raycluster], owner=body)
-    kube.apply_configmap(namespace, configmap)
-    live = kube.apply_raycluster(namespace, raycluster)
+    planned = _plan(job, job_spec, dict(meta.get("annotations") or {}), node_index, nodegroup_index, retry)
+    live = _provision(job, kube, job_spec, planned, retry)
     patch.status.update(
         placement=dump(planned.summary),
         appliedPlacement=[dump(e) for e in planned.applied],
         predictedIterationTime=planned.predicted_iteration_time,
         gpus=planned.gpus,
         nodes=len(planned.workers),
-        rayCluster=raycluster["metadata"]["name"],
+        rayCluster=live["metadata"]["name"],
     )
     mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
     job.conditions = mirrored["conditions"]
     patch.status["conditions"] = job.conditions
     job.phase(mirrored["phase"])
-    kopf.info(
-        body,
-        reason="Placed",
-        message=f"{planned.summary.mode} placement applied; RayCluster {raycluster['metadata']['name']}",
-    )
+    kopf.info(body, reason="Placed", message=f"{planned.summary.mode} placement applied; RayCluster {name}")
