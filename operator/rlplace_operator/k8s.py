@@ -124,14 +124,6 @@ class Kube:
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
 
-    def get_rljob(self, namespace: str, name: str) -> dict | None:
-        try:
-            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
     def patch_rljob_status(self, namespace: str, name: str, status: dict) -> None:
         self.custom.patch_namespaced_custom_object_status(
             GROUP, VERSION, namespace, RLJOB_PLURAL, name, {"apiVersion": API_VERSION, "status": status}

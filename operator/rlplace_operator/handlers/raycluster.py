@@ -8,8 +8,16 @@ import kopf
 
 from rlplace_operator.conditions import is_true, set_condition
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import JobPhase
-from rlplace_operator.names import JOB_LABEL, MANAGED_BY, MANAGED_BY_LABEL, RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL
+from rlplace_operator.models import GROUP, VERSION, JobPhase
+from rlplace_operator.names import (
+    JOB_LABEL,
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    RAY_GROUP,
+    RAY_VERSION,
+    RAYCLUSTER_PLURAL,
+    RLJOB_PLURAL,
+)
 
 #: Phases in which the RayCluster's state decides between Provisioning and Running.
 _LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
@@ -36,20 +44,29 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
     }
 
 
+@kopf.index(GROUP, VERSION, RLJOB_PLURAL)
+def rljob_index(
+    namespace: str, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **_: Any
+) -> dict[tuple[str, str], dict]:
+    """Every RLJob's uid, generation and status, so mirroring a RayCluster costs no read of its job."""
+    return {(namespace, name): {"uid": uid, "generation": meta.get("generation"), "status": dict(status)}}
+
+
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def raycluster_mirror(
-    body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **_: Any
+    body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any
 ) -> None:
     if type == "DELETED" or JOB_LABEL not in labels:
         return
-    kube: Kube = memo.kube
-    job = kube.get_rljob(namespace, labels[JOB_LABEL])
+    store = rljob_index.get((namespace, labels[JOB_LABEL]))
+    job = next(iter(store), None) if store is not None else None
     if job is None:
         return
     owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
-    status = job.get("status") or {}
-    if job["metadata"]["uid"] not in owners or status.get("phase") not in _LIVE_PHASES:
+    status = job["status"]
+    if job["uid"] not in owners or status.get("phase") not in _LIVE_PHASES:
         return
-    new = mirrored_status(status, raycluster_ready(dict(body)), job["metadata"].get("generation"))
+    new = mirrored_status(status, raycluster_ready(dict(body)), job["generation"])
     if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
-        kube.patch_rljob_status(namespace, job["metadata"]["name"], new)
+        kube: Kube = memo.kube
+        kube.patch_rljob_status(namespace, labels[JOB_LABEL], new)
