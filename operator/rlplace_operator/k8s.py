@@ -92,6 +92,14 @@ class Kube:
             lambda b: self.custom.patch_namespaced_custom_object(*args, name, b, **_APPLY),
         )
 
+    def get_raycluster(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
     def delete_raycluster(self, namespace: str, name: str) -> bool:
         """True if a RayCluster was there to delete."""
         try:

@@ -28,6 +28,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.persistence.finalizer = "rlplace.io/finalizer"
     settings.posting.level = logging.INFO
     settings.execution.max_workers = MAX_WORKERS
+    # kopf waits this long for more events of one object before handling them; a job is one create event.
+    settings.batching.batch_window = 0.02
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
     try:

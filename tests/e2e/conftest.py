@@ -33,8 +33,8 @@ from e2e_cluster import (
     cluster_has_kwok,
     create_fake_node,
     delete_fake_node,
+    delete_namespace_freeing_nodes,
     e2e_dir,
-    ignore_missing,
     run_script,
     wait_for,
 )
@@ -103,7 +103,7 @@ def namespace(k8s) -> Iterator[str]:
         wait_for(lambda: core.list_namespaced_service_account(name).items, 30, f"ServiceAccount {name}/default")
         yield name
     finally:
-        ignore_missing(lambda: core.delete_namespace(name, propagation_policy="Background"))
+        delete_namespace_freeing_nodes(k8s, name)
 
 
 @pytest.fixture

@@ -144,3 +144,22 @@ def ignore_missing(call: Callable[[], Any]) -> None:
     except ApiException as e:
         if e.status != 404:
             raise
+
+
+def delete_namespace_freeing_nodes(api, name: str, timeout: float = 120) -> None:
+    """Delete a test namespace, but first its RayClusters and pods, and wait until the pods are gone.
+
+    The namespace controller can take minutes on a busy machine; meanwhile the pods would keep their GPUs
+    and the next test would find the nodes full. RayClusters go first so KubeRay does not recreate pods.
+    """
+    from kubernetes import client
+
+    core = client.CoreV1Api(api)
+    ignore_missing(
+        lambda: client.CustomObjectsApi(api).delete_collection_namespaced_custom_object(
+            "ray.io", "v1", name, "rayclusters"
+        )
+    )
+    ignore_missing(lambda: core.delete_collection_namespaced_pod(name, grace_period_seconds=0))
+    wait_for(lambda: not core.list_namespaced_pod(name).items, timeout, f"pods of namespace {name} gone")
+    ignore_missing(lambda: core.delete_namespace(name, propagation_policy="Background"))

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import CLUSTER_SCRIPTS, GPU, e2e_dir, node_ready, run_script, wait_for
+from e2e_cluster import CLUSTER_SCRIPTS, GPU, delete_namespace_freeing_nodes, e2e_dir, node_ready, run_script, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -94,7 +94,7 @@ def full_a800(k8s):
         pod = wait_for(running, 60, "the 8-GPU pod to run")
         yield ns, pod.spec.node_name
     finally:
-        api.delete_namespace(ns, propagation_policy="Background")
+        delete_namespace_freeing_nodes(k8s, ns)
 
 
 def test_eight_gpu_pod_runs_on_an_a800_node(k8s, full_a800):

@@ -17,8 +17,11 @@ from rlplace_operator.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
     RLJOB_PLURAL,
+    raycluster_name,
 )
 
+#: How often a job still Provisioning re-reads its RayCluster (see rljob_provisioning_recheck).
+PROVISIONING_RECHECK_SECONDS = 10.0
 #: Phases in which the RayCluster's state decides between Provisioning and Running.
 _LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
 
@@ -70,3 +73,22 @@ def raycluster_mirror(
     if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
         kube: Kube = memo.kube
         kube.patch_rljob_status(namespace, labels[JOB_LABEL], new)
+
+
+def _provisioning(status: kopf.Status, **_: Any) -> bool:
+    return status.get("phase") == JobPhase.PROVISIONING
+
+
+@kopf.timer(GROUP, VERSION, RLJOB_PLURAL, interval=PROVISIONING_RECHECK_SECONDS, when=_provisioning)
+def rljob_provisioning_recheck(
+    name: str, namespace: str, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+) -> None:
+    """A safety net for the event mirror: a RayCluster that became ready in the moment between the job's
+    reconcile and its status write sends no further event, so Provisioning jobs look at it now and then."""
+    kube: Kube = memo.kube
+    live = kube.get_raycluster(namespace, raycluster_name(name))
+    if live is None:
+        return
+    new = mirrored_status(dict(status), raycluster_ready(live), meta.get("generation"))
+    if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
+        patch.status.update(new)
