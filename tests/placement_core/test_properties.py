@@ -362,6 +362,17 @@ def _use(placed):
     build_plan(placed, with_env=True)
 
 
+def _place_or_refuse(config: dict, kind: str = "hybrid") -> None:
+    """A placement that is used in every way, or a PlacementError; any other exception fails the test."""
+    try:
+        placed = component_placement(config, kind=kind)
+    except PlacementError as err:
+        event(f"error: {_kind(err)}")
+        return
+    event("placed")
+    _use(placed)
+
+
 @FUZZ
 @given(PLACEMENT_TEXT, st.sampled_from([(1, 8), (2, 8), (3, [8, 0, 4])]))
 def test_any_placement_text(text, shape):
@@ -369,13 +380,7 @@ def test_any_placement_text(text, shape):
     config = {
         "cluster": {"num_nodes": num_nodes, "accelerators_per_node": accelerators, "component_placement": {"a": text}}
     }
-    try:
-        placed = component_placement(config, kind="hybrid")
-    except PlacementError as err:
-        event(f"error: {_kind(err)}")
-        return
-    event("placed")
-    _use(placed)
+    _place_or_refuse(config)
 
 
 @FUZZ
@@ -389,25 +394,13 @@ def test_any_node_groups(groups, components):
             "component_placement": components,
         }
     }
-    try:
-        placed = component_placement(config, kind="hybrid")
-    except PlacementError as err:
-        event(f"error: {_kind(err)}")
-        return
-    event("placed")
-    _use(placed)
+    _place_or_refuse(config)
 
 
 @FUZZ
 @given(CLUSTER, COMPONENTS)
 def test_any_cluster(cluster, components):
-    try:
-        placed = component_placement({"cluster": {**cluster, "component_placement": components}}, kind="hybrid")
-    except PlacementError as err:
-        event(f"error: {_kind(err)}")
-        return
-    event("placed")
-    _use(placed)
+    _place_or_refuse({"cluster": {**cluster, "component_placement": components}})
 
 
 @FUZZ
