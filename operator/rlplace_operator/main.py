@@ -17,15 +17,18 @@ from rlplace_operator.k8s import Kube
 
 #: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
 MAX_WORKERS = 32
+#: Annotation prefix of kopf's own state on RLJobs and NodeGroups.
+KOPF_PREFIX = "kopf.rlplace.io"
 
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Progress and last-handled state live in annotations under our own prefix, so the structural status
-    # schema never has to accept kopf's bookkeeping.
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix="rlplace.io")
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix="rlplace.io")
-    settings.persistence.finalizer = "rlplace.io/finalizer"
+    # Progress and last-handled state live in annotations, so the structural status schema never has to
+    # accept kopf's bookkeeping. Not under rlplace.io/: kopf ignores every annotation under its storage
+    # prefix when it diffs, and a change of rlplace.io/profile must re-plan the job.
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=KOPF_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=KOPF_PREFIX)
+    settings.persistence.finalizer = f"{KOPF_PREFIX}/finalizer"
     settings.posting.level = logging.INFO
     settings.execution.max_workers = MAX_WORKERS
     # kopf waits this long for more events of one object before handling them; a job is one create event.

@@ -318,3 +318,41 @@ def _missing(read: Callable[[], object]) -> bool:
     except ApiException as err:
         return err.status == 404
     return False
+
+
+def test_auto_placement_applies_the_search_and_follows_the_profile_annotation(jobs: Jobs) -> None:
+    from placement_core.autoplace import autotune
+
+    body = example_job("rljob-collocated.yaml")
+    body["metadata"]["name"] = "auto"
+    body["spec"].pop("componentPlacement")
+    body["spec"].update(
+        autoPlacement=True,
+        modelParallel={},
+        profile={"actorCost": 40, "inferenceCost": 8, "rolloutCost": 60},
+        algorithm={"groupSize": 4, "nMinibatches": 1, "rolloutBatchSize": 32, "maxRunningRequests": 128},
+    )
+    offline = {
+        "cluster": {"num_nodes": 2, "accelerators_per_node": 8},
+        "algorithm": {"group_size": 4, "n_minibatches": 1, "recompute_logprobs": True},
+        "data": {"rollout_batch_size": 32},
+        "rollout": {"max_running_requests": 128},
+        "profile_data": {"actor_cost": 40, "inference_cost": 8, "rollout_cost": 60},
+    }
+    jobs.create(body)
+    status = jobs.wait_phase("auto", "Running", timeout=90)["status"]
+    expected = autotune(offline)
+    applied = {e["components"]: e["placement"] for e in status["appliedPlacement"]}
+    assert applied == {k: str(v) for k, v in expected.component_placement.items()}
+    assert status["predictedIterationTime"] == pytest.approx(expected.total_cost)
+
+    annotation = {"actor_cost": 95.7, "inference_cost": 30.8, "rollout_cost": 59.9}
+    jobs.patch("auto", {"metadata": {"annotations": {"rlplace.io/profile": json.dumps(annotation)}}})
+    expected = autotune({**offline, "profile_data": annotation})
+    wait_for(
+        lambda: (
+            (jobs.get("auto").get("status") or {}).get("predictedIterationTime") == pytest.approx(expected.total_cost)
+        ),
+        60,
+        "re-plan with the annotation's profile",
+    )
