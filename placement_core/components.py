@@ -352,8 +352,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         entry = self._entries[name]
         if entry.space.is_node_space or any(t != ACCELERATOR for t in entry.space.hardware_type):
             raise PlacementError(f"component '{name}': model-parallel components must be placed on GPUs")
-        ranks = entry.hardware_ranks
-        if ranks != list(range(ranks[0], ranks[0] + len(ranks))):
+        if not _continuous(entry.hardware_ranks):
             raise PlacementError(f"component '{name}': its GPUs must be one continuous range, got '{entry.text}'")
 
     def _model_parallel_mode(self, present: list[str]) -> PlacementMode:

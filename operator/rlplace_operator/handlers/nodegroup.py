@@ -27,7 +27,8 @@ def nodegroup_index(name: str, spec: kopf.Spec, status: kopf.Status, **_: Any) -
     return {name: (dict(spec), dict(status))}
 
 
-def indexed(index: kopf.Index, key: str) -> Any | None:
+def indexed(index: kopf.Index, key: object) -> Any | None:
+    """The one value a kopf index holds for `key` (our indexes map each key to one object), or None."""
     store = index.get(key)
     return next(iter(store), None) if store is not None else None
 

@@ -7,6 +7,7 @@ from typing import Any
 import kopf
 
 from rlplace_operator.conditions import is_true, set_condition
+from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import GROUP, VERSION, JobPhase
 from rlplace_operator.names import (
@@ -61,8 +62,7 @@ def raycluster_mirror(
 ) -> None:
     if type == "DELETED" or JOB_LABEL not in labels:
         return
-    store = rljob_index.get((namespace, labels[JOB_LABEL]))
-    job = next(iter(store), None) if store is not None else None
+    job = indexed(rljob_index, (namespace, labels[JOB_LABEL]))
     if job is None:
         return
     owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
