@@ -167,7 +167,7 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_t
                 rayclusters = custom.list_namespaced_custom_object(
                     "ray.io", "v1", namespace, "rayclusters", _headers={"Accept": METADATA_ONLY}
                 )
-                for rc in rayclusters["items"]:
+                for rc in rayclusters.get("items") or []:  # null while there are none
                     raycluster_seen.setdefault(rc["metadata"]["name"], time.perf_counter())
                 for job in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
                     if (job.get("status") or {}).get("phase") == "Running":
