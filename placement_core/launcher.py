@@ -16,6 +16,7 @@ only when it talks to a cluster, so `import placement_core.launcher` works witho
 from __future__ import annotations
 
 import contextlib
+import gzip
 import json
 import math
 import os
@@ -208,8 +209,12 @@ def read_plan(path: str | os.PathLike[str] | None = None) -> LaunchPlan:
     if path is None and os.environ.get(PLAN_ENV):
         return load_plan(os.environ[PLAN_ENV])
     file = Path(path or os.environ.get(PLAN_FILE_ENV) or DEFAULT_PLAN_PATH)
+    packed = file.with_name(file.name + ".gz")
     try:
-        text = file.read_text()
+        # The operator stores large plans gzipped (ConfigMap key plan.json.gz), mounted beside plan.json.
+        text = (
+            gzip.decompress(packed.read_bytes()).decode() if not file.exists() and packed.exists() else file.read_text()
+        )
     except OSError as err:
         raise LaunchError(
             f"cannot read the plan '{file}': {err.strerror} (set ${PLAN_ENV} or ${PLAN_FILE_ENV})"
@@ -218,15 +223,10 @@ def read_plan(path: str | os.PathLike[str] | None = None) -> LaunchPlan:
 
 
 def _plan_from_placement(placement: ComponentPlacement) -> dict[str, Any]:
-    """build_plan's data plus each process's hardware type, which the launcher reads to know GPUs from robots."""
+    """build_plan's data; its entries carry the hardware type the launcher reads to know GPUs from robots."""
     from placement_core.plan import build_plan
 
-    plan = build_plan(placement, with_env=True)
-    cluster = placement.cluster
-    for comp in plan["components"].values():
-        for entry in comp["processes"]:
-            entry.setdefault("hardware_type", cluster.get_node_group(entry["node_group_label"]).hardware_type)
-    return plan
+    return build_plan(placement, with_env=True)
 
 
 def _entries(name: str, component: object) -> list[Mapping[str, Any]]:

@@ -3,6 +3,7 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 
 from __future__ import annotations
 
+import gzip
 import importlib.util
 import json
 import os
@@ -374,3 +375,12 @@ def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
         ("rollout", "0", "6", "1"),
         ("reward", "0", "7", "1"),
     ]
+
+
+def test_read_plan_reads_the_gzipped_plan_the_operator_stores_for_large_jobs(tmp_path) -> None:
+
+    config = {"cluster": {"num_nodes": 1, "accelerators_per_node": 2, "component_placement": {"actor": "0-1"}}}
+    plan = build_plan(component_placement(config), with_env=True)
+    (tmp_path / "plan.json.gz").write_bytes(gzip.compress(json.dumps(plan).encode()))
+    loaded = launcher.read_plan(tmp_path / "plan.json")
+    assert [p.rank for p in loaded.processes("actor")] == [0, 1]
