@@ -47,6 +47,11 @@ def process_env(placement: ComponentPlacement, component: str, process: Placemen
     return env
 
 
+def master_addr(placement: ComponentPlacement, processes: list[Placement]) -> str:
+    """MASTER_ADDR of a component: the node of its rank-0 process."""
+    return placement.cluster.nodes[processes[0].cluster_node_rank].display_name
+
+
 def shares_with(placement: ComponentPlacement) -> dict[str, list[str]]:
     """For each component, the other components that hold at least one of the same resources."""
     units = {name: placement.get_units(name) for name in placement.components}
@@ -62,7 +67,7 @@ def build_plan(placement: ComponentPlacement, isolate_accelerator: bool = True, 
     components = {}
     for name in placement.components:
         processes = placement.get_placement(name, isolate_accelerator)
-        master = cluster.nodes[processes[0].cluster_node_rank].display_name
+        master = master_addr(placement, processes)
         on_nodes = placement.get_strategy(name).kind == "node"
         hardware = {g.label: None if on_nodes else g.hardware_type for g in cluster.node_groups}
         entries = []

@@ -38,6 +38,9 @@ class PlacementStrategy(ABC):
 
     def num_processes(self, cluster: Cluster) -> int:
         """How many processes the strategy makes on `cluster`; checks the placement like `get_placement`."""
+        cached = self._cache
+        if cached is not None and cached[0] is cluster:
+            return len(cached[2])  # the count does not depend on isolate_accelerator
         return len(self._placements(cluster, True))
 
     def _placements(self, cluster: Cluster, isolate_accelerator: bool) -> list[Placement]:

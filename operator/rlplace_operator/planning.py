@@ -161,17 +161,20 @@ def worker_nodes(
 ) -> list[WorkerNode]:
     """One worker per node any process uses, requesting every unit the job's groups count on it."""
     used = sorted({p["cluster_node_rank"] for c in plan["components"].values() for p in c["processes"]})
+    # Membership as sets: with 1,000 nodes a scan of every group's node list per node would be quadratic.
+    members = [(group, {e.name for e in group.status.nodes}) for group in groups]
     workers = []
     for rank in used:
         node = cluster.nodes[rank]
         info = nodes[node.name]
         requests: dict[str, int] = {}
         env: dict[str, str] = {}
-        for group in groups:
-            if any(e.name == node.name for e in group.status.nodes):
+        for group, names in members:
+            if node.name in names:
                 resource = unit_resource(group.spec)
-                if resource and info.count(resource):
-                    requests[resource] = info.count(resource)
+                count = info.count(resource) if resource else 0
+                if count:
+                    requests[resource] = count
                 env.update({v.name: v.value for v in group.spec.env})
         workers.append(WorkerNode(rank, node.name, node.num_accelerators, requests, env))
     return workers

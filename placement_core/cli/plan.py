@@ -13,7 +13,7 @@ import yaml
 from rich.table import Table
 
 from placement_core.cli.common import fail, load_config, stdout, user_errors
-from placement_core.plan import build_plan, component_placement, process_env
+from placement_core.plan import build_plan, component_placement, master_addr, process_env
 
 app = typer.Typer()
 
@@ -59,7 +59,7 @@ def plan(
             processes = placed.get_placement(component, not no_isolate)
             if not 0 <= rank < world_size:
                 fail(f"component '{component}' has ranks 0-{world_size - 1}, not {rank}")
-            master = placed.cluster.nodes[processes[0].cluster_node_rank].display_name
+            master = master_addr(placed, processes)
             for key, value in process_env(placed, component, processes[rank], master).items():
                 stdout.print(f"export {key}={_shell_quote(value)}", markup=False)
             return
