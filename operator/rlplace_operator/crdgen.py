@@ -109,7 +109,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None 
         else:
             out[key] = value
     default = schema.get("default")
-    if isinstance(default, str | int | float | bool) and not isinstance(schema.get("default"), dict):
+    if isinstance(default, str | int | float | bool):  # scalar defaults only; object defaults stay in the models
         out["default"] = default
     if (
         schema.get("type") == "object"

@@ -11,6 +11,7 @@ import enum
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from placement_core.cluster import ACCELERATOR, ROBOT_TYPES
 
@@ -26,18 +27,11 @@ PLACEMENT_PATTERN = rf"^{_PART}(,({_PART})?)*$"
 LABELS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
 
 
-class _Model(BaseModel):
-    model_config = ConfigDict(populate_by_name=True, extra="forbid", use_attribute_docstrings=True)
+class _Camel(BaseModel):
+    """Base of every resource model: camelCase on the wire, unknown fields refused, docstrings as descriptions."""
 
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(word.title() for word in rest)
-
-
-class _Camel(_Model):
     model_config = ConfigDict(
-        populate_by_name=True, extra="forbid", use_attribute_docstrings=True, alias_generator=_camel
+        populate_by_name=True, extra="forbid", use_attribute_docstrings=True, alias_generator=to_camel
     )
 
 
