@@ -10,7 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 
-from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, NODE_GROUP, Cluster, RankSpace
+from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
 from placement_core.errors import CapacityError, PlacementError
 from placement_core.placement import Placement
 
@@ -34,7 +34,7 @@ class PlacementStrategy(ABC):
 
     def get_placement(self, cluster: Cluster, isolate_accelerator: bool = True) -> list[Placement]:
         """One Placement per process, in rank order. Raises PlacementError if the ranks do not fit."""
-        return [_copy(p) for p in self._placements(cluster, isolate_accelerator)]
+        return list(self._placements(cluster, isolate_accelerator))
 
     def num_processes(self, cluster: Cluster) -> int:
         """How many processes the strategy makes on `cluster`; checks the placement like `get_placement`."""
@@ -44,7 +44,7 @@ class PlacementStrategy(ABC):
         return len(self._placements(cluster, True))
 
     def _placements(self, cluster: Cluster, isolate_accelerator: bool) -> list[Placement]:
-        """The cached records themselves (callers must not change them); get_placement hands out copies."""
+        """The cached records (immutable, so they are shared); get_placement hands out a new list of them."""
         cached = self._cache
         if cached is None or cached[0] is not cluster or cached[1] != isolate_accelerator:
             cached = self._cache = (cluster, isolate_accelerator, self._place(cluster, isolate_accelerator))
@@ -52,22 +52,6 @@ class PlacementStrategy(ABC):
 
     @abstractmethod
     def _place(self, cluster: Cluster, isolate: bool) -> list[Placement]: ...
-
-
-def _copy(p: Placement) -> Placement:
-    return Placement(
-        p.rank,
-        p.cluster_node_rank,
-        p.placement_node_rank,
-        p.local_accelerator_rank,
-        p.accelerator_type,
-        p.local_rank,
-        p.local_world_size,
-        list(p.visible_accelerators),
-        p.isolate_accelerator,
-        list(p.local_hardware_ranks),
-        p.node_group_label,
-    )
 
 
 class _HardwareStrategy(PlacementStrategy):
@@ -94,9 +78,7 @@ class _HardwareStrategy(PlacementStrategy):
         rank_lists = self._rank_lists(space)
         nodes, locals_, types, owners = space.node, space.local, space.hardware_type, space.group
         size = len(space)
-        placement_node: dict[int, int] = {}
-        per_node: dict[int, int] = {}
-        placements: list[Placement] = []
+        rows: list[_Row] = []
         for process, ranks in enumerate(rank_lists):
             first = ranks[0]
             if not 0 <= first < size or not 0 <= ranks[-1] < size:
@@ -114,33 +96,50 @@ class _HardwareStrategy(PlacementStrategy):
                     raise PlacementError(
                         f"process {process} mixes hardware types {hw_type} and {types[r]} (ranks {_ranks(ranks)})"
                     )
-            local = [locals_[r] for r in ranks]
+            local = tuple(locals_[r] for r in ranks)
             if hw_type == ACCELERATOR and isolate:
-                visible = [str(x) for x in local]
+                visible = tuple(str(x) for x in local)
                 accel_rank = local[0]
             else:
-                visible = list(cluster.visible_devices[node])
+                visible = cluster.visible_devices[node]
                 accel_rank = 0 if visible else -1
-            node_obj = cluster.nodes[node]
-            placements.append(
-                Placement(
-                    process,
-                    node,
-                    placement_node.setdefault(node, len(placement_node)),
-                    accel_rank,
-                    node_obj.accelerator_type,
-                    per_node.get(node, 0),
-                    0,
-                    visible,
-                    isolate,
-                    local,
-                    owners[first],
-                )
+            rows.append((node, accel_rank, visible, local, owners[first]))
+        return _placements_of(cluster, rows, isolate)
+
+
+#: One process before its node-local counts are known: node, local accelerator rank, visible accelerators,
+#: local hardware ranks, owning node group.
+_Row = tuple[int, int, tuple[str, ...], tuple[int, ...], str]
+
+
+def _placements_of(cluster: Cluster, rows: Sequence[_Row], isolate: bool) -> list[Placement]:
+    """Placement records in process order; placement_node_rank numbers nodes by first appearance, local_rank
+    and local_world_size count the strategy's processes per node."""
+    per_node: dict[int, int] = {}
+    for node, *_ in rows:
+        per_node[node] = per_node.get(node, 0) + 1
+    placement_node: dict[int, int] = {}
+    seen: dict[int, int] = {}
+    placements = []
+    for process, (node, accel_rank, visible, local, label) in enumerate(rows):
+        local_rank = seen.get(node, 0)
+        seen[node] = local_rank + 1
+        placements.append(
+            Placement(
+                rank=process,
+                cluster_node_rank=node,
+                placement_node_rank=placement_node.setdefault(node, len(placement_node)),
+                local_accelerator_rank=accel_rank,
+                accelerator_type=cluster.nodes[node].accelerator_type,
+                local_rank=local_rank,
+                local_world_size=per_node[node],
+                visible_accelerators=visible,
+                isolate_accelerator=isolate,
+                local_hardware_ranks=local,
+                node_group_label=label,
             )
-            per_node[node] = per_node.get(node, 0) + 1
-        for p in placements:
-            p.local_world_size = per_node[p.cluster_node_rank]
-        return placements
+        )
+    return placements
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -240,7 +239,7 @@ class NodePlacementStrategy(PlacementStrategy):
     kind = "node"
 
     def __init__(self, node_ranks: Sequence[int], node_group_label: str | Sequence[str] | None = None) -> None:
-        super().__init__(node_group_label, NODE_GROUP)
+        super().__init__(node_group_label, CLUSTER_GROUP)
         if not node_ranks:
             raise PlacementError("a node placement needs at least one node rank")
         if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in node_ranks):
@@ -251,28 +250,9 @@ class NodePlacementStrategy(PlacementStrategy):
         space = cluster.rank_space(self.node_group_labels, nodes_only=True)
         if self.node_ranks[-1] >= len(space):
             raise CapacityError(f"node rank {self.node_ranks[-1]} is out of range ({space.describe()})")
-        placement_node: dict[int, int] = {}
-        per_node: dict[int, int] = {}
-        placements = []
-        for process, index in enumerate(self.node_ranks):
+        rows: list[_Row] = []
+        for index in self.node_ranks:
             node = space.node[index]
-            visible = list(cluster.visible_devices[node])
-            placements.append(
-                Placement(
-                    process,
-                    node,
-                    placement_node.setdefault(node, len(placement_node)),
-                    0 if visible else -1,
-                    cluster.nodes[node].accelerator_type,
-                    per_node.get(node, 0),
-                    0,
-                    visible,
-                    isolate,
-                    [],
-                    space.group[index],
-                )
-            )
-            per_node[node] = per_node.get(node, 0) + 1
-        for p in placements:
-            p.local_world_size = per_node[p.cluster_node_rank]
-        return placements
+            visible = cluster.visible_devices[node]
+            rows.append((node, 0 if visible else -1, visible, (), space.group[index]))
+        return _placements_of(cluster, rows, isolate)

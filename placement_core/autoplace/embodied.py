@@ -27,13 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_core.autoplace.cost import pipelined_total
-from placement_core.autoplace.inputs import profile_section, read_cluster, require_profile_keys, required_int, seconds
+from placement_core.autoplace.inputs import check_gpus, require_profile_keys, seconds
 from placement_core.autoplace.search import COLLOCATED, HYBRID, Progress, Schedule, pick_best
 from placement_core.errors import PlacementError
-from placement_core.jobconfig import ModelParallelSettings, positive_int
-
-#: Pipeline stages of an embodied rollout when `rollout.pipeline_stage_num` is not set (the reference tool's).
-DEFAULT_PIPELINE_STAGES = 2
+from placement_core.jobconfig import Job
 
 
 def _power(x, a, b):
@@ -183,17 +180,18 @@ class EmbodiedTask:
         return self.rollout(load)
 
 
-def read_embodied(config: Mapping[str, object], profile: Mapping[str, object] | None = None) -> EmbodiedTask:
-    cluster = read_cluster(config)
-    costs = profile_section(config, profile)
+def read_embodied(job: Job) -> EmbodiedTask:
+    check_gpus(job)
+    costs = job.profile
     require_profile_keys(costs, ("env_profile_data", "rollout_profile_data", "actor_cost"))
-    settings = ModelParallelSettings.from_config(config)
+    if job.batch.env_num is None:
+        raise PlacementError("data.env_num is required for auto placement")
     return EmbodiedTask(
-        num_gpus=cluster.num_accelerators,
-        num_nodes=cluster.num_nodes,
-        env_num=required_int(config, "data.env_num"),
-        pipeline_stages=positive_int(config, "rollout.pipeline_stage_num", DEFAULT_PIPELINE_STAGES),
-        rollout_model_parallel=settings.rollout.model_parallel,
+        num_gpus=job.cluster.num_accelerators,
+        num_nodes=job.cluster.num_nodes,
+        env_num=job.batch.env_num,
+        pipeline_stages=job.batch.pipeline_stages,
+        rollout_model_parallel=job.model_parallel.rollout.model_parallel,
         env=CurveFit.from_profile("profile_data.env_profile_data", costs["env_profile_data"]),
         rollout=CurveFit.from_profile("profile_data.rollout_profile_data", costs["rollout_profile_data"]),
         actor_cost=seconds(costs, "actor_cost"),

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import yaml
 from rich.table import Table
 
-from placement_core.autoplace.inputs import EMBODIED
 from placement_core.autoplace.search import COLLOCATED, Schedule
+from placement_core.jobconfig import EMBODIED
 
 HEADLINE = "Best placement for this task is:"
 

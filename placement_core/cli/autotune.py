@@ -21,6 +21,7 @@ from placement_core import autoplace
 from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.report import explain_table, render_text
 from placement_core.cli.common import load_config, stderr, stdout, user_errors
+from placement_core.jobconfig import read_job
 
 app = typer.Typer()
 
@@ -50,7 +51,7 @@ def autotune(
     """Find the component placement with the shortest predicted iteration time and print it as a block."""
     config = load_config(config_path)
     with user_errors(), _progress_bar() as progress:
-        result = autoplace.autotune(config, cost_model, progress=progress)
+        result = autoplace.autotune(read_job(config), cost_model, progress=progress)
     if output_format is OutputFormat.json:
         stdout.print(json.dumps(result.to_json(), indent=2), markup=False)
     else:
@@ -69,7 +70,7 @@ def cost(
     """Print the predicted iteration time of the placement already in the config."""
     config = load_config(config_path)
     with user_errors():
-        schedule = autoplace.predict(config, cost_model)
+        schedule = autoplace.predict(read_job(config), cost_model)
     if output_format is OutputFormat.json:
         data = {
             "mode": schedule.mode,

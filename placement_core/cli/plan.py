@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import enum
-import json
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -13,7 +12,9 @@ import yaml
 from rich.table import Table
 
 from placement_core.cli.common import fail, load_config, stdout, user_errors
-from placement_core.plan import build_plan, component_placement, master_addr, process_env
+from placement_core.components import component_placement
+from placement_core.errors import PlacementError
+from placement_core.plan import Plan, build_plan, shared_with
 
 app = typer.Typer()
 
@@ -53,23 +54,21 @@ def plan(
     config = load_config(config_path)
     with user_errors():
         placed = component_placement(config, kind=placement.value if placement else None)
+        planned = build_plan(placed, isolate_accelerator=not no_isolate)
         if env is not None:
             component, rank = env
-            world_size = placed.get_world_size(component)
-            processes = placed.get_placement(component, not no_isolate)
-            if not 0 <= rank < world_size:
-                fail(f"component '{component}' has ranks 0-{world_size - 1}, not {rank}")
-            master = master_addr(placed, processes)
-            for key, value in process_env(placed, component, processes[rank], master).items():
+            processes = planned.component(component).processes
+            if not 0 <= rank < len(processes):
+                fail(f"component '{component}' has ranks 0-{len(processes) - 1}, not {rank}")
+            for key, value in processes[rank].env.items():
                 stdout.print(f"export {key}={_shell_quote(value)}", markup=False)
             return
-        data = build_plan(placed, isolate_accelerator=not no_isolate)
     if output_format is OutputFormat.json:
-        stdout.print(json.dumps(data, indent=2), markup=False)
+        stdout.print(planned.to_json(indent=2), markup=False)
     elif output_format is OutputFormat.yaml:
-        stdout.print(yaml.safe_dump(data, sort_keys=False), markup=False, end="")
+        stdout.print(yaml.safe_dump(planned.to_dict(), sort_keys=False), markup=False, end="")
     else:
-        _print_tables(data)
+        _print_tables(planned)
 
 
 @app.command()
@@ -84,12 +83,10 @@ def show(
     except OSError as err:
         fail(f"cannot read plan '{plan_path}': {err.strerror or err}")
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as err:
-        fail(f"plan '{plan_path}' is not valid JSON: {err.msg} at line {err.lineno}")
-    if not isinstance(data, dict) or not isinstance(data.get("components"), dict):
-        fail(f"plan '{plan_path}' has no 'components' mapping (is it `rlplace plan --format json` output?)")
-    _print_tables(data)
+        planned = Plan.from_json(text)
+    except PlacementError as err:
+        fail(f"plan '{plan_path}': {err}")
+    _print_tables(planned)
 
 
 def _shell_quote(value: str) -> str:
@@ -97,25 +94,26 @@ def _shell_quote(value: str) -> str:
     return value if safe else "'" + value.replace("'", "'\\''") + "'"
 
 
-def _print_tables(data: dict) -> None:
-    stdout.print(f"mode: {data['mode']}")
-    for name, component in data["components"].items():
-        groups = ",".join(component["node_groups"])
+def _print_tables(planned: Plan) -> None:
+    stdout.print(f"mode: {planned.mode}")
+    sharing = shared_with(planned)
+    for component in planned.components:
+        groups = ",".join(component.node_groups)
         table = Table(
-            title=f"{name}: {component['world_size']} processes, {component['strategy']} strategy, node group {groups}",
+            title=f"{component.name}: {component.world_size} processes, {component.strategy} strategy, "
+            f"node group {groups}",
             title_justify="left",
         )
         for column in ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with"):
             table.add_column(column, justify="right" if column == "rank" else "left")
-        shared = ",".join(component["shares_with"]) or "-"
-        for p in component["processes"]:
-            units = ",".join(map(str, p["local_hardware_ranks"])) or "-"
+        for p in component.processes:
+            placed = p.placement
             table.add_row(
-                str(p["rank"]),
-                f"{p['node_name']} (rank {p['cluster_node_rank']})",
-                p["node_group_label"],
-                units,
-                ",".join(p["visible_accelerators"]) or "-",
-                shared,
+                str(p.rank),
+                f"{p.node_name} (rank {p.node_rank})",
+                placed.node_group_label,
+                ",".join(map(str, placed.local_hardware_ranks)) or "-",
+                ",".join(placed.visible_accelerators) or "-",
+                ",".join(sharing[(component.name, p.rank)]) or "-",
             )
         stdout.print(table)

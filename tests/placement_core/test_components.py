@@ -43,7 +43,7 @@ def hetero(component_placement, cls=ComponentPlacement):
 
 def layout(placement, name):
     """(node, local hardware ranks) per process."""
-    return [(p.cluster_node_rank, p.local_hardware_ranks) for p in placement.get_placement(name)]
+    return [(p.cluster_node_rank, list(p.local_hardware_ranks)) for p in placement.get_placement(name)]
 
 
 def error(placement, **cluster):
@@ -91,7 +91,7 @@ def test_seed_actor_inference_share_gpus_0_to_7():
     assert placed.get_strategy("actor") is placed.get_strategy("inference")
     for name in ("actor", "inference"):
         assert layout(placed, name) == [(0, [r]) for r in range(8)]
-        assert [p.visible_accelerators for p in placed.get_placement(name)] == [[str(r)] for r in range(8)]
+        assert [list(p.visible_accelerators) for p in placed.get_placement(name)] == [[str(r)] for r in range(8)]
     assert placed.placement_mode is PlacementMode.COLLOCATED
 
 
@@ -132,8 +132,13 @@ def test_seed_heterogeneous_example_on_the_spec_cluster():
     assert layout(placed, "rollout") == [(2, [r]) for r in range(4)]
     assert [p.node_group_label for p in placed.get_placement("rollout")] == ["4090"] * 4
     env = placed.get_placement("env")
-    assert [(p.cluster_node_rank, p.local_hardware_ranks) for p in env] == [(2, [0]), (2, [0]), (2, [1]), (2, [1])]
-    assert all(p.visible_accelerators == ["0", "1", "2", "3"] for p in env)  # robots see every GPU
+    assert [(p.cluster_node_rank, list(p.local_hardware_ranks)) for p in env] == [
+        (2, [0]),
+        (2, [0]),
+        (2, [1]),
+        (2, [1]),
+    ]
+    assert all(p.visible_accelerators == ("0", "1", "2", "3") for p in env)  # robots see every GPU
     assert isinstance(placed.get_strategy("agent"), NodePlacementStrategy)
     agent = placed.get_placement("agent")
     assert len(agent) == 300
@@ -148,7 +153,7 @@ def test_composite_groups_count_in_the_order_listed():
     processes = placed.get_placement("actor")
     assert [p.node_group_label for p in processes] == ["a800"] * 16 + ["4090"] * 4
     assert [p.cluster_node_rank for p in processes[15:17]] == [1, 2]
-    assert processes[16].local_hardware_ranks == [0]
+    assert processes[16].local_hardware_ranks == (0,)
 
 
 def test_composite_groups_as_a_yaml_list():
@@ -174,7 +179,7 @@ def test_composite_groups_in_reverse_node_order():
 def test_robot_and_gpu_groups_can_be_composed():
     placed = hetero({"env": {"node_group": "4090,robot", "placement": "0-5"}})
     types = [p.local_hardware_ranks for p in placed.get_placement("env")]
-    assert types == [[0], [1], [2], [3], [0], [1]]
+    assert types == [(0,), (1,), (2,), (3,), (0,), (1,)]
     assert [p.node_group_label for p in placed.get_placement("env")] == ["4090"] * 4 + ["robot"] * 2
 
 
@@ -245,8 +250,8 @@ def test_node_group_default_is_cluster():
 
 def test_isolate_false_through_the_component_placement():
     processes = place({"a": "0-1"}).get_placement("a", isolate_accelerator=False)
-    assert all(p.visible_accelerators == [str(i) for i in range(8)] for p in processes)
-    assert [p.local_hardware_ranks for p in processes] == [[0], [1]]
+    assert all(p.visible_accelerators == tuple(str(i) for i in range(8)) for p in processes)
+    assert [list(p.local_hardware_ranks) for p in processes] == [[0], [1]]
 
 
 # -- errors (spec §5): one line, names the component, quotes the text -------------------------------------------

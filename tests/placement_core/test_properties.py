@@ -14,7 +14,8 @@ from placement_core import (
     PackedPlacementStrategy,
     PlacementError,
 )
-from placement_core.plan import build_plan, component_placement
+from placement_core.components import component_placement
+from placement_core.plan import build_plan
 
 VALID = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,12 +106,12 @@ def _check_invariants(cluster, strategy, placements, isolate):
         assert type(p.local_accelerator_rank) is int
         all_gpus = [str(i) for i in range(node.num_accelerators)]
         if isolate and strategy.kind != "node":
-            assert p.visible_accelerators == [str(r) for r in p.local_hardware_ranks]
+            assert list(p.visible_accelerators) == [str(r) for r in p.local_hardware_ranks]
             assert p.local_accelerator_rank == p.local_hardware_ranks[0]
         else:
-            assert p.visible_accelerators == all_gpus
+            assert list(p.visible_accelerators) == all_gpus
             assert p.local_accelerator_rank == (0 if all_gpus else -1)
-        assert all(0 <= r < node.num_accelerators for r in p.local_hardware_ranks)
+        assert all(0 <= r < node.num_accelerators for r in list(p.local_hardware_ranks))
     for ranks in local_ranks.values():
         assert ranks == list(range(len(ranks)))
 
@@ -133,9 +134,9 @@ def test_valid_placements_keep_the_invariants(job, isolate):
         for p, ranks in zip(placements, rank_lists, strict=True):
             # Every rank of the process is on the process's node, and its local ranks are the real assignment.
             assert {space.node[r] for r in ranks} == {p.cluster_node_rank}
-            assert p.local_hardware_ranks == [space.local[r] for r in ranks]
+            assert p.local_hardware_ranks == tuple(space.local[r] for r in ranks)
         _check_invariants(cluster, strategy, placements, isolate)
-    build_plan(placed, isolate_accelerator=isolate, with_env=True)
+    build_plan(placed, isolate_accelerator=isolate)
 
 
 @st.composite
@@ -196,7 +197,9 @@ def test_packed_invariants(cluster_config, start, end, n, stride, isolate):
     used = []
     for p in placements:
         assert len(p.local_hardware_ranks) == n
-        assert all(b - a == stride for a, b in zip(p.local_hardware_ranks, p.local_hardware_ranks[1:], strict=False))
+        assert all(
+            b - a == stride for a, b in zip(p.local_hardware_ranks, list(p.local_hardware_ranks)[1:], strict=False)
+        )
         used.extend(
             next(i for i in range(len(space)) if space.node[i] == p.cluster_node_rank and space.local[i] == r)
             for r in p.local_hardware_ranks
@@ -216,7 +219,7 @@ def test_node_invariants(cluster_config, node_ranks, isolate):
         assert max(node_ranks) >= cluster.num_nodes
         return
     assert [p.cluster_node_rank for p in placements] == sorted(node_ranks)
-    assert all(p.local_hardware_ranks == [] for p in placements)
+    assert all(p.local_hardware_ranks == () for p in placements)
     _check_invariants(cluster, strategy, placements, isolate)
 
 
@@ -359,7 +362,7 @@ def _use(placed):
         placed.get_world_size(name)
         placed.get_hardware_ranks(name)
         placed.get_placement(name, isolate_accelerator=False)
-    build_plan(placed, with_env=True)
+    build_plan(placed)
 
 
 def _place_or_refuse(config: dict, kind: str = "hybrid") -> None:
