@@ -21,6 +21,7 @@ from placement_core.autoplace import autotune
 from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.inputs import read_reasoning
 from placement_core.autoplace.search import search_reasoning
+from placement_core.jobconfig import read_job
 
 SIZES = (128, 512, 2048, 8192)
 REPEATS = 3
@@ -52,7 +53,7 @@ def main() -> None:
     print(f"{'G':>6} {'input':<10} {'model':<8} {'search s':>9} {'autotune s':>11}  placement")
     for gpus in SIZES:
         for worst in (False, True):
-            cfg = config(gpus, worst)
+            cfg = read_job(config(gpus, worst))
             task = read_reasoning(cfg)
             for model in CostModel:
                 search_s = best_of(lambda: search_reasoning(task, model))  # noqa: B023

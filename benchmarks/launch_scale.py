@@ -16,8 +16,9 @@ import statistics
 import sys
 import time
 
-from placement_core import launcher
-from placement_core.plan import build_plan, component_placement
+from placement_core import contract, launcher
+from placement_core.components import component_placement
+from placement_core.plan import Plan, build_plan
 
 TARGET_RATIO = 1.5
 SIDES = {
@@ -34,12 +35,12 @@ class Worker:
         return 1
 
 
-def make_plan(nodes: int, gpus_per_node: int) -> dict:
+def make_plan(nodes: int, gpus_per_node: int) -> Plan:
     """One exclusive process per GPU on every node: what the operator would store for `actor: all`."""
     config = {
         "cluster": {"num_nodes": nodes, "accelerators_per_node": gpus_per_node, "component_placement": {"actor": "all"}}
     }
-    return build_plan(component_placement(config), with_env=True)
+    return build_plan(component_placement(config))
 
 
 def time_plain(workers: int) -> float:
@@ -56,7 +57,7 @@ def time_plain(workers: int) -> float:
     return elapsed
 
 
-def time_launcher(plan: dict, env_via: str) -> float:
+def time_launcher(plan: Plan, env_via: str) -> float:
     """The launcher, from the stored plan to every actor up (plan parsing and cluster check included)."""
     options = launcher.LaunchOptions(free_timeout_s=60, env_via=env_via)
     start = time.perf_counter()
@@ -73,7 +74,7 @@ def wait_idle(workers: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         free = ray.available_resources()
-        rlplace_free = sum(v for k, v in free.items() if launcher.parse_gpu_resource(k))
+        rlplace_free = sum(v for k, v in free.items() if contract.parse_gpu_resource(k))
         if free.get("GPU", 0) >= workers and rlplace_free >= workers:
             break
         time.sleep(0.2)

@@ -178,7 +178,7 @@ class ModelParallel(_Camel):
     actor_tensor_parallel_size: int = Field(1, ge=1)
     """actor.model.tensor_model_parallel_size."""
     actor_context_parallel_size: int = Field(1, ge=1)
-    """actor.model.context_model_parallel_size."""
+    """actor.model.context_parallel_size (multiplies the actor's model-parallel size: tp*cp*pp)."""
     actor_pipeline_parallel_size: int = Field(1, ge=1)
     """actor.model.pipeline_model_parallel_size."""
     rollout_tensor_parallel_size: int = Field(1, ge=1)
