@@ -35,6 +35,7 @@ def test_autotune_prints_the_block(write):
         "Best placement for this task is:\n\n"
         "cluster:\n"
         "  num_nodes: 16\n"
+        "  accelerators_per_node: 8\n"
         "  component_placement:\n"
         "    rollout,reward: 0-79\n"
         "    inference: 80-95\n"
@@ -156,7 +157,7 @@ def test_progress_bar_only_on_a_terminal_after_a_while(monkeypatch):
     with command._progress_bar() as progress:  # CliRunner's stderr is no terminal
         assert progress is None
     sink = io.StringIO()
-    monkeypatch.setattr(command, "stderr", Console(file=sink, force_terminal=True, width=80))
+    monkeypatch.setattr(command, "console", lambda stderr: Console(file=sink, force_terminal=True, width=80))
     monkeypatch.setattr(command, "PROGRESS_AFTER_S", 0.0)
     with command._progress_bar() as progress:
         for done in range(1, 11):

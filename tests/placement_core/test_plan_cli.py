@@ -308,7 +308,7 @@ def test_bad_yaml(write):
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("", "NoneType")])
+@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("# only a comment\n", "NoneType")])
 def test_non_mapping_yaml(write, text, kind):
     path = write(text)
     _assert_one_line_error(invoke(path), f"config file '{path}' must hold a YAML mapping, got {kind}")
