@@ -359,7 +359,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
     def _check_gpu_range(self, name: str) -> None:
         entry = self._entries[name]
-        if entry.space.is_node_space or any(t != ACCELERATOR for t in entry.space.hardware_type):
+        if entry.space.is_node_space or entry.space.hardware_types != {ACCELERATOR}:
             raise PlacementError(f"component '{name}': model-parallel components must be placed on GPUs")
         if not _continuous(entry.hardware_ranks):
             raise PlacementError(f"component '{name}': its GPUs must be one continuous range, got '{entry.text}'")
