@@ -11,6 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from placement_core.configfile import not_a_number_hint
 from placement_core.errors import CapacityError, PlacementError
 from placement_core.grammar import parse_rank_list
 
@@ -343,7 +344,9 @@ class Cluster:
             raise PlacementError("'cluster' must be a mapping")
         num_nodes = section.get("num_nodes")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes <= 0:
-            raise PlacementError(f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}")
+            raise PlacementError(
+                f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}{not_a_number_hint(num_nodes)}"
+            )
         if num_nodes > MAX_NODES:
             raise PlacementError(f"cluster.num_nodes is {num_nodes}; at most {MAX_NODES} nodes are supported")
         counts = _accelerator_counts(section.get("accelerators_per_node"), num_nodes)
@@ -366,7 +369,8 @@ def _accelerator_counts(value: object, num_nodes: int) -> list[int]:
     for count in values:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_ACCELERATORS_PER_NODE:
             raise PlacementError(
-                f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, got {count!r}"
+                f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, "
+                f"got {count!r}{not_a_number_hint(count)}"
             )
     return list(values)
 

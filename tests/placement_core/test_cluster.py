@@ -171,7 +171,15 @@ def test_cluster_object_api():
 
 
 @pytest.mark.parametrize(
-    ("value", "shown"), [("2", "'2'"), (0, "0"), (-1, "-1"), (True, "True"), (None, "None"), (1.5, "1.5")]
+    ("value", "shown"),
+    [
+        ("2", r"'2' \('2' is text to YAML, not a number; write 2\)"),
+        (0, "0"),
+        (-1, "-1"),
+        (True, "True"),
+        (None, "None"),
+        (1.5, "1.5"),
+    ],
 )
 def test_num_nodes_must_be_a_positive_int(value, shown):
     with pytest.raises(PlacementError, match=rf"cluster.num_nodes must be an integer > 0, got {shown}$"):
