@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import signal
 import threading
 from collections.abc import Iterator, Mapping
@@ -27,12 +28,20 @@ MAX_CONFIG_BYTES = 4 * 1024 * 1024
 MAX_DEPTH = 64
 #: YAML nodes after alias expansion: a config has hundreds; 20,000 components are about 60,000.
 MAX_NODES = 1_000_000
-#: Seconds that resolving `${...}` interpolations may take (a chain of `${a}${a}` doubles at every step).
+#: Seconds that resolving `${...}` interpolations may take: the last guard, after the static bounds below.
 MAX_RESOLVE_SECONDS = 2.0
+#: Bounds on what resolving interpolations would produce and do, estimated before OmegaConf runs: a chain
+#: `x1: ${x0}${x0}`, `x2: ${x1}${x1}`, ... doubles at every step, in size and in OmegaConf's work alike.
+MAX_RESOLVED_CHARS = 10_000_000
+MAX_RESOLVE_STEPS = 200_000
+MAX_REFERENCE_DEPTH = 100
 #: Characters of an offending value quoted in an error message.
 MAX_QUOTE = 200
 
 _GZIP_MAGIC = b"\x1f\x8b"
+# A reference to another key (`${actor.model.tp}`, `${..tp}`, `${a[0]}`); resolver calls (`${oc.env:X}`) hold
+# a colon and are not matched, but the plain references nested in their arguments are.
+_REFERENCE = re.compile(r"\$\{([\w.\-\[\]]*)\}")
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
@@ -205,6 +214,7 @@ def _resolve_interpolations(config: dict[str, Any], where: str) -> dict[str, Any
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
+    _check_interpolation_cost(config, where)
     try:
         with _time_limit(MAX_RESOLVE_SECONDS):
             resolved = OmegaConf.to_container(OmegaConf.create(config), resolve=True)
@@ -224,3 +234,87 @@ def _resolve_interpolations(config: dict[str, Any], where: str) -> dict[str, Any
         raise PlacementError(f"{where}: its ${{...}} interpolations refer to each other in a loop") from None
     assert isinstance(resolved, dict)  # OmegaConf.create of a dict is a DictConfig
     return resolved
+
+
+class _InterpolationCost:
+    """Characters and resolution steps each value's interpolations would expand to, memoised per key path,
+    so the estimate itself is linear in the config while what it estimates may be exponential."""
+
+    def __init__(self, config: dict[str, Any], where: str) -> None:
+        self.config = config
+        self.where = where
+        self.memo: dict[tuple[str, ...], tuple[int, int]] = {}
+
+    def of_path(self, path: tuple[str, ...], depth: int) -> tuple[int, int]:
+        known = self.memo.get(path)
+        if known is not None:
+            return known
+        if depth > MAX_REFERENCE_DEPTH:
+            raise PlacementError(
+                f"{self.where}: ${{...}} interpolations refer through more than {MAX_REFERENCE_DEPTH} keys at "
+                f"{quote('.'.join(path))}"
+            )
+        self.memo[path] = (0, 1)  # a loop: OmegaConf reports it when it resolves
+        value = _lookup(self.config, path)
+        cost = self.of_value(value, path, depth) if value is not _ABSENT else (0, 1)
+        self.memo[path] = cost
+        return cost
+
+    def of_value(self, value: object, path: tuple[str, ...], depth: int) -> tuple[int, int]:
+        if isinstance(value, Mapping):
+            items: list[tuple[str, object]] = [(str(k), v) for k, v in value.items()]
+        elif isinstance(value, list):
+            items = [(str(i), v) for i, v in enumerate(value)]
+        elif isinstance(value, str):
+            chars, steps = len(value), 1
+            for reference in _REFERENCE.findall(value):
+                target = _reference_path(reference, path)
+                more_chars, more_steps = self.of_path(target, depth + 1)
+                chars, steps = chars + more_chars, steps + more_steps
+            return chars, steps
+        else:
+            return len(str(value)), 1
+        chars, steps = 0, 1
+        for key, item in items:
+            more_chars, more_steps = self.of_path((*path, key), depth + 1)
+            chars, steps = chars + more_chars + len(key), steps + more_steps
+        return chars, steps
+
+
+_ABSENT = object()
+
+
+def _reference_path(reference: str, here: tuple[str, ...]) -> tuple[str, ...]:
+    """The key path `${reference}` names, seen from the value at `here` (OmegaConf's relative `..` rules)."""
+    parts = reference.replace("[", ".").replace("]", "").split(".")
+    if not reference.startswith("."):
+        return tuple(p for p in parts if p)
+    dots = len(reference) - len(reference.lstrip("."))
+    base = here[: max(len(here) - dots, 0)]
+    return (*base, *(p for p in parts if p))
+
+
+def _lookup(config: object, path: tuple[str, ...]) -> object:
+    node = config
+    for key in path:
+        if isinstance(node, Mapping):
+            if key in node:
+                node = node[key]
+            elif key.lstrip("-").isdigit() and int(key) in node:
+                node = node[int(key)]
+            else:
+                return _ABSENT
+        elif isinstance(node, list) and key.isdigit() and int(key) < len(node):
+            node = node[int(key)]
+        else:
+            return _ABSENT
+    return node
+
+
+def _check_interpolation_cost(config: dict[str, Any], where: str) -> None:
+    chars, steps = _InterpolationCost(config, where).of_path((), 0)
+    if chars > MAX_RESOLVED_CHARS or steps > MAX_RESOLVE_STEPS:
+        raise PlacementError(
+            f"{where}: its ${{...}} interpolations would expand to about {chars:,} characters in {steps:,} steps "
+            f"(at most {MAX_RESOLVED_CHARS:,} and {MAX_RESOLVE_STEPS:,}); does a value repeat another many times over?"
+        )

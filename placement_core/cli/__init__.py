@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-from importlib.metadata import PackageNotFoundError, version
 from typing import Annotated
 
 import typer
@@ -35,6 +34,9 @@ app.add_typer(autotune.app)
 
 
 def package_version() -> str:
+    # importlib.metadata costs ~0.05 s to import; only --version needs it.
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("rlplace")
     except PackageNotFoundError:

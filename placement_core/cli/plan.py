@@ -15,7 +15,6 @@ import typer
 
 from placement_core.cli.common import (
     MAX_INPUT_BYTES,
-    console,
     describe,
     fail,
     load_config,
@@ -176,7 +175,10 @@ def _plan_from_configmap(configmap: Mapping[str, object]) -> Plan:
 
 def print_plan(planned: Plan, output_format: OutputFormat) -> None:
     if output_format is OutputFormat.json:
-        write_out(planned.to_json(indent=2))
+        from placement_core.cli.render import indented_json
+
+        # Indented down to the process list; each process is one line (see render.py for why).
+        write_out(indented_json(planned.to_dict(), levels=4))
     elif output_format is OutputFormat.yaml:
         write_out(dump_yaml(planned.to_dict()))
     else:
@@ -197,32 +199,29 @@ def _shell_quote(value: str) -> str:
 
 
 def _print_tables(planned: Plan) -> None:
-    from rich.table import Table
-    from rich.text import Text
-
+    from placement_core.cli.render import table
     from placement_core.plan import shared_with
 
-    out = console()
-    out.print(Text(f"mode: {planned.mode}"))
     sharing = shared_with(planned)
+    out = [f"mode: {planned.mode}\n"]
     for component in planned.components:
         groups = ",".join(component.node_groups)
-        out.print(
-            Text(
-                f"{component.name}: {component.world_size} processes, {component.strategy} strategy, node group {groups}"
-            )
+        out.append(
+            f"{component.name}: {component.world_size} processes, {component.strategy} strategy, node group {groups}\n"
         )
-        table = Table()
-        for column in ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with"):
-            table.add_column(column, justify="right" if column == "rank" else "left")
-        for p in component.processes:
-            placed = p.placement
-            table.add_row(
-                Text(str(p.rank)),
-                Text(f"{p.node_name} (rank {p.node_rank})"),
-                Text(placed.node_group_label),
-                Text(",".join(map(str, placed.local_hardware_ranks)) or "-"),
-                Text(",".join(placed.visible_accelerators) or "-"),
-                Text(",".join(sharing[(component.name, p.rank)]) or "-"),
+        rows = [
+            (
+                str(p.rank),
+                f"{p.node_name} (rank {p.node_rank})",
+                p.placement.node_group_label,
+                ",".join(map(str, p.placement.local_hardware_ranks)) or "-",
+                ",".join(p.placement.visible_accelerators) or "-",
+                ",".join(sharing[(component.name, p.rank)]) or "-",
             )
-        out.print(table)
+            for p in component.processes
+        ]
+        out.append(table(_COLUMNS, rows, right=(0,)))
+    write_out("".join(out))
+
+
+_COLUMNS = ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with")
