@@ -262,9 +262,9 @@ class _InterpolationCost:
 
     def of_value(self, value: object, path: tuple[str, ...], depth: int) -> tuple[int, int]:
         if isinstance(value, Mapping):
-            items: list[tuple[str, object]] = [(str(k), v) for k, v in value.items()]
+            keys = [str(k) for k in value]
         elif isinstance(value, list):
-            items = [(str(i), v) for i, v in enumerate(value)]
+            keys = [str(i) for i in range(len(value))]
         elif isinstance(value, str):
             chars, steps = len(value), 1
             for reference in _REFERENCE.findall(value):
@@ -275,7 +275,7 @@ class _InterpolationCost:
         else:
             return len(str(value)), 1
         chars, steps = 0, 1
-        for key, item in items:
+        for key in keys:
             more_chars, more_steps = self.of_path((*path, key), depth + 1)
             chars, steps = chars + more_chars + len(key), steps + more_steps
         return chars, steps
