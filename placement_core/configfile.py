@@ -45,6 +45,9 @@ _REFERENCE = re.compile(r"\$\{([\w.\-\[\]]*)\}")
 _NULL_TAG = "tag:yaml.org,2002:null"
 _MERGE_TAG = "tag:yaml.org,2002:merge"
 _STR_TAG = "tag:yaml.org,2002:str"
+_INT_TAG = "tag:yaml.org,2002:int"
+#: Digits an integer in a config may have.
+MAX_INT_DIGITS = 100
 # The C loader where PyYAML was built with libyaml (about 10x faster on large files), else the Python one.
 _Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
@@ -147,6 +150,9 @@ def _check_nodes(root: yaml.Node, where: str, max_nodes: int) -> None:
             stack.extend((child, depth + 1) for pair in node.value for child in pair)
         elif isinstance(node, yaml.SequenceNode):
             stack.extend((child, depth + 1) for child in node.value)
+        elif node.tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS:
+            # Python refuses to convert integers over 4,300 digits (and no setting needs one this long).
+            raise PlacementError(f"{where}, {_line(node)}: the number {quote(node.value, 40)} has too many digits")
 
 
 def _check_keys(node: yaml.MappingNode, where: str) -> None:

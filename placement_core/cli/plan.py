@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 app = typer.Typer()
 
-#: A gzipped plan may unpack to at most this much text (a plan of 100,000 processes is about 60 MB).
-MAX_PLAN_TEXT_BYTES = 256 * 1024 * 1024
+#: A gzipped plan may unpack to at most this much text (a plan of 100,000 processes is about 60 MB); a small
+#: gzip "bomb" costs no more memory than this.
+MAX_PLAN_TEXT_BYTES = 128 * 1024 * 1024
 #: YAML nodes a stored plan may hold (about 20 per process).
 MAX_PLAN_NODES = 5_000_000
 _GZIP_MAGIC = b"\x1f\x8b"
