@@ -129,21 +129,39 @@ def write_placement(path: Path, placement: Mapping[str, str]) -> None:
     replace so an interrupted write never leaves half a config."""
     from ruamel.yaml import YAML, CommentedMap
     from ruamel.yaml.error import YAMLError
+    from ruamel.yaml.util import load_yaml_guess_indent
 
+    try:
+        text = path.read_text(encoding="utf-8")
+        # ruamel does not keep the file's indentation by itself: it guesses the sequences' (and their dashes'
+        # offset); a mapping's is the smallest indentation of a key line.
+        document, sequence_indent, dash_offset = load_yaml_guess_indent(text)
+    except (OSError, YAMLError) as err:
+        fail(f"cannot update {quote(str(path))}: {err}")
+    key_indents = [
+        len(line) - len(line.lstrip(" "))
+        for line in text.splitlines()
+        if line.startswith(" ") and line.strip() and not line.lstrip().startswith(("#", "-"))
+    ]
+    mapping_indent = min(key_indents, default=2)
     yaml = YAML(typ="rt")
     yaml.preserve_quotes = True
     yaml.width = 2**31 - 1
-    try:
-        document = yaml.load(path.read_text(encoding="utf-8"))
-    except (OSError, YAMLError) as err:
-        fail(f"cannot update {quote(str(path))}: {err}")
-    cluster = document.get("cluster")
+    yaml.indent(mapping=mapping_indent, sequence=sequence_indent or mapping_indent, offset=dash_offset or 0)
+    cluster = document.get("cluster") if isinstance(document, CommentedMap) else None
+    if not isinstance(cluster, CommentedMap):
+        fail(f"cannot update {quote(str(path))}: it has no cluster: mapping")
     old = cluster.get("component_placement")
-    if isinstance(old, CommentedMap):
-        # Reuse the mapping so the comments before and after it stay in place.
+    if isinstance(old, CommentedMap) and old:
+        # Reuse the mapping so the comments before it stay in place; what follows its last entry (comments,
+        # blank lines) is stored on that entry, so it moves to the new last entry.
+        trailing = old.ca.items.pop(list(old)[-1], None)
         for key in list(old):
             del old[key]
         old.update(placement)
+        if trailing is not None:
+            _drop_line_comment(trailing)
+            old.ca.items[list(old)[-1]] = trailing
     else:
         cluster["component_placement"] = CommentedMap(placement)
     with tempfile.NamedTemporaryFile(
@@ -152,6 +170,15 @@ def write_placement(path: Path, placement: Mapping[str, str]) -> None:
         yaml.dump(document, tmp)
     os.chmod(tmp.name, path.stat().st_mode & 0o7777)
     os.replace(tmp.name, path)
+
+
+def _drop_line_comment(comments: list[object]) -> None:
+    """Keep what followed a replaced entry (blank lines, comment lines) but not the comment on its own line,
+    which described that entry."""
+    token = comments[2] if len(comments) > 2 else None
+    value = getattr(token, "value", None)
+    if isinstance(value, str) and value.startswith("#"):
+        token.value = "\n" + value.split("\n", 1)[1] if "\n" in value else "\n"
 
 
 @contextmanager

@@ -32,7 +32,11 @@ def config_text(name: str, label: str, value: str) -> str:
             "num_nodes": 2,
             "accelerators_per_node": 4,
             "node_groups": [
-                {"label": label, "node_ranks": "0-1", "env_configs": [{"node_ranks": "0-1", "env_vars": [{"V": value}]}]}
+                {
+                    "label": label,
+                    "node_ranks": "0-1",
+                    "env_configs": [{"node_ranks": "0-1", "env_vars": [{"V": value}]}],
+                }
             ],
             "component_placement": {name: {"node_group": label, "placement": "0-7"}},
         }
