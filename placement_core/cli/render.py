@@ -10,7 +10,7 @@ interpreted.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rich.cells import cell_len
 
@@ -43,22 +43,24 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence
 def indented_json(data: object, levels: int) -> str:
     """`data` as JSON with its outer `levels` of objects and arrays of objects indented by two spaces, deeper
     values and lists of plain values compact on one line each (the C encoder's speed, one line per process)."""
-    return _encode(data, levels, 0)
+    return _encode(data, levels, 0, json.JSONEncoder(ensure_ascii=False, check_circular=False).encode)
 
 
-def _encode(value: object, levels: int, depth: int) -> str:
+def _encode(value: object, levels: int, depth: int, compact: Callable[[object], str]) -> str:
     # Lists of plain values (ranks, labels) stay on one line at any depth.
     flat_list = isinstance(value, list) and not all(isinstance(item, dict) for item in value)
     if depth >= levels or not isinstance(value, dict | list) or not value or flat_list:
-        return json.dumps(value, ensure_ascii=False)
+        return compact(value)
     inner = "  " * (depth + 1)
     if isinstance(value, dict):
         items = [
-            f"{inner}{json.dumps(str(key), ensure_ascii=False)}: {_encode(item, levels, depth + 1)}"
-            for key, item in value.items()
+            f"{inner}{compact(str(key))}: {_encode(item, levels, depth + 1, compact)}" for key, item in value.items()
         ]
         opening, closing = "{", "}"
     else:
-        items = [f"{inner}{_encode(item, levels, depth + 1)}" for item in value]
+        if depth + 1 >= levels:  # the common case, one line per process: no recursion per item
+            items = [inner + line for line in map(compact, value)]
+        else:
+            items = [f"{inner}{_encode(item, levels, depth + 1, compact)}" for item in value]
         opening, closing = "[", "]"
     return opening + "\n" + ",\n".join(items) + "\n" + "  " * depth + closing
