@@ -1,4 +1,4 @@
-"""The cluster model (spec placement.md §1): nodes, node groups, and the rank spaces placements count in.
+"""The cluster model (docs/placement.md, "The cluster"): nodes, node groups, and the rank spaces placements count in.
 
 Offline the cluster comes from the `cluster:` section of a config (`Cluster.from_config`); the operator builds
 the same objects from live NodeGroups and Kubernetes Nodes.

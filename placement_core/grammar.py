@@ -1,4 +1,4 @@
-"""The `component_placement` grammar (spec placement.md §2), as text -> typed parts.
+"""The `component_placement` grammar (docs/placement.md, the grammar), as text -> typed parts.
 
 Nothing here knows the cluster: a part's resource range is checked against a rank space later, in
 `components.py`. Every function raises `PlacementError` with a message that quotes the offending text.

@@ -1,11 +1,11 @@
-"""cluster.py: the cluster section, node groups and rank spaces (spec §1)."""
+"""cluster.py: the cluster section, node groups and rank spaces (docs/placement.md, "The cluster")."""
 
 import pytest
 
 from placement_core import Cluster, Node, NodeGroup, PlacementError
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU
 
-# Spec §1's three-node example.
+# The three-node example of docs/placement.md ("The cluster").
 THREE_NODES = {
     "num_nodes": 3,
     "accelerators_per_node": 8,
@@ -167,7 +167,7 @@ def test_cluster_object_api():
     assert cluster.visible_devices == [tuple(str(i) for i in range(8)), ()]
 
 
-# -- errors (spec §1 and §5) ------------------------------------------------------------------------------------
+# -- errors (docs/placement.md) ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (spec §4)."""
+"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (docs/placement.md, "Modes")."""
 
 import pytest
 
