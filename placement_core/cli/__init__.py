@@ -16,7 +16,7 @@ import typer
 
 # typer ships its own copy of click (typer._click); its usage errors are these, and typer has no public name
 # for the base class.
-from typer._click.exceptions import ClickException
+from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from placement_core.cli import autotune, plan
 from placement_core.cli.common import EXIT_BAD_INPUT, one_line
@@ -66,6 +66,10 @@ def main(args: list[str] | None = None) -> None:
     """Run `rlplace`; exits with 0, 2 for bad input or usage, 1 for an interrupt or a broken pipe."""
     try:
         status = typer.main.get_command(app).main(args, prog_name="rlplace", standalone_mode=False)
+    except NoArgsIsHelpError as err:
+        # `rlplace` alone: the help is what was asked for, not an error.
+        sys.stdout.write(err.format_message() + "\n")
+        status = 0
     except ClickException as err:
         sys.stderr.write(f"error: {one_line(err.format_message())} (see rlplace --help)\n")
         status = EXIT_BAD_INPUT

@@ -65,3 +65,13 @@ def test_operator_entry_names_the_extra(monkeypatch, capsys):
         err
         == "error: rlplace-operator needs the operator extra (kopf not installed): pip install 'rlplace[operator]'\n"
     )
+
+
+def test_no_arguments_prints_the_help(capsys):
+    from placement_core.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main([])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr()
+    assert out.out.startswith("Usage: rlplace") and "docs/" in out.out and out.err == ""
