@@ -64,6 +64,14 @@ teardown_real_nodes() {
     [[ -d $cg ]] || continue
     mapfile -t -O "${#pids[@]}" pids < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
+  # Background image imports (ctr) and shims name a node's socket under the state dir on their command line.
+  local f
+  for f in /proc/[0-9]*/cmdline; do
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF "$E2E_NODES_STATE/"; then
+      pid=${f#/proc/}
+      pids+=("${pid%/cmdline}")
+    fi
+  done
   if ((${#pids[@]})); then
     $say "stopping ${#pids[@]} real-node processes (kubelets, containerd, shims, containers)"
     kill -TERM "${pids[@]}" 2>/dev/null || true

@@ -37,7 +37,6 @@ for i in "${!REAL_NODES[@]}"; do
 version = 3
 root = "$d/containerd/root"
 state = "$d/containerd/state"
-plugin_dir = ""
 # Shared host paths (NRI's socket, tracing) stay off: several containerds run on this host.
 disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp",
   "io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
@@ -56,6 +55,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
 [plugins.'io.containerd.cri.v1.runtime']
   enable_selinux = false
   netns_mounts_under_state_dir = true
+  # Where this runs without CAP_SYS_RESOURCE (containers, VMs like this one) no process may lower its OOM
+  # score; sandboxes and containers get at least containerd's own instead of failing to start.
+  restrict_oom_score_adj = true
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -106,6 +108,7 @@ clusterDNS: [$E2E_DNS_IP]
 clusterDomain: cluster.local
 podLogsDir: $d/pod-logs
 failSwapOn: false
+oomScoreAdj: 0   # its default, -999, needs CAP_SYS_RESOURCE (see restrict_oom_score_adj above)
 serializeImagePulls: false
 # Never garbage-collect the imported images (there is no registry to pull them again); evict late.
 imageGCHighThresholdPercent: 100
@@ -122,6 +125,7 @@ mode: iptables
 clusterCIDR: $E2E_POD_CIDR
 # A pod reaching a Service backed by a pod on its own bridge gets the answer back through the node.
 iptables: {masqueradeAll: true}
+oomScoreAdj: 0
 metricsBindAddress: 127.0.0.1:10249
 healthzBindAddress: 127.0.0.1:10256
 # 0: leave the host-wide conntrack sysctls alone (shared by every node and the host).
@@ -136,22 +140,41 @@ for i in "${!REAL_NODES[@]}"; do
   wait_for "containerd@$node" serving "${BIN[ctr]}" --address "$E2E_NODES_STATE/$node/containerd.sock" version
 done
 
-# Images: every archive `make images` saved, into every node (k8s.io: the namespace the CRI uses).
-import_images() { # import_images <node>
+# Images: every archive `make images` saved, into every node (k8s.io: the namespace the CRI uses). What the
+# cluster itself needs (pause, CoreDNS) and the small base first; the Ray and operator images (~1.5 GB to
+# unpack per node) in the background, so that the nodes start meanwhile. Each node's background import
+# writes <node>/images.imported when done (or images.failed with the reason); tests wait for it.
+import_images() { # import_images <node> <archive>...
   local sock="$E2E_NODES_STATE/$1/containerd.sock" tar
-  for tar in "$IMAGES_DIR"/*.tar; do
+  shift
+  for tar in "$@"; do
     "${BIN[ctr]}" --address "$sock" -n k8s.io images import --local --snapshotter overlayfs "$tar" >/dev/null || return 1
   done
 }
 import_jobs=()
 for node in "${REAL_NODES[@]}"; do
-  import_images "$node" >"$LOGS/images-$node.log" 2>&1 &
+  import_images "$node" "$IMAGES_DIR"/{pause,coredns,base}.tar >"$LOGS/images-$node.log" 2>&1 &
   import_jobs+=($!)
 done
 for i in "${!REAL_NODES[@]}"; do
   wait "${import_jobs[$i]}" || fail "containerd@${REAL_NODES[$i]}" "importing the images of $IMAGES_DIR failed ($(tail -1 "$LOGS/images-${REAL_NODES[$i]}.log"))"
 done
-log "images imported into ${#REAL_NODES[@]} nodes: $(cd "$IMAGES_DIR" && echo *.tar) ($((SECONDS - T0)) s)"
+log "pause, coredns and base images imported into ${#REAL_NODES[@]} nodes ($((SECONDS - T0)) s)"
+later=()
+for tar in "$IMAGES_DIR"/*.tar; do
+  case "${tar##*/}" in pause.tar | coredns.tar | base.tar) ;; *) later+=("$tar") ;; esac
+done
+for node in "${REAL_NODES[@]}"; do
+  d="$E2E_NODES_STATE/$node"
+  (
+    if import_images "$node" "${later[@]}"; then
+      touch "$d/images.imported"
+    else
+      tail -3 "$LOGS/images-$node-background.log" >"$d/images.failed"
+    fi
+  ) >"$LOGS/images-$node-background.log" 2>&1 </dev/null 8>&- &
+done
+log "importing in the background: ${later[*]##*/}"
 
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}

@@ -151,7 +151,7 @@ log "state in $STATE; apiserver will listen on https://127.0.0.1:$P_API"
 # Real nodes' network (before the apiserver, which must listen on the host bridge the nodes reach it by).
 REAL_NODES=()
 API_SANS="IP:127.0.0.1,IP:10.96.0.1"
-if real_nodes_on; then
+if [[ ${RLPLACE_E2E_REAL_NODES:-1} != 0 ]]; then
   ((EUID == 0)) || die "real nodes need root (network namespaces, mounts, cgroups); RLPLACE_E2E_REAL_NODES=0 starts a kwok-only cluster"
   for cmd in ip iptables; do command -v "$cmd" >/dev/null || die "$cmd is required for the real nodes (apt-get install iproute2 iptables)"; done
   mapfile -t REAL_NODES < <(real_node_names)

@@ -148,7 +148,12 @@ build_ray_rlplace() {
   cp "$E2E_REPO/pyproject.toml" "$ctx/"
   local py=${PYTHON:-$E2E_REPO/.venv/bin/python}
   [[ -x $py ]] || py=python3
-  "$py" -m pip wheel --quiet --no-deps --no-build-isolation -w "$ctx/dist" "$E2E_REPO" >"$IMAGES_DIR/wheel.log" 2>&1 || {
+  # The wheel is built from a copy: building in the checkout would leave build/ and *.egg-info behind.
+  mkdir -p "$ctx/src/operator"
+  cp -r "$E2E_REPO"/{pyproject.toml,README.md,placement_core} "$ctx/src/"
+  cp -r "$E2E_REPO/operator/rlplace_operator" "$ctx/src/operator/"
+  find "$ctx/src" -name __pycache__ -prune -exec rm -rf {} +
+  "$py" -m pip wheel --quiet --no-deps -w "$ctx/dist" "$ctx/src" >"$IMAGES_DIR/wheel.log" 2>&1 || {
     tail -20 "$IMAGES_DIR/wheel.log" >&2
     die "building the rlplace wheel failed"
   }
