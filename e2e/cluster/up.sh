@@ -271,6 +271,7 @@ fi
 API_NET_FLAGS=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
 if ((${#REAL_NODES[@]})); then
   API_NET_FLAGS=(--bind-address 0.0.0.0 --advertise-address "$HOST_IP" --endpoint-reconciler-type lease
+    --kubelet-preferred-address-types InternalIP # node names are not in any DNS the apiserver uses
     --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
     --kubelet-client-key "$PKI/apiserver-kubelet-client.key")
 fi

@@ -9,6 +9,7 @@ cluster started with RLPLACE_E2E_REAL_NODES=0).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import GPU, REPO, wait_for
+from e2e_cluster import GPU, REPO, e2e_dir, wait_for
 from placement_core import launcher
 
 pytestmark = pytest.mark.e2e
@@ -26,8 +27,8 @@ REAL_NODE_LABEL = "rlplace.io/real-node"
 
 def image_names() -> dict[str, str]:
     """e2e/images.env: the one place the images' names are written."""
-    pairs = (line.split("=", 1) for line in (REPO / "e2e" / "images.env").read_text().splitlines())
-    return {key: value for key, value in pairs if value and not key.startswith("#")}
+    lines = (REPO / "e2e" / "images.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
 IMAGES = image_names()
@@ -41,6 +42,17 @@ def real_nodes(k8s) -> dict[str, dict[str, str]]:
     nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
     if not nodes:
         pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes (see e2e/README.md)")
+    # The local cluster imports the Ray and operator images after it is up (e2e/cluster/start-nodes.sh).
+    for node in nodes:
+        state = e2e_dir() / "cluster" / "nodes" / node.metadata.name
+        if state.is_dir():
+
+            def imported(state: Path = state) -> bool:
+                failed = state / "images.failed"
+                assert not failed.exists(), f"{state.name}: importing images failed: {failed.read_text()}"
+                return (state / "images.imported").exists()
+
+            wait_for(imported, 600, f"the images imported into {node.metadata.name}", interval=1)
     return {n.metadata.name: n.metadata.labels for n in nodes}
 
 
@@ -133,8 +145,8 @@ def test_pod_reaches_a_pod_on_another_node_and_a_service_by_dns(core, namespace,
     server_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "a800")
     client_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "4090")
     core.create_namespaced_pod(
-        namespace, pod("web", server_node, "mkdir /srv && echo served-by-$HOSTNAME >/srv/index.html && "
-                       "cd /srv && exec python3 -m http.server 8080")
+        namespace, pod("web", server_node, "mkdir /tmp/www && echo served-by-$HOSTNAME >/tmp/www/index.html && "
+                       "cd /tmp/www && exec python3 -m http.server 8080")
     )
     service = client.V1Service(
         metadata=client.V1ObjectMeta(name="web"),
@@ -256,12 +268,21 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
     assert set(by_node) == set(gpu_nodes.values())
 
     # Workers register with the head's GCS shortly after their pods are ready.
+    seen: list[str] = []
+
     def every_worker_in_ray_status() -> str:
         out = kubectl(kubeconfig, "-n", namespace, "exec", head, "-c", "ray-head", "--", "ray", "status", timeout=60)
-        return out if out.count(" node_") >= 3 else ""
+        seen.append(out)
+        # "Active:"/"Idle:" list " <count> <group>" per connected Ray node (KubeRay's group names).
+        node_section = out.split("Resources")[0]
+        groups = re.findall(r"^ (\d+) (\S+)$", node_section, re.MULTILINE)
+        return out if sorted(g for _, g in groups) == ["headgroup", "node-0", "node-1"] else ""
 
-    status = wait_for(every_worker_in_ray_status, 120, "3 Ray nodes in `ray status`", interval=2)
-    assert "16.0 GPU" in status, status
+    try:
+        status = wait_for(every_worker_in_ray_status, 120, "3 Ray nodes in `ray status`", interval=2)
+    except TimeoutError as timeout:
+        raise AssertionError(f"{timeout}; last `ray status`:\n{seen[-1] if seen else ''}") from None
+    assert "/16.0 GPU" in status, status
     for rank in gpu_nodes:
         assert f"{launcher.node_resource(rank)}" in status, status
 
