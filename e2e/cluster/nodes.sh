@@ -7,7 +7,7 @@
 # the node's namespace, one /24 per node; each node routes the other nodes' pod /24s via their node IPs.
 #
 #   host:  bridge rlp<id> (<subnet>.1)  --veth rlp<id>v<i>-->  netns rlp-<id>-<i>: eth0 <subnet>.<10+i>
-#   netns: cni0 (10.245.<i>.1/24) -- pods;  kubelet :10250, containerd <state>/nodes/<node>/containerd.sock
+#   netns: cni0 (10.245.<i>.1/24) -- pods;  kubelet :10250, containerd /run/rlp-<id>/<node>/containerd.sock (state: <state>/nodes/<node>/)
 #
 # Every name the host sees (netns, bridge, veths, iptables chain, cgroup roots) carries <id>, a hash of the
 # state dir, so clusters of two checkouts (two state dirs) do not clash; down.sh finds them by that id
@@ -29,6 +29,10 @@ E2E_NET_PREFIX="rlp$E2E_CLUSTER_ID"      # bridge rlp<id>, veths rlp<id>v<i> (IF
 E2E_NETNS_PREFIX="rlp-$E2E_CLUSTER_ID-"  # netns and cgroup roots rlp-<id>-<i>
 E2E_IPT_CHAIN="RLP-$E2E_CLUSTER_ID"      # host iptables chain (nat and filter)
 E2E_NODES_STATE="$E2E_DIR/cluster/nodes" # per node: containerd, kubelet, cni state; <node>/
+# containerd's sockets: a unix socket path has at most 104 characters, which a state dir in a deep checkout
+# (or pytest's tmp_path) exceeds; so they live in a short directory named by the cluster id.
+E2E_NODES_RUN="/run/rlp-$E2E_CLUSTER_ID"
+node_socket() { echo "$E2E_NODES_RUN/$1/containerd.sock"; } # node_socket <node>
 
 real_node_names() { local s; for s in "${E2E_REAL_NODE_SPECS[@]}"; do echo "${s%%|*}"; done; }
 
@@ -64,10 +68,10 @@ teardown_real_nodes() {
     [[ -d $cg ]] || continue
     mapfile -t -O "${#pids[@]}" pids < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
-  # Background image imports (ctr) and shims name a node's socket under the state dir on their command line.
+  # Background image imports (ctr) and shims name a node's socket on their command line.
   local f
   for f in /proc/[0-9]*/cmdline; do
-    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF "$E2E_NODES_STATE/"; then
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF "$E2E_NODES_RUN/"; then
       pid=${f#/proc/}
       pids+=("${pid%/cmdline}")
     fi
@@ -92,6 +96,7 @@ teardown_real_nodes() {
     local m
     for m in "${mounts[@]}"; do umount "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true; done
   fi
+  rm -rf "$E2E_NODES_RUN"
   # 3. Network: namespaces (their veth peers, pod veths and cni0 bridges go with them), the host bridge,
   #    the iptables chain and the rules that jump to it.
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep "^$E2E_NETNS_PREFIX" || true); do
@@ -127,5 +132,6 @@ real_node_leftovers() {
   local cg
   for cg in /sys/fs/cgroup/*/"$E2E_NETNS_PREFIX"*; do [[ -d $cg ]] && echo "cgroup $cg"; done
   awk -v p="$E2E_DIR/" 'index($5, p) == 1 {print "mount " $5}' /proc/self/mountinfo
+  [[ ! -e $E2E_NODES_RUN ]] || echo "directory $E2E_NODES_RUN"
   return 0
 }

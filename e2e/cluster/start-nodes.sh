@@ -30,7 +30,7 @@ in_node() { local i=$1; shift; nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" --
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
   d="$E2E_NODES_STATE/$node"
-  mkdir -p "$d"/{containerd,kubelet,cni/net.d,cni/ipam,runc,pod-logs}
+  mkdir -p "$d"/{containerd,kubelet,cni/net.d,cni/ipam,runc,pod-logs} "$E2E_NODES_RUN/$node"
   make_cgroup_root "$E2E_NETNS_PREFIX$i"
 
   cat >"$d/containerd.toml" <<EOF
@@ -43,9 +43,9 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
   "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.blockfile",
   "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
 [grpc]
-  address = "$d/containerd.sock"
+  address = "$(node_socket "$node")"
 [ttrpc]
-  address = "$d/containerd.sock.ttrpc"
+  address = "$(node_socket "$node").ttrpc"
 [plugins.'io.containerd.internal.v1.opt']
   path = "$d/containerd/opt"
 [plugins.'io.containerd.cri.v1.images']
@@ -93,7 +93,7 @@ kind: KubeletConfiguration
 failCgroupV1: false          # this host has cgroup v1 only
 cgroupDriver: cgroupfs
 cgroupRoot: /$E2E_NETNS_PREFIX$i
-containerRuntimeEndpoint: unix://$d/containerd.sock
+containerRuntimeEndpoint: unix://$(node_socket "$node")
 address: $(node_ip "$i")
 port: 10250
 readOnlyPort: 0
@@ -137,7 +137,7 @@ done
 
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
-  wait_for "containerd@$node" serving "${BIN[ctr]}" --address "$E2E_NODES_STATE/$node/containerd.sock" version
+  wait_for "containerd@$node" serving "${BIN[ctr]}" --address "$(node_socket "$node")" version
 done
 
 # Images: every archive `make images` saved, into every node (k8s.io: the namespace the CRI uses). What the
@@ -145,7 +145,8 @@ done
 # unpack per node) in the background, so that the nodes start meanwhile. Each node's background import
 # writes <node>/images.imported when done (or images.failed with the reason); tests wait for it.
 import_images() { # import_images <node> <archive>...
-  local sock="$E2E_NODES_STATE/$1/containerd.sock" tar
+  local sock tar
+  sock=$(node_socket "$1")
   shift
   for tar in "$@"; do
     "${BIN[ctr]}" --address "$sock" -n k8s.io images import --local --snapshotter overlayfs "$tar" >/dev/null || return 1

@@ -9,6 +9,7 @@ cluster started with RLPLACE_E2E_REAL_NODES=0).
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import uuid
@@ -17,8 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import GPU, REPO, e2e_dir, wait_for
 from placement_core import launcher
+
+from e2e_cluster import CLUSTER_SCRIPTS, GPU, REPO, e2e_dir, run_script, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -145,8 +147,13 @@ def test_pod_reaches_a_pod_on_another_node_and_a_service_by_dns(core, namespace,
     server_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "a800")
     client_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "4090")
     core.create_namespaced_pod(
-        namespace, pod("web", server_node, "mkdir /tmp/www && echo served-by-$HOSTNAME >/tmp/www/index.html && "
-                       "cd /tmp/www && exec python3 -m http.server 8080")
+        namespace,
+        pod(
+            "web",
+            server_node,
+            "mkdir /tmp/www && echo served-by-$HOSTNAME >/tmp/www/index.html && "
+            "cd /tmp/www && exec python3 -m http.server 8080",
+        ),
     )
     service = client.V1Service(
         metadata=client.V1ObjectMeta(name="web"),
@@ -291,7 +298,9 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
         "print(json.dumps([{'ip': n['NodeManagerAddress'], 'resources': n['Resources'], 'labels': n.get('Labels', {})}"
         " for n in ray.nodes() if n['Alive']]))"
     )
-    out = kubectl(kubeconfig, "-n", namespace, "exec", head, "-c", "ray-head", "--", "python3", "-c", script, timeout=90)
+    out = kubectl(
+        kubeconfig, "-n", namespace, "exec", head, "-c", "ray-head", "--", "python3", "-c", script, timeout=90
+    )
     nodes = json.loads(out.strip().splitlines()[-1])
     by_ip = {n["ip"]: n for n in nodes}
     for rank, node in gpu_nodes.items():
@@ -308,3 +317,63 @@ def test_image_names_have_one_home() -> None:
     for name in IMAGES.values():
         repeats = [str(p.relative_to(REPO)) for p in scripts if name in Path(p).read_text()]
         assert not repeats, f"{name} is written out in {repeats}; source e2e/images.env instead"
+
+
+# ----------------------------------------------------------------------------------------------------------
+# Teardown: a cluster-up that fails halfway through its real nodes leaves nothing on the host.
+
+
+def leftovers(env: dict[str, str]) -> str:
+    """What e2e/cluster/nodes.sh finds of that state dir's cluster on the host (netns, links, chains, cgroups, mounts)."""
+    script = 'source "$0"; real_node_leftovers'
+    res = subprocess.run(
+        ["bash", "-c", script, str(CLUSTER_SCRIPTS / "lib.sh")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, **env},
+        check=True,
+    )
+    return res.stdout
+
+
+def test_kubelet_crash_at_start_is_named_and_leaves_nothing_behind(real_nodes, tmp_path) -> None:
+    """A kubelet that exits at once: up.sh names it with its log, and everything of that cluster is gone after."""
+    tools = subprocess.run(
+        [
+            "bash",
+            "-c",
+            'source "$0"; for t in "${E2E_TOOLS[@]}"; do tool_dir $t; done; echo "$E2E_CACHE/images"',
+            str(CLUSTER_SCRIPTS / "lib.sh"),
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.split()
+    cache = tmp_path / "cache"
+    for real in {Path(d) for d in tools}:  # link the cached tools and image archives into a private cache
+        (cache / real.name).mkdir(parents=True, exist_ok=True)
+        for f in (f for f in real.iterdir() if f.name not in ("storage", "run")):  # buildah's, not needed
+            if f.is_dir():  # KubeRay's CRDs: kubectl does not read a symlinked directory
+                (cache / real.name / f.name).mkdir()
+                for g in f.iterdir():
+                    (cache / real.name / f.name / g.name).symlink_to(g)
+            else:
+                (cache / real.name / f.name).symlink_to(f)
+    [kubelet_dir] = cache.glob("kubelet-*")
+    (kubelet_dir / "kubelet").unlink()
+    (kubelet_dir / "kubelet").write_text("#!/bin/sh\necho 'simulated kubelet crash: bad config' >&2\nexit 3\n")
+    (kubelet_dir / "kubelet").chmod(0o755)
+    env = {"RLPLACE_E2E_DIR": str(tmp_path / "state"), "RLPLACE_CACHE_DIR": str(cache)}
+
+    res = run_script("up", env=env, timeout=300)
+    assert res.returncode == 1, res.stdout
+    assert "component kubelet@real-a800-0 failed to start" in res.stdout, res.stdout
+    assert "simulated kubelet crash: bad config" in res.stdout
+    assert leftovers(env) == ""
+    assert run_script("status", env=env, timeout=60).returncode == 1
+    for _ in range(3):  # down again and again: nothing to do, nothing left
+        down = run_script("down", env=env, timeout=120)
+        assert down.returncode == 0, down.stdout
+        assert "WARNING" not in down.stdout, down.stdout
+        assert leftovers(env) == ""
+    assert not (tmp_path / "state" / "cluster").exists()
