@@ -2,8 +2,9 @@
 
 The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
 with custom resources, ships a per-process environment), so this measures what that costs, for both ways of
-shipping the environment (LaunchOptions.env_via). All sides run in the same simulated cluster, in a
-palindrome order (plain, runtime_env, constructor, constructor, runtime_env, plain) so none gets the warm
+shipping the environment (LaunchOptions.env_via), and for both ways of holding an actor to its node
+(LaunchOptions.pin_node_by: the node's custom resource, or Ray's label selector). All sides run in the same simulated cluster, in a
+palindrome order (plain, runtime_env, constructor, resource, resource, constructor, ...) so none gets the warm
 caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
 
     .venv/bin/python benchmarks/launch_scale.py [--nodes 4] [--workers 64] [--rounds 1]
@@ -16,14 +17,16 @@ import statistics
 import sys
 import time
 
-from placement_core import launcher
-from placement_core.plan import build_plan, component_placement
+from placement_core import contract, launcher
+from placement_core.components import component_placement
+from placement_core.plan import Plan, build_plan
 
 TARGET_RATIO = 1.5
 SIDES = {
     "plain": "plain Ray actors (num_gpus=1)",
-    "runtime_env": "launcher, env_via=runtime_env (default)",
+    "runtime_env": "launcher (default: runtime_env, node label)",
     "constructor": "launcher, env_via=constructor",
+    "resource": "launcher, pinned by node resource",
 }
 
 
@@ -34,12 +37,12 @@ class Worker:
         return 1
 
 
-def make_plan(nodes: int, gpus_per_node: int) -> dict:
+def make_plan(nodes: int, gpus_per_node: int) -> Plan:
     """One exclusive process per GPU on every node: what the operator would store for `actor: all`."""
     config = {
         "cluster": {"num_nodes": nodes, "accelerators_per_node": gpus_per_node, "component_placement": {"actor": "all"}}
     }
-    return build_plan(component_placement(config), with_env=True)
+    return build_plan(component_placement(config))
 
 
 def time_plain(workers: int) -> float:
@@ -56,9 +59,12 @@ def time_plain(workers: int) -> float:
     return elapsed
 
 
-def time_launcher(plan: dict, env_via: str) -> float:
+def time_launcher(plan: Plan, side: str) -> float:
     """The launcher, from the stored plan to every actor up (plan parsing and cluster check included)."""
-    options = launcher.LaunchOptions(free_timeout_s=60, env_via=env_via)
+    if side == "resource":
+        options = launcher.LaunchOptions(free_timeout_s=60, pin_node_by="resource")
+    else:
+        options = launcher.LaunchOptions(free_timeout_s=60, env_via=side)
     start = time.perf_counter()
     group = launcher.launch(plan, "actor", Worker, options=options)
     elapsed = time.perf_counter() - start
@@ -73,7 +79,7 @@ def wait_idle(workers: int) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         free = ray.available_resources()
-        rlplace_free = sum(v for k, v in free.items() if launcher.parse_gpu_resource(k))
+        rlplace_free = sum(v for k, v in free.items() if contract.parse_gpu_resource(k))
         if free.get("GPU", 0) >= workers and rlplace_free >= workers:
             break
         time.sleep(0.2)

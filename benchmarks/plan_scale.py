@@ -22,7 +22,7 @@ import argparse
 import gc
 import time
 
-from placement_core.plan import component_placement
+from placement_core.components import component_placement
 
 GPUS_PER_NODE = 8
 

@@ -1,8 +1,8 @@
 """A minimal driver for a RayCluster made by the rlplace operator: start the plan's workers, print what each sees.
 
-Run it in the head pod (the operator mounts the plan at /etc/rlplace/plan.json):
+Run it in the head pod (the operator mounts the plan in /etc/rlplace):
 
-    python examples/driver.py                       # plan from $RLPLACE_PLAN, $RLPLACE_PLAN_FILE or the mount
+    python examples/driver.py                       # plan from $RLPLACE_PLAN, $RLPLACE_PLAN_DIR or the mount
     python examples/driver.py --plan plan.json      # a plan saved with `rlplace plan --format json`
     python examples/driver.py --plan plan.json --simulate   # no cluster: simulate the plan's nodes locally
 
@@ -17,6 +17,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from placement_core import launcher
 from placement_core.launcher import LaunchError, LaunchPlan
@@ -60,18 +61,17 @@ def pick_components(plan: LaunchPlan, wanted: Sequence[str] | None) -> list[str]
         for name in wanted:
             plan.processes(name)
         return list(wanted)
-    present = [name for name in DEFAULT_COMPONENTS if name in plan.components]
-    return present or list(plan.components)
+    present = [name for name in DEFAULT_COMPONENTS if name in plan.plan.names]
+    return present or list(plan.plan.names)
 
 
 def simulated_gpus(plan: LaunchPlan) -> list[int]:
     """GPUs per node for --simulate: enough for the highest GPU any process sees (8 when it sees none)."""
-    num_nodes = 1 + max(p.node_rank for procs in plan.components.values() for p in procs)
+    num_nodes = 1 + max(p.node_rank for _, p in plan.plan.processes())
     gpus = [0] * num_nodes
-    for procs in plan.components.values():
-        for proc in procs:
-            visible = [int(v) for v in proc.env.get("CUDA_VISIBLE_DEVICES", "").split(",") if v]
-            gpus[proc.node_rank] = max(gpus[proc.node_rank], 1 + max(visible, default=7))
+    for _, process in plan.plan.processes():
+        visible = [int(v) for v in process.placement.visible_accelerators]
+        gpus[process.node_rank] = max(gpus[process.node_rank], 1 + max(visible, default=7))
     return gpus
 
 
@@ -83,13 +83,13 @@ def print_table(rows: list[dict[str, str]]) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--plan", help="plan JSON file (default: $RLPLACE_PLAN, $RLPLACE_PLAN_FILE, the mount)")
+    parser.add_argument("--plan", help="plan JSON file (default: $RLPLACE_PLAN, $RLPLACE_PLAN_DIR, the mount)")
     parser.add_argument("--address", default="auto", help="Ray cluster address (default: auto)")
     parser.add_argument("--components", nargs="+", help="components to start (default: actor rollout reward)")
     parser.add_argument("--simulate", action="store_true", help="simulate the plan's nodes on this machine")
     args = parser.parse_args(argv)
     try:
-        plan = launcher.read_plan(args.plan)
+        plan = launcher.load_plan(Path(args.plan).read_bytes()) if args.plan else launcher.read_plan()
         components = pick_components(plan, args.components)
         if args.simulate:
             with launcher.simulated_cluster(simulated_gpus(plan)):
@@ -99,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
             ray.init(address=args.address, logging_level="WARNING")
             rows = report(plan, components)
-    except (LaunchError, ConnectionError) as err:
+    except (LaunchError, ConnectionError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print_table(rows)

@@ -1,4 +1,4 @@
-"""Component placements (spec placement.md §2 and §4): a `cluster.component_placement` config -> strategies.
+"""Component placements (docs/placement.md: the grammar, and "Modes"): a `cluster.component_placement` config -> strategies.
 
 `ComponentPlacement` applies the grammar of `grammar.py` to a cluster's rank spaces and gives every component a
 Flexible (hardware) or Node strategy; `ModelParallelComponentPlacement` then re-lays the reasoning components
@@ -13,8 +13,14 @@ from dataclasses import dataclass
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
 from placement_core.errors import CapacityError, PlacementError
-from placement_core.grammar import MAX_PROCESSES, Part, parse_component_key, parse_labels, parse_placement
-from placement_core.jobconfig import ModelParallelSettings
+from placement_core.grammar import MAX_PROCESSES, Part, PlacementEntry, parse_placement
+from placement_core.jobconfig import (
+    ModelParallelSettings,
+    PlacementKind,
+    default_placement_kind,
+    placement_entries,
+    read_cluster,
+)
 from placement_core.placement import Placement
 from placement_core.strategies import (
     FlexiblePlacementStrategy,
@@ -22,8 +28,6 @@ from placement_core.strategies import (
     PackedPlacementStrategy,
     PlacementStrategy,
 )
-
-_VALUE_FIELDS = ("node_group", "placement")
 
 
 class PlacementMode(enum.Enum):
@@ -51,24 +55,28 @@ class _Entry:
 
 
 class ComponentPlacement:
-    """Parses `config['cluster']['component_placement']` against `cluster` (spec §2).
+    """Parses `config['cluster']['component_placement']` against `cluster` (docs/placement.md, the grammar).
 
     Everything is checked here, at construction: a placement that parses also places.
     """
 
     def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
-        section = config.get("cluster") if isinstance(config, Mapping) else None
-        if not isinstance(section, Mapping):
-            raise PlacementError("the config has no 'cluster' section")
-        raw = section.get("component_placement")
-        if raw is None:
-            raise PlacementError("the config has no 'cluster.component_placement'")
-        if not isinstance(raw, Mapping) or not raw:
+        self._build(placement_entries(config), cluster)
+
+    @classmethod
+    def from_entries(cls, entries: Sequence[PlacementEntry], cluster: Cluster) -> ComponentPlacement:
+        """The placement of typed entries (what the operator has), without a config mapping."""
+        placement = cls.__new__(cls)
+        placement._build(entries, cluster)
+        return placement
+
+    def _build(self, entries: Sequence[PlacementEntry], cluster: Cluster) -> None:
+        if not entries:
             raise PlacementError("cluster.component_placement must be a non-empty mapping of components to placements")
         self._cluster = cluster
         self._entries: dict[str, _Entry] = {}
-        for key, value in raw.items():
-            entry = self._parse_entry(key, value)
+        for given in entries:
+            entry = self._parse_entry(given)
             for name in entry.names:
                 if name in self._entries:
                     raise PlacementError(
@@ -124,25 +132,9 @@ class ComponentPlacement:
             raise PlacementError(f"unknown component '{name}' (known: {', '.join(self._entries)})")
         return entry
 
-    def _parse_entry(self, key: object, value: object) -> _Entry:
-        names = tuple(parse_component_key(key))
-        key_text = ",".join(names)
-        where = f"component '{key_text}'"
-        labels: Sequence[str] = (CLUSTER_GROUP,)
-        if isinstance(value, Mapping):
-            unknown = [k for k in value if k not in _VALUE_FIELDS]
-            if unknown:
-                raise PlacementError(f"{where}: unknown field '{unknown[0]}' (allowed: node_group, placement)")
-            if value.get("placement") is None:
-                raise PlacementError(f"{where}: a mapping value needs 'placement' (e.g. placement: 0-7)")
-            if value.get("node_group") is not None:
-                labels = parse_labels(value["node_group"])
-            text = value["placement"]
-        else:
-            text = value
-        if text is None or isinstance(text, list | Mapping):
-            raise PlacementError(f"{where}: placement must be a string like '0-7' or 'all', got {text!r}")
-        text = str(text)
+    def _parse_entry(self, given: PlacementEntry) -> _Entry:
+        key_text, text = given.key, given.placement
+        labels: Sequence[str] = given.node_groups or (CLUSTER_GROUP,)
         try:
             for label in labels:
                 self._cluster.get_node_group(label)
@@ -150,13 +142,13 @@ class ComponentPlacement:
             parts = parse_placement(text)
             hardware_ranks, per_process = _expand(parts, space)
         except PlacementError as err:
-            raise type(err)(f"{where}: {err} (in '{key_text}: {text}')") from None
+            raise type(err)(f"component '{key_text}': {err} (in '{key_text}: {text}')") from None
         strategy: PlacementStrategy
         if space.is_node_space:
             strategy = NodePlacementStrategy([ranks[0] for ranks in per_process], tuple(labels))
         else:
             strategy = FlexiblePlacementStrategy(per_process, tuple(labels))
-        return _Entry(key_text, names, tuple(labels), text, space, hardware_ranks, strategy)
+        return _Entry(key_text, given.names, tuple(labels), text, space, hardware_ranks, strategy)
 
     def _check_places(self, entry: _Entry, strategy: PlacementStrategy, name: str | None = None) -> None:
         """Place once to check; `name` narrows the message to one component of a shared key."""
@@ -176,7 +168,7 @@ class ComponentPlacement:
 
 
 def _expand(parts: list[Part], space: RankSpace) -> tuple[list[int], list[list[int]]]:
-    """Resource ranks in part order, and each process's resource ranks (spec §2 rules)."""
+    """Resource ranks in part order, and each process's resource ranks (the grammar's rules, docs/placement.md)."""
     size = len(space)
     resources: list[int] = []
     per_process: list[list[int]] = []
@@ -246,12 +238,29 @@ _REQUIRED = ("actor", "rollout", "reward")
 
 class ModelParallelComponentPlacement(ComponentPlacement):
     """Reasoning tasks: actor, rollout, reward (+ inference, critic, critic_inference) laid out by their
-    model-parallel sizes as collocated, disaggregated or auto-scheduled (spec §4)."""
+    model-parallel sizes as collocated, disaggregated or auto-scheduled (docs/placement.md, "Modes")."""
 
     def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        self._build(placement_entries(config), cluster)
+        self._lay_out(ModelParallelSettings.from_config(config, self.components))
+
+    @classmethod
+    def from_entries(
+        cls, entries: Sequence[PlacementEntry], cluster: Cluster, settings: ModelParallelSettings | None = None
+    ) -> ModelParallelComponentPlacement:
+        """The placement of typed entries and settings (what the operator has), without a config mapping."""
+        placement = cls.__new__(cls)
+        placement._build(entries, cluster)
+        placement._lay_out(settings or ModelParallelSettings())
+        return placement
+
+    def _build(self, entries: Sequence[PlacementEntry], cluster: Cluster) -> None:
         self._strategies: dict[str, PlacementStrategy] = {}  # until they are built, accessors use the parsed ones
-        super().__init__(config, cluster)
-        self.settings = ModelParallelSettings.from_config(config)
+        super()._build(entries, cluster)
+
+    def _lay_out(self, settings: ModelParallelSettings) -> None:
+        """Check the model-parallel rules and replace the parsed strategies by the Packed ones."""
+        self.settings = settings
         missing = [name for name in _REQUIRED if name not in self._entries]
         if missing:
             raise PlacementError(
@@ -350,7 +359,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
     def _check_gpu_range(self, name: str) -> None:
         entry = self._entries[name]
-        if entry.space.is_node_space or any(t != ACCELERATOR for t in entry.space.hardware_type):
+        if entry.space.is_node_space or entry.space.hardware_types != {ACCELERATOR}:
             raise PlacementError(f"component '{name}': model-parallel components must be placed on GPUs")
         if not _continuous(entry.hardware_ranks):
             raise PlacementError(f"component '{name}': its GPUs must be one continuous range, got '{entry.text}'")
@@ -471,3 +480,16 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
 def _continuous(ranks: list[int]) -> bool:
     return ranks == list(range(ranks[0], ranks[0] + len(ranks)))
+
+
+def component_placement(
+    config: Mapping[str, object], cluster: Cluster | None = None, kind: PlacementKind | None = None
+) -> ComponentPlacement:
+    """Parse a whole job config with the placement class its task needs; the cluster comes from its
+    `cluster:` section unless given."""
+    if cluster is None:
+        cluster = read_cluster(config)
+    kind = kind or default_placement_kind(config)
+    if kind == "model-parallel":
+        return ModelParallelComponentPlacement(config, cluster)
+    return HybridComponentPlacement(config, cluster)

@@ -1,4 +1,4 @@
-"""The `component_placement` grammar (spec placement.md §2), as text -> typed parts.
+"""The `component_placement` grammar (docs/placement.md, the grammar), as text -> typed parts.
 
 Nothing here knows the cluster: a part's resource range is checked against a rank space later, in
 `components.py`. Every function raises `PlacementError` with a message that quotes the offending text.
@@ -12,7 +12,7 @@ Nothing here knows the cluster: a part's resource range is checked against a ran
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from placement_core.errors import PlacementError
@@ -53,11 +53,18 @@ class Part:
     processes: RankRange | None
 
 
+#: Digits a rank may have (a billion billion); longer numbers are a typo or an attack.
+MAX_DIGITS = 18
+
+
 def parse_int(text: str, what: str) -> int:
     """A non-negative decimal integer; anything else (`-1`, `1.5`, `x`) is an error."""
     stripped = text.strip()
     if not _INTEGER.fullmatch(stripped):
         raise PlacementError(f"malformed {what} '{text.strip()}' (expected a non-negative integer)")
+    if len(stripped) > MAX_DIGITS:
+        # Python refuses to convert such text at all (over 4,300 digits), and no rank is this large.
+        raise PlacementError(f"{what} '{stripped[:MAX_DIGITS]}...' has {len(stripped):,} digits; ranks are far smaller")
     return int(stripped)
 
 
@@ -154,3 +161,57 @@ def parse_labels(value: object) -> list[str]:
     if not labels or any(not label for label in labels):
         raise PlacementError(f"empty node group label in '{value}'")
     return labels
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementEntry:
+    """One key of `component_placement`: the components that share it, where their ranks count, and the text.
+
+    The operator builds these straight from an RLJob's entries; a config's mapping goes through
+    `parse_placement_entries`.
+    """
+
+    names: tuple[str, ...]
+    """The component names of the key, in order (`actor,rollout` -> ('actor', 'rollout'))."""
+    placement: str
+    """The placement string (`0-7`, `all`, `0-3:0-7`)."""
+    node_groups: tuple[str, ...] | None = None
+    """The node group labels the ranks count over, in order; None means the implicit `cluster` group."""
+
+    @property
+    def key(self) -> str:
+        return ",".join(self.names)
+
+    @classmethod
+    def of(cls, key: object, placement: object, node_group: object = None) -> PlacementEntry:
+        """An entry from a key, a placement and an optional node_group value, as a config writes them."""
+        names = tuple(parse_component_key(key))
+        if placement is None or isinstance(placement, list | Mapping):
+            raise PlacementError(
+                f"component '{','.join(names)}': placement must be a string like '0-7' or 'all', got {placement!r}"
+            )
+        labels = None if node_group is None else tuple(parse_labels(node_group))
+        return cls(names, str(placement), labels)
+
+
+_VALUE_FIELDS = ("node_group", "placement")
+
+
+def parse_placement_entries(raw: object) -> list[PlacementEntry]:
+    """A `component_placement` mapping -> its entries. A value is a placement (a non-string scalar such as
+    `actor: 3` is turned into a string) or a mapping `{node_group: <labels>, placement: <string>}`."""
+    if not isinstance(raw, Mapping) or not raw:
+        raise PlacementError("cluster.component_placement must be a non-empty mapping of components to placements")
+    entries = []
+    for key, value in raw.items():
+        if isinstance(value, Mapping):
+            where = f"component '{','.join(parse_component_key(key))}'"
+            unknown = [k for k in value if k not in _VALUE_FIELDS]
+            if unknown:
+                raise PlacementError(f"{where}: unknown field '{unknown[0]}' (allowed: node_group, placement)")
+            if value.get("placement") is None:
+                raise PlacementError(f"{where}: a mapping value needs 'placement' (e.g. placement: 0-7)")
+            entries.append(PlacementEntry.of(key, value["placement"], value.get("node_group")))
+        else:
+            entries.append(PlacementEntry.of(key, value))
+    return entries

@@ -1,102 +1,291 @@
-"""A placement as plain data: what `rlplace plan --format json` prints, the operator stores in the
-`<job>-placement` ConfigMap, and the Ray launcher reads back.
+"""The plan: every process of every component, where it runs, what it sees, and its environment.
 
-One builder serves all three, so the plan a worker starts from is exactly the plan a person inspected.
+One typed, immutable `Plan` is what `rlplace plan` prints, what the operator stores in the job's ConfigMap,
+and what the Ray launcher starts processes from: the plan a worker starts from is exactly the plan a person
+inspected. `Plan.to_json` / `Plan.from_json` are its only serialised form (gzip included, for large plans).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Literal
+import gzip
+import json
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
 
-from placement_core.cluster import Cluster
-from placement_core.components import ComponentPlacement, HybridComponentPlacement, ModelParallelComponentPlacement
+from placement_core.cluster import ACCELERATOR
+from placement_core.components import ComponentPlacement
 from placement_core.errors import PlacementError
-from placement_core.jobconfig import config_value
 from placement_core.placement import Placement, placement_env
 
-PlacementKind = Literal["hybrid", "model-parallel"]
-PLACEMENT_KINDS: tuple[PlacementKind, ...] = ("hybrid", "model-parallel")
+#: The first bytes of a gzip stream: `from_json` accepts the plan compressed or not.
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
-def default_placement_kind(config: Mapping[str, object]) -> PlacementKind:
-    """Reasoning tasks (`runner.task_type: reasoning`) are model-parallel; everything else is hybrid."""
-    return "model-parallel" if config_value(config, "runner.task_type") == "reasoning" else "hybrid"
+@dataclass(frozen=True, slots=True)
+class ProcessPlan:
+    """One process: its Placement, the Kubernetes/config name of its node, and its whole environment."""
+
+    placement: Placement
+    node_name: str
+    """The node's name (its Kubernetes name in the operator, `node-<rank>` offline)."""
+    hardware_type: str | None
+    """What `local_hardware_ranks` count: `Accelerator` (GPUs), a robot type, or None (whole nodes)."""
+    env: Mapping[str, str]
+    """The node group's variables for this node, then the placement's own (RANK, CUDA_VISIBLE_DEVICES, ...)."""
+
+    @property
+    def rank(self) -> int:
+        return self.placement.rank
+
+    @property
+    def node_rank(self) -> int:
+        """The global (cluster) node rank."""
+        return self.placement.cluster_node_rank
+
+    @property
+    def held_gpus(self) -> tuple[int, ...]:
+        """Local GPUs the process holds: its hardware ranks on GPU groups; none for robots and node placements
+        (such a process may see every GPU of its node but holds none of them)."""
+        return self.placement.local_hardware_ranks if self.hardware_type == ACCELERATOR else ()
 
 
-def component_placement(
-    config: Mapping[str, object], cluster: Cluster | None = None, kind: PlacementKind | None = None
-) -> ComponentPlacement:
-    """Parse a whole job config; the cluster comes from its `cluster:` section unless given."""
-    if cluster is None:
-        section = config.get("cluster")
-        if section is None:
-            raise PlacementError("the config has no 'cluster' section")
-        cluster = Cluster.from_config(section)
-    kind = kind or default_placement_kind(config)
-    if kind == "model-parallel":
-        return ModelParallelComponentPlacement(config, cluster)
-    return HybridComponentPlacement(config, cluster)
+@dataclass(frozen=True, slots=True)
+class ComponentPlan:
+    """One component: its strategy, the node groups its ranks count over, and its processes in rank order."""
+
+    name: str
+    strategy: str
+    """flexible, packed or node."""
+    node_groups: tuple[str, ...]
+    hardware_ranks: tuple[int, ...]
+    """Its resource ranks within its node groups, in part order."""
+    processes: tuple[ProcessPlan, ...]
+
+    @property
+    def world_size(self) -> int:
+        return len(self.processes)
+
+    @property
+    def master_addr(self) -> str:
+        """MASTER_ADDR: the node of rank 0."""
+        return self.processes[0].node_name
 
 
-def process_env(placement: ComponentPlacement, component: str, process: Placement, master_addr: str) -> dict[str, str]:
-    """The full environment of one process: its node group's variables, then the placement's own."""
-    group = placement.cluster.get_node_group(process.node_group_label)
-    env = group.env_for(process.cluster_node_rank)
-    env.update(placement_env(process, placement.get_world_size(component), master_addr))
-    return env
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """A whole job's placement: its mode and its components, in the order the config lists them."""
+
+    mode: str
+    components: tuple[ComponentPlan, ...]
+
+    def component(self, name: str) -> ComponentPlan:
+        for component in self.components:
+            if component.name == name:
+                return component
+        raise PlacementError(f"unknown component '{name}' (known: {', '.join(self.names)})")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(c.name for c in self.components)
+
+    def processes(self) -> Iterator[tuple[ComponentPlan, ProcessPlan]]:
+        """Every process of every component, component by component in rank order."""
+        for component in self.components:
+            for process in component.processes:
+                yield component, process
+
+    # -- the one serialised form -------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "components": {
+                c.name: {
+                    "world_size": c.world_size,
+                    "strategy": c.strategy,
+                    "node_groups": list(c.node_groups),
+                    "hardware_ranks": list(c.hardware_ranks),
+                    "processes": [
+                        {
+                            **p.placement.to_dict(),
+                            "node_name": p.node_name,
+                            "hardware_type": p.hardware_type,
+                            "env": dict(p.env),
+                        }
+                        for p in c.processes
+                    ],
+                }
+                for c in self.components
+            },
+        }
+
+    def to_json(self, indent: int | None = None) -> str:
+        separators = None if indent else (",", ":")
+        return json.dumps(self.to_dict(), indent=indent, separators=separators, ensure_ascii=False)
+
+    def to_gzip(self) -> bytes:
+        """The compact JSON, gzipped (deterministic: no timestamp), for plans too large to store as text."""
+        return gzip.compress(self.to_json().encode(), mtime=0)
+
+    @classmethod
+    def from_json(cls, data: str | bytes) -> Plan:
+        """A plan back from `to_json` or `to_gzip` output; anything else is a one-line PlacementError."""
+        if isinstance(data, bytes):
+            if data[:2] == _GZIP_MAGIC:
+                try:
+                    data = gzip.decompress(data)
+                except (OSError, EOFError) as err:
+                    raise PlacementError(f"the plan is not valid gzip: {err}") from None
+            try:
+                data = data.decode()
+            except UnicodeDecodeError as err:
+                raise PlacementError(f"the plan is not UTF-8 text: {err.reason} at byte {err.start}") from None
+        try:
+            raw = json.loads(data)
+        except json.JSONDecodeError as err:
+            raise PlacementError(f"the plan is not valid JSON: {err.msg} at line {err.lineno}") from None
+        return cls.from_dict(raw)
+
+    @classmethod
+    def from_dict(cls, raw: object) -> Plan:
+        if not isinstance(raw, Mapping) or not isinstance(raw.get("components"), Mapping) or not raw["components"]:
+            raise PlacementError("the plan has no 'components' mapping (expected `rlplace plan --format json` output)")
+        mode = raw.get("mode")
+        if not isinstance(mode, str):
+            raise PlacementError(f"the plan's 'mode' must be a string, got {_quote(mode)}")
+        return cls(mode, tuple(_component_from_dict(str(name), c) for name, c in raw["components"].items()))
 
 
-def master_addr(placement: ComponentPlacement, processes: list[Placement]) -> str:
-    """MASTER_ADDR of a component: the node of its rank-0 process."""
-    return placement.cluster.nodes[processes[0].cluster_node_rank].display_name
+# -- building ---------------------------------------------------------------------------------------------
 
 
-def shares_with(placement: ComponentPlacement) -> dict[str, list[str]]:
-    """For each component, the other components that hold at least one of the same resources."""
-    units = {name: placement.get_units(name) for name in placement.components}
-    return {
-        name: [other for other in units if other != name and not units[name].isdisjoint(units[other])] for name in units
-    }
-
-
-def build_plan(placement: ComponentPlacement, isolate_accelerator: bool = True, with_env: bool = False) -> dict:
-    """The placement as JSON-ready data: mode, and per component its strategy and one entry per process."""
+def build_plan(placement: ComponentPlacement, isolate_accelerator: bool = True) -> Plan:
+    """The plan of a parsed placement: every process with its node, hardware type and environment."""
     cluster = placement.cluster
-    sharing = shares_with(placement)
-    components = {}
+    components = []
     for name in placement.components:
         processes = placement.get_placement(name, isolate_accelerator)
-        master = master_addr(placement, processes)
         on_nodes = placement.get_strategy(name).kind == "node"
-        hardware = {g.label: None if on_nodes else g.hardware_type for g in cluster.node_groups}
-        entries = []
+        world_size = len(processes)
+        master = cluster.nodes[processes[0].cluster_node_rank].display_name
+        planned = []
         for p in processes:
-            entry = {
-                "rank": p.rank,
-                "cluster_node_rank": p.cluster_node_rank,
-                "placement_node_rank": p.placement_node_rank,
-                "local_accelerator_rank": p.local_accelerator_rank,
-                "accelerator_type": p.accelerator_type,
-                "local_rank": p.local_rank,
-                "local_world_size": p.local_world_size,
-                "visible_accelerators": p.visible_accelerators,
-                "isolate_accelerator": p.isolate_accelerator,
-                "local_hardware_ranks": p.local_hardware_ranks,
-                "node_group_label": p.node_group_label,
-                "node_name": cluster.nodes[p.cluster_node_rank].display_name,
-                # What local_hardware_ranks count: Accelerator (GPUs), a robot type, or None (whole nodes).
-                "hardware_type": hardware[p.node_group_label],
-            }
-            if with_env:
-                entry["env"] = process_env(placement, name, p, master)
-            entries.append(entry)
-        components[name] = {
-            "world_size": len(processes),
-            "hardware_ranks": placement.get_hardware_ranks(name),
-            "strategy": placement.get_strategy(name).kind,
-            "node_groups": list(placement.get_node_groups(name)),
-            "shares_with": sharing[name],
-            "processes": entries,
-        }
-    return {"mode": placement.placement_mode.value, "components": components}
+            group = cluster.get_node_group(p.node_group_label)
+            env = group.env_for(p.cluster_node_rank)
+            env.update(placement_env(p, world_size, master))
+            planned.append(
+                ProcessPlan(
+                    placement=p,
+                    node_name=cluster.nodes[p.cluster_node_rank].display_name,
+                    hardware_type=None if on_nodes else group.hardware_type,
+                    env=MappingProxyType(env),
+                )
+            )
+        components.append(
+            ComponentPlan(
+                name=name,
+                strategy=placement.get_strategy(name).kind,
+                node_groups=tuple(placement.get_node_groups(name)),
+                hardware_ranks=tuple(placement.get_hardware_ranks(name)),
+                processes=tuple(planned),
+            )
+        )
+    return Plan(placement.placement_mode.value, tuple(components))
+
+
+# -- reading ----------------------------------------------------------------------------------------------
+
+#: Placement fields and the JSON types they must have (lists of these for the tuple fields).
+_PLACEMENT_TYPES: dict[str, type] = {
+    "rank": int,
+    "cluster_node_rank": int,
+    "placement_node_rank": int,
+    "local_accelerator_rank": int,
+    "accelerator_type": str,
+    "local_rank": int,
+    "local_world_size": int,
+    "visible_accelerators": str,
+    "isolate_accelerator": bool,
+    "local_hardware_ranks": int,
+    "node_group_label": str,
+}
+assert tuple(_PLACEMENT_TYPES) == Placement._fields
+_LIST_FIELDS = {"visible_accelerators", "local_hardware_ranks"}
+
+
+def _quote(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _typed(where: str, value: object, kind: type) -> bool:
+    # bool is an int in Python; a JSON true is never a rank.
+    return isinstance(value, kind) and (kind is bool or not isinstance(value, bool))
+
+
+def _component_from_dict(name: str, raw: object) -> ComponentPlan:
+    where = f"the plan's component '{name}'"
+    if not isinstance(raw, Mapping):
+        raise PlacementError(f"{where} must be a mapping, got {_quote(raw)}")
+    entries = raw.get("processes")
+    if not isinstance(entries, list) or not entries:
+        raise PlacementError(f"{where} lists no processes")
+    strategy = raw.get("strategy")
+    groups = raw.get("node_groups")
+    ranks = raw.get("hardware_ranks")
+    if not isinstance(strategy, str):
+        raise PlacementError(f"{where}: 'strategy' must be a string, got {_quote(strategy)}")
+    if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+        raise PlacementError(f"{where}: 'node_groups' must be a list of labels, got {_quote(groups)}")
+    if not isinstance(ranks, list) or not all(_typed(where, r, int) for r in ranks):
+        raise PlacementError(f"{where}: 'hardware_ranks' must be a list of integers, got {_quote(ranks)}")
+    processes = tuple(_process_from_dict(where, index, entry) for index, entry in enumerate(entries))
+    return ComponentPlan(name, strategy, tuple(groups), tuple(ranks), processes)
+
+
+def _process_from_dict(component: str, index: int, raw: object) -> ProcessPlan:
+    where = f"{component}, process {index}"
+    if not isinstance(raw, Mapping):
+        raise PlacementError(f"{where} must be a mapping, got {_quote(raw)}")
+    values: dict[str, Any] = {}
+    for key, kind in _PLACEMENT_TYPES.items():
+        if key not in raw:
+            raise PlacementError(f"{where} has no '{key}'")
+        value = raw[key]
+        if key in _LIST_FIELDS:
+            if not isinstance(value, list) or not all(_typed(where, v, kind) for v in value):
+                raise PlacementError(f"{where}: '{key}' must be a list of {kind.__name__}, got {_quote(value)}")
+            value = tuple(value)
+        elif not _typed(where, value, kind):
+            raise PlacementError(f"{where}: '{key}' must be {kind.__name__}, got {_quote(value)}")
+        values[key] = value
+    if values["rank"] != index:
+        raise PlacementError(f"{where} has rank {values['rank']}; ranks must be 0, 1, ... in order")
+    node_name, hardware_type, env = raw.get("node_name"), raw.get("hardware_type"), raw.get("env")
+    if not isinstance(node_name, str):
+        raise PlacementError(f"{where}: 'node_name' must be a string, got {_quote(node_name)}")
+    if hardware_type is not None and not isinstance(hardware_type, str):
+        raise PlacementError(f"{where}: 'hardware_type' must be a string or null, got {_quote(hardware_type)}")
+    if not isinstance(env, Mapping) or not all(isinstance(v, str) for v in env.values()):
+        raise PlacementError(f"{where}: 'env' must map variable names to strings, got {_quote(env)}")
+    return ProcessPlan(Placement(**values), node_name, hardware_type, MappingProxyType(dict(env)))
+
+
+def shared_with(plan: Plan) -> dict[tuple[str, int], tuple[str, ...]]:
+    """Per process (component, rank): the other components that have a process on one of its hardware units
+    (the same GPU or robot of the same node). Linear in the number of processes and units."""
+    holders: dict[tuple[int, str | None, int], set[str]] = {}
+    for component, process in plan.processes():
+        for unit in process.placement.local_hardware_ranks:
+            holders.setdefault((process.node_rank, process.hardware_type, unit), set()).add(component.name)
+    order = {name: index for index, name in enumerate(plan.names)}
+    result: dict[tuple[str, int], tuple[str, ...]] = {}
+    for component, process in plan.processes():
+        others: set[str] = set()
+        for unit in process.placement.local_hardware_ranks:
+            others |= holders[(process.node_rank, process.hardware_type, unit)]
+        others.discard(component.name)
+        result[(component.name, process.rank)] = tuple(sorted(others, key=order.__getitem__))
+    return result

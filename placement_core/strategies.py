@@ -1,4 +1,4 @@
-"""Placement strategies (spec placement.md §3): from resource ranks to one `Placement` per process.
+"""Placement strategies (docs/placement.md, "Strategies"): from resource ranks to one `Placement` per process.
 
 Flexible and Packed place processes on hardware units (GPUs or robots); Node places them on whole nodes.
 Every strategy checks its input against the cluster in `get_placement`, which `ComponentPlacement` calls
@@ -8,9 +8,10 @@ when it is built, so a bad placement fails at parse time, not at launch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 
-from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, NODE_GROUP, Cluster, RankSpace
+from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
 from placement_core.errors import CapacityError, PlacementError
 from placement_core.placement import Placement
 
@@ -34,7 +35,7 @@ class PlacementStrategy(ABC):
 
     def get_placement(self, cluster: Cluster, isolate_accelerator: bool = True) -> list[Placement]:
         """One Placement per process, in rank order. Raises PlacementError if the ranks do not fit."""
-        return [_copy(p) for p in self._placements(cluster, isolate_accelerator)]
+        return list(self._placements(cluster, isolate_accelerator))
 
     def num_processes(self, cluster: Cluster) -> int:
         """How many processes the strategy makes on `cluster`; checks the placement like `get_placement`."""
@@ -44,7 +45,7 @@ class PlacementStrategy(ABC):
         return len(self._placements(cluster, True))
 
     def _placements(self, cluster: Cluster, isolate_accelerator: bool) -> list[Placement]:
-        """The cached records themselves (callers must not change them); get_placement hands out copies."""
+        """The cached records (immutable, so they are shared); get_placement hands out a new list of them."""
         cached = self._cache
         if cached is None or cached[0] is not cluster or cached[1] != isolate_accelerator:
             cached = self._cache = (cluster, isolate_accelerator, self._place(cluster, isolate_accelerator))
@@ -52,22 +53,6 @@ class PlacementStrategy(ABC):
 
     @abstractmethod
     def _place(self, cluster: Cluster, isolate: bool) -> list[Placement]: ...
-
-
-def _copy(p: Placement) -> Placement:
-    return Placement(
-        p.rank,
-        p.cluster_node_rank,
-        p.placement_node_rank,
-        p.local_accelerator_rank,
-        p.accelerator_type,
-        p.local_rank,
-        p.local_world_size,
-        list(p.visible_accelerators),
-        p.isolate_accelerator,
-        list(p.local_hardware_ranks),
-        p.node_group_label,
-    )
 
 
 class _HardwareStrategy(PlacementStrategy):
@@ -94,8 +79,8 @@ class _HardwareStrategy(PlacementStrategy):
         rank_lists = self._rank_lists(space)
         nodes, locals_, types, owners = space.node, space.local, space.hardware_type, space.group
         size = len(space)
-        placement_node: dict[int, int] = {}
-        per_node: dict[int, int] = {}
+        counts = _NodeCounts([nodes[r[0]] for r in rank_lists if 0 <= r[0] < size])
+        cluster_nodes = cluster.nodes
         placements: list[Placement] = []
         for process, ranks in enumerate(rank_lists):
             first = ranks[0]
@@ -114,33 +99,46 @@ class _HardwareStrategy(PlacementStrategy):
                     raise PlacementError(
                         f"process {process} mixes hardware types {hw_type} and {types[r]} (ranks {_ranks(ranks)})"
                     )
-            local = [locals_[r] for r in ranks]
+            # tuple([...]) and map: a generator into tuple() costs twice as much on this hot path.
+            local = tuple([locals_[r] for r in ranks])
             if hw_type == ACCELERATOR and isolate:
-                visible = [str(x) for x in local]
+                visible = tuple(map(str, local))
                 accel_rank = local[0]
             else:
-                visible = list(cluster.visible_devices[node])
+                visible = cluster.visible_devices[node]
                 accel_rank = 0 if visible else -1
-            node_obj = cluster.nodes[node]
+            placement_node, local_rank, local_world_size = counts.next(node)
             placements.append(
                 Placement(
                     process,
                     node,
-                    placement_node.setdefault(node, len(placement_node)),
+                    placement_node,
                     accel_rank,
-                    node_obj.accelerator_type,
-                    per_node.get(node, 0),
-                    0,
+                    cluster_nodes[node].accelerator_type,
+                    local_rank,
+                    local_world_size,
                     visible,
                     isolate,
                     local,
                     owners[first],
                 )
             )
-            per_node[node] = per_node.get(node, 0) + 1
-        for p in placements:
-            p.local_world_size = per_node[p.cluster_node_rank]
         return placements
+
+
+class _NodeCounts:
+    """Per node, in the order processes come: the node's index among the strategy's nodes (by first
+    appearance), and each next process's local rank and the node's process count."""
+
+    def __init__(self, process_nodes: Sequence[int]) -> None:
+        self.per_node = Counter(process_nodes)  # keeps first-appearance order
+        self.index = {node: i for i, node in enumerate(self.per_node)}
+        self.seen = dict.fromkeys(self.per_node, 0)
+
+    def next(self, node: int) -> tuple[int, int, int]:
+        local_rank = self.seen[node]
+        self.seen[node] = local_rank + 1
+        return self.index[node], local_rank, self.per_node[node]
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -240,7 +238,7 @@ class NodePlacementStrategy(PlacementStrategy):
     kind = "node"
 
     def __init__(self, node_ranks: Sequence[int], node_group_label: str | Sequence[str] | None = None) -> None:
-        super().__init__(node_group_label, NODE_GROUP)
+        super().__init__(node_group_label, CLUSTER_GROUP)
         if not node_ranks:
             raise PlacementError("a node placement needs at least one node rank")
         if any(isinstance(r, bool) or not isinstance(r, int) or r < 0 for r in node_ranks):
@@ -251,28 +249,25 @@ class NodePlacementStrategy(PlacementStrategy):
         space = cluster.rank_space(self.node_group_labels, nodes_only=True)
         if self.node_ranks[-1] >= len(space):
             raise CapacityError(f"node rank {self.node_ranks[-1]} is out of range ({space.describe()})")
-        placement_node: dict[int, int] = {}
-        per_node: dict[int, int] = {}
+        counts = _NodeCounts([space.node[index] for index in self.node_ranks])
         placements = []
         for process, index in enumerate(self.node_ranks):
             node = space.node[index]
-            visible = list(cluster.visible_devices[node])
+            visible = cluster.visible_devices[node]
+            placement_node, local_rank, local_world_size = counts.next(node)
             placements.append(
                 Placement(
                     process,
                     node,
-                    placement_node.setdefault(node, len(placement_node)),
+                    placement_node,
                     0 if visible else -1,
                     cluster.nodes[node].accelerator_type,
-                    per_node.get(node, 0),
-                    0,
+                    local_rank,
+                    local_world_size,
                     visible,
                     isolate,
-                    [],
+                    (),
                     space.group[index],
                 )
             )
-            per_node[node] = per_node.get(node, 0) + 1
-        for p in placements:
-            p.local_world_size = per_node[p.cluster_node_rank]
         return placements

@@ -11,9 +11,6 @@ JOB_LABEL = "rlplace.io/job"
 NODE_RANK_LABEL = "rlplace.io/node-rank"
 #: Annotation with profiled costs (JSON: actor_cost, inference_cost, rollout_cost) that turns on auto placement.
 PROFILE_ANNOTATION = "rlplace.io/profile"
-#: Key of the plan in the placement ConfigMap (binaryData `plan.json.gz` when it would not fit as text).
-PLAN_KEY = "plan.json"
-PLAN_GZIP_KEY = "plan.json.gz"
 
 RLJOB_PLURAL = "rljobs"
 NODEGROUP_PLURAL = "nodegroups"

@@ -1,4 +1,5 @@
-"""An RLJob -> its plan: the placement_core config, auto placement, the plan data, the worker pods.
+"""An RLJob -> its plan: typed placement inputs from the spec, auto placement on the live cluster, the Plan,
+the worker pods. No config mapping in between: the spec's entries and sizes become placement_core's types.
 
 Pure: it takes the job, its NodeGroups and the node index, and returns what the handler writes. Errors are
 placement_core's: `CapacityError` (more nodes could fix it) or `PlacementError` (the spec is wrong).
@@ -10,28 +11,32 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from placement_core.autoplace import autotune
 from placement_core.cluster import ACCELERATOR, Cluster
-from placement_core.components import ComponentPlacement
+from placement_core.components import ComponentPlacement, HybridComponentPlacement, ModelParallelComponentPlacement
 from placement_core.errors import PlacementError
-from placement_core.plan import build_plan, component_placement
+from placement_core.grammar import PlacementEntry, parse_placement_entries
+from placement_core.jobconfig import REASONING, BatchSettings, Job, ModelParallelSettings, ParallelSizes
+from placement_core.plan import Plan, build_plan
 from rlplace_operator.builders.raycluster import WorkerNode
 from rlplace_operator.models import (
     ComponentSummary,
-    PlacementEntry,
     PlacementMode,
     ResolvedPlacement,
     RLJobSpec,
 )
+from rlplace_operator.models import PlacementEntry as SpecEntry
 from rlplace_operator.names import PROFILE_ANNOTATION
 from rlplace_operator.selection import JobGroup, NodeInfo, job_cluster, unit_resource
 
 
-@dataclass
+@dataclass(frozen=True)
 class JobPlan:
     """Everything the handler needs to write for one job."""
 
-    plan: dict
-    applied: list[PlacementEntry]
+    plan: Plan
+    applied: list[SpecEntry]
+    """The component placement applied (the search result with auto placement), as the spec writes it."""
     predicted_iteration_time: float | None
     workers: list[WorkerNode]
     summary: ResolvedPlacement
@@ -58,87 +63,73 @@ def wants_auto_placement(spec: RLJobSpec, annotations: Mapping[str, str]) -> boo
     return spec.auto_placement or PROFILE_ANNOTATION in annotations
 
 
-def placement_config(
-    spec: RLJobSpec, entries: Sequence[PlacementEntry], cluster: Cluster, profile: Mapping | None
-) -> dict:
-    """The job in the config shape `rlplace plan` and `rlplace autotune` read."""
-    mp, algorithm = spec.model_parallel, spec.algorithm
-    inference_model = {
-        key: value
-        for key, value in (
-            ("tensor_model_parallel_size", mp.inference_tensor_parallel_size),
-            ("pipeline_model_parallel_size", mp.inference_pipeline_parallel_size),
-        )
-        if value is not None
-    }
-    placement = {
-        e.components: {"node_group": e.node_group, "placement": e.placement} if e.node_group else e.placement
-        for e in entries
-    }
-    config: dict = {
-        "runner": {"task_type": "reasoning" if spec.placement_mode is PlacementMode.MODEL_PARALLEL else "embodied"},
-        "cluster": {
-            "num_nodes": cluster.num_nodes,
-            "accelerators_per_node": [n.num_accelerators for n in cluster.nodes],
-            "component_placement": placement,
-        },
-        "actor": {
-            "model": {
-                "tensor_model_parallel_size": mp.actor_tensor_parallel_size,
-                "context_model_parallel_size": mp.actor_context_parallel_size,
-                "pipeline_model_parallel_size": mp.actor_pipeline_parallel_size,
-            }
-        },
-        "rollout": {
-            "tensor_parallel_size": mp.rollout_tensor_parallel_size,
-            "pipeline_parallel_size": mp.rollout_pipeline_parallel_size,
-            "max_running_requests": algorithm.max_running_requests,
-        },
-        "inference": {"model": inference_model},
-        "algorithm": {
-            "recompute_logprobs": algorithm.recompute_logprobs,
-            "group_size": algorithm.group_size,
-            "n_minibatches": algorithm.n_minibatches,
-        },
-        "data": {"rollout_batch_size": algorithm.rollout_batch_size},
-    }
-    if profile is not None:
-        config["profile_data"] = dict(profile)
-    return config
+def model_parallel_settings(spec: RLJobSpec) -> ModelParallelSettings:
+    """The spec's model-parallel sizes; inference defaults to the actor's."""
+    mp = spec.model_parallel
+    actor = ParallelSizes(
+        mp.actor_tensor_parallel_size, mp.actor_context_parallel_size, mp.actor_pipeline_parallel_size
+    )
+    inference = ParallelSizes(
+        mp.inference_tensor_parallel_size or actor.tp,
+        actor.cp,
+        mp.inference_pipeline_parallel_size or actor.pp,
+    )
+    return ModelParallelSettings(
+        actor=actor,
+        rollout=ParallelSizes(tp=mp.rollout_tensor_parallel_size, pp=mp.rollout_pipeline_parallel_size),
+        inference=inference,
+        recompute_logprobs=spec.algorithm.recompute_logprobs,
+    )
 
 
-def _auto_entries(config: dict) -> tuple[list[PlacementEntry], float]:
-    from placement_core.autoplace import autotune
+def batch_settings(spec: RLJobSpec) -> BatchSettings:
+    algorithm = spec.algorithm
+    return BatchSettings(
+        rollout_batch_size=algorithm.rollout_batch_size,
+        group_size=algorithm.group_size,
+        n_minibatches=algorithm.n_minibatches,
+        max_running_requests=algorithm.max_running_requests,
+    )
 
-    # The operator's auto placement is the reasoning search (collocated or disaggregated model-parallel).
-    result = autotune({**config, "runner": {"task_type": "reasoning"}})
-    entries = [
-        PlacementEntry(components=key, placement=str(value)) for key, value in result.component_placement.items()
-    ]
-    return entries, result.total_cost
+
+def placement_entries(entries: Sequence[SpecEntry]) -> list[PlacementEntry]:
+    """The spec's entries as the placement grammar's (the same strings, no config mapping in between)."""
+    return [PlacementEntry.of(e.components, e.placement, e.node_group) for e in entries]
 
 
 def plan_job(
     spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> JobPlan:
+    """The job's plan on its live cluster: auto placement first when asked for, then the placement classes."""
     cluster = job_cluster(groups, nodes)
-    entries: list[PlacementEntry] = list(spec.component_placement)
+    settings = model_parallel_settings(spec)
+    entries = placement_entries(spec.component_placement)
+    applied: list[SpecEntry] = list(spec.component_placement)
     predicted = None
-    kind = "model-parallel" if spec.placement_mode is PlacementMode.MODEL_PARALLEL else "hybrid"
+    model_parallel = spec.placement_mode is PlacementMode.MODEL_PARALLEL
     if wants_auto_placement(spec, annotations):
         profile = profile_of(spec, annotations)
         if profile is None:
             raise PlacementError(
                 "auto placement needs profiled costs: set spec.profile or the rlplace.io/profile annotation"
             )
-        entries, predicted = _auto_entries(placement_config(spec, entries, cluster, profile))
-        kind = "model-parallel"
-    placed = component_placement(placement_config(spec, entries, cluster, None), cluster, kind)
-    plan = build_plan(placed, isolate_accelerator=spec.isolate_accelerators, with_env=True)
+        job = Job(cluster, tuple(entries), REASONING, settings, batch_settings(spec), profile)
+        # The operator's auto placement is the reasoning search (collocated or disaggregated model-parallel).
+        result = autotune(job)
+        entries = parse_placement_entries(result.component_placement)
+        applied = [SpecEntry(components=e.key, placement=e.placement) for e in entries]
+        predicted = result.total_cost
+        model_parallel = True
+    placed: ComponentPlacement = (
+        ModelParallelComponentPlacement.from_entries(entries, cluster, settings)
+        if model_parallel
+        else HybridComponentPlacement.from_entries(entries, cluster)
+    )
+    plan = build_plan(placed, isolate_accelerator=spec.isolate_accelerators)
     workers = worker_nodes(plan, cluster, groups, nodes)
     return JobPlan(
         plan=plan,
-        applied=entries,
+        applied=applied,
         predicted_iteration_time=predicted,
         workers=workers,
         summary=summarize(placed, plan),
@@ -146,21 +137,21 @@ def plan_job(
     )
 
 
-def summarize(placed: ComponentPlacement, plan: Mapping) -> ResolvedPlacement:
+def summarize(placed: ComponentPlacement, plan: Plan) -> ResolvedPlacement:
     """Per component: processes, GPUs (distinct accelerators it holds), and nodes in rank order."""
     components = []
-    for name, component in plan["components"].items():
-        nodes = list(dict.fromkeys(p["node_name"] for p in component["processes"]))
-        gpus = sum(1 for unit in placed.get_units(name) if unit[2] == ACCELERATOR)
-        components.append(ComponentSummary(name=name, processes=component["world_size"], gpus=gpus, nodes=nodes))
-    return ResolvedPlacement(mode=plan["mode"], components=components)
+    for component in plan.components:
+        nodes = list(dict.fromkeys(p.node_name for p in component.processes))
+        gpus = sum(1 for unit in placed.get_units(component.name) if unit[2] == ACCELERATOR)
+        components.append(ComponentSummary(name=component.name, processes=component.world_size, gpus=gpus, nodes=nodes))
+    return ResolvedPlacement(mode=plan.mode, components=components)
 
 
 def worker_nodes(
-    plan: Mapping, cluster: Cluster, groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
+    plan: Plan, cluster: Cluster, groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> list[WorkerNode]:
     """One worker per node any process uses, requesting every unit the job's groups count on it."""
-    used = sorted({p["cluster_node_rank"] for c in plan["components"].values() for p in c["processes"]})
+    used = sorted({process.node_rank for _, process in plan.processes()})
     # Membership as sets: with 1,000 nodes a scan of every group's node list per node would be quadratic.
     members = [(group, {e.name for e in group.status.nodes}) for group in groups]
     workers = []

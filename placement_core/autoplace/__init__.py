@@ -1,23 +1,24 @@
-"""Auto placement (spec autoplace.md): from a collocated profile to the placement with the shortest iteration.
+"""Auto placement (docs/autoplace.md): from a collocated profile to the placement with the shortest iteration.
 
 Public API (what `rlplace autotune`, `rlplace cost` and the operator call):
 
     from placement_core.autoplace import autotune, predict_cost
+    from placement_core.jobconfig import read_job
 
-    result = autotune(config)                       # or autotune(config, "linear", profile=annotation_json)
+    job = read_job(config)                          # or a Job built from typed values (the operator does)
+    result = autotune(job)                          # or autotune(job, "linear")
     result.mode                                     # "collocated" | "disaggregated" | "hybrid" (embodied)
     result.total_cost, result.collocated_cost       # predicted seconds per iteration (collocated may be None)
     result.component_placement                      # {"rollout,reward": "0-79", "inference": "80-95", ...}
     result.components["actor"].gpus, .per_batch     # (96, 127), seconds per batch
     result.to_json()                                # what `rlplace autotune --format json` prints
 
-    predict_cost(config)                            # seconds per iteration of the config's own placement
+    predict_cost(job)                               # seconds per iteration of the job's own placement
 
-`config` is a whole job config as loaded from YAML. `profile` (optional) replaces `config["profile_data"]`,
-for the operator's `rlplace.io/profile` annotation. `cost_model` is `"scaling"` (default) or `"linear"`; it
-applies to reasoning chains, while embodied tasks use curve fits of their profiled points.
+`cost_model` is `"scaling"` (default) or `"linear"`; it applies to reasoning chains, while embodied tasks use
+curve fits of their profiled points.
 
-Modules: `inputs` reads and checks the config, `cost` holds both cost models, `search` the exact search,
+Modules: `inputs` checks the job's profile and sizes, `cost` holds both cost models, `search` the exact search,
 `embodied` the curve fits and the embodied search, `predict` prices a given placement, `report` the printed
 block and JSON. Every bad input is a
 `PlacementError` with a one-line message.
@@ -25,11 +26,9 @@ block and JSON. Every bad input is a
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 from placement_core.autoplace.cost import CostModel, parse_cost_model
 from placement_core.autoplace.embodied import read_embodied, search_embodied
-from placement_core.autoplace.inputs import EMBODIED, read_reasoning, task_type
+from placement_core.autoplace.inputs import read_reasoning
 from placement_core.autoplace.predict import predict_embodied, predict_reasoning
 from placement_core.autoplace.report import AutotuneResult, ComponentChoice, build_result
 from placement_core.autoplace.search import (
@@ -42,6 +41,7 @@ from placement_core.autoplace.search import (
     search_reasoning,
 )
 from placement_core.errors import PlacementError
+from placement_core.jobconfig import EMBODIED, Job
 
 __all__ = [
     "MODES",
@@ -56,33 +56,29 @@ __all__ = [
 
 
 def autotune(
-    config: Mapping[str, object],
-    cost_model: str | CostModel = CostModel.scaling,
-    *,
-    profile: Mapping[str, object] | None = None,
-    progress: Progress | None = None,
+    job: Job, cost_model: str | CostModel = CostModel.scaling, *, progress: Progress | None = None
 ) -> AutotuneResult:
-    """The placement with the shortest predicted iteration time over the spec's search space.
+    """The placement with the shortest predicted iteration time over the search space of docs/autoplace.md.
 
     Raises PlacementError for bad input and when no placement of the space is possible.
     """
     model = parse_cost_model(cost_model)
-    if task_type(config) == EMBODIED:
-        task = read_embodied(config, profile)
+    if job.task_type == EMBODIED:
+        task = read_embodied(job)
         schedules = search_embodied(task, progress)
         chain, num_gpus, num_nodes = "env -> rollout -> actor", task.num_gpus, task.num_nodes
     else:
-        task = read_reasoning(config, profile)
+        task = read_reasoning(job)
         schedules = search_reasoning(task, model, progress)
         chain, num_gpus, num_nodes = " -> ".join(task.chain), task.num_gpus, task.num_nodes
     best = pick_best(list(schedules.values()))
     if best is None:
-        raise PlacementError(_no_placement_message(chain, num_gpus, config))
-    return build_result(task_type(config), schedules, best, num_gpus, num_nodes, model.value)
+        raise PlacementError(_no_placement_message(chain, num_gpus, job))
+    return build_result(job.task_type, schedules, best, num_gpus, num_nodes, model.value)
 
 
-def _no_placement_message(chain: str, num_gpus: int, config: Mapping[str, object]) -> str:
-    if task_type(config) == EMBODIED:
+def _no_placement_message(chain: str, num_gpus: int, job: Job) -> str:
+    if job.task_type == EMBODIED:
         why = (
             "env needs data.env_num to split evenly over its GPUs and rollout whole engines, each within the "
             "largest profiled load (profile_data.env_profile_data, rollout_profile_data)"
@@ -96,27 +92,17 @@ def _no_placement_message(chain: str, num_gpus: int, config: Mapping[str, object
     return f"no valid placement for {chain} on {num_gpus} GPUs: {why}"
 
 
-def predict_cost(
-    config: Mapping[str, object],
-    cost_model: str | CostModel = CostModel.scaling,
-    *,
-    profile: Mapping[str, object] | None = None,
-) -> float:
-    """Predicted seconds per iteration of the placement in `config` (what `rlplace cost` prints)."""
-    return predict(config, cost_model, profile=profile).total
+def predict_cost(job: Job, cost_model: str | CostModel = CostModel.scaling) -> float:
+    """Predicted seconds per iteration of the job's own placement (what `rlplace cost` prints)."""
+    return predict(job, cost_model).total
 
 
-def predict(
-    config: Mapping[str, object],
-    cost_model: str | CostModel = CostModel.scaling,
-    *,
-    profile: Mapping[str, object] | None = None,
-) -> Schedule:
-    """The config's own placement as a Schedule (ranges, seconds per batch, total) under autotune's model."""
+def predict(job: Job, cost_model: str | CostModel = CostModel.scaling) -> Schedule:
+    """The job's own placement as a Schedule (ranges, seconds per batch, total) under autotune's model."""
     model = parse_cost_model(cost_model)
-    if task_type(config) == EMBODIED:
-        return predict_embodied(config, profile)
-    return predict_reasoning(config, model, profile)
+    if job.task_type == EMBODIED:
+        return predict_embodied(job)
+    return predict_reasoning(job, model)
 
 
 #: The modes a result or a Schedule can have.

@@ -1,4 +1,4 @@
-"""Embodied tasks (spec autoplace.md, "Embodied tasks"): `env -> env_rollout -> actor`, the actor on all GPUs.
+"""Embodied tasks (docs/autoplace.md, "Embodied tasks"): `env -> env_rollout -> actor`, the actor on all GPUs.
 
 The profile gives, for the simulator (`env`) and for the policy engine (`env_rollout`, the config's `rollout`
 component), seconds per step at a few loads `{instances_per_gpu: seconds}`. `CurveFit` turns each into a
@@ -10,7 +10,7 @@ Two placements are searched, both keeping the actor on all G GPUs after the roll
 - hybrid: env on GPUs 0..g_e-1 and rollout on the other G - g_e, pipelined over the envs split into
   B = `rollout.pipeline_stage_num` stages (default 2, the reference tool's): each stage runs env_num/B envs,
   so per stage e = env(g_e) and r = rollout(g_r) at the per-stage load, and the two streams cost
-  e + r + max(e, r) * (B - 1) (the spec's pipelined composition with B batches), plus the actor.
+  e + r + max(e, r) * (B - 1) (the pipelined composition of docs/autoplace.md with B batches), plus the actor.
 
 `env(g)` exists only when the envs split evenly over the g GPUs (and the B stages) and the load per GPU does
 not exceed the largest profiled load; `rollout(g)` needs g % mp == 0 and a load of at least one env and at
@@ -27,13 +27,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_core.autoplace.cost import pipelined_total
-from placement_core.autoplace.inputs import profile_section, read_cluster, require_profile_keys, required_int, seconds
+from placement_core.autoplace.inputs import check_gpus, require_profile_keys, seconds
 from placement_core.autoplace.search import COLLOCATED, HYBRID, Progress, Schedule, pick_best
 from placement_core.errors import PlacementError
-from placement_core.jobconfig import ModelParallelSettings, positive_int
-
-#: Pipeline stages of an embodied rollout when `rollout.pipeline_stage_num` is not set (the reference tool's).
-DEFAULT_PIPELINE_STAGES = 2
+from placement_core.jobconfig import Job
 
 
 def _power(x, a, b):
@@ -183,17 +180,18 @@ class EmbodiedTask:
         return self.rollout(load)
 
 
-def read_embodied(config: Mapping[str, object], profile: Mapping[str, object] | None = None) -> EmbodiedTask:
-    cluster = read_cluster(config)
-    costs = profile_section(config, profile)
+def read_embodied(job: Job) -> EmbodiedTask:
+    check_gpus(job)
+    costs = job.profile
     require_profile_keys(costs, ("env_profile_data", "rollout_profile_data", "actor_cost"))
-    settings = ModelParallelSettings.from_config(config)
+    if job.batch.env_num is None:
+        raise PlacementError("data.env_num is required for auto placement")
     return EmbodiedTask(
-        num_gpus=cluster.num_accelerators,
-        num_nodes=cluster.num_nodes,
-        env_num=required_int(config, "data.env_num"),
-        pipeline_stages=positive_int(config, "rollout.pipeline_stage_num", DEFAULT_PIPELINE_STAGES),
-        rollout_model_parallel=settings.rollout.model_parallel,
+        num_gpus=job.cluster.num_accelerators,
+        num_nodes=job.cluster.num_nodes,
+        env_num=job.batch.env_num,
+        pipeline_stages=job.batch.pipeline_stages,
+        rollout_model_parallel=job.model_parallel.rollout.model_parallel,
         env=CurveFit.from_profile("profile_data.env_profile_data", costs["env_profile_data"]),
         rollout=CurveFit.from_profile("profile_data.rollout_profile_data", costs["rollout_profile_data"]),
         actor_cost=seconds(costs, "actor_cost"),

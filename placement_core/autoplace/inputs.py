@@ -1,36 +1,31 @@
-"""What auto placement reads from a job config (spec autoplace.md, "Inputs"): the chain, the profile, the batch.
+"""What auto placement reads from a typed `Job` (docs/autoplace.md, "Inputs"): the chain, the profile, the batch.
 
-Everything is read and checked here, once, so the cost models and the search work on plain frozen records and
-never see a malformed config. Bad input is a `PlacementError` with a one-line message naming the config path.
+Everything is checked here, once, so the cost models and the search work on plain frozen records and never see
+a malformed profile. Bad input is a `PlacementError` with a one-line message naming the config path.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement, ModelParallelComponentPlacement
 from placement_core.errors import PlacementError
-from placement_core.jobconfig import ModelParallelSettings, config_value, positive_int
-
-REASONING = "reasoning"
-EMBODIED = "embodied"
+from placement_core.grammar import parse_placement_entries
+from placement_core.jobconfig import Job
 
 #: Kinds of chain stage: a rollout engine (SGLang/vLLM-like) or a Megatron model (actor, inference).
 ROLLOUT = "rollout"
 MEGATRON = "megatron"
-
-#: `rollout.max_running_requests` when the config does not say (the reference's default).
-DEFAULT_MAX_RUNNING_REQUESTS = 64
 
 
 @dataclass(frozen=True, slots=True)
 class Stage:
     """One component of a reasoning chain as the cost models see it.
 
-    `profiled_gpus` is W of the spec: the GPU count the profile was measured on; `cost` is seconds per
+    `profiled_gpus` is W of docs/autoplace.md: the GPU count the profile was measured on; `cost` is seconds per
     iteration there.
     """
 
@@ -65,33 +60,13 @@ class ReasoningTask:
         return tuple(stage.name for stage in self.stages)
 
 
-def task_type(config: Mapping[str, object]) -> str:
-    """`embodied` when `runner.task_type` says so; every other job is searched as a reasoning chain."""
-    return EMBODIED if config_value(config, "runner.task_type") == EMBODIED else REASONING
-
-
-def read_cluster(config: Mapping[str, object]) -> Cluster:
-    section = config.get("cluster") if isinstance(config, Mapping) else None
-    if section is None:
-        raise PlacementError("the config has no 'cluster' section (auto placement needs cluster.num_nodes)")
-    cluster = Cluster.from_config(section)
-    if cluster.num_accelerators < 1:
+def check_gpus(job: Job) -> None:
+    if job.cluster.num_accelerators < 1:
         raise PlacementError("auto placement needs GPUs, but the cluster has none (cluster.accelerators_per_node)")
-    return cluster
-
-
-def profile_section(config: Mapping[str, object], profile: Mapping[str, object] | None) -> Mapping[str, object]:
-    """The profile to use: `profile` when given (the operator's annotation), else the config's `profile_data`."""
-    if profile is not None:
-        return profile
-    section = config_value(config, "profile_data", {})
-    if not isinstance(section, Mapping):
-        raise PlacementError(f"profile_data must be a mapping of costs, got {section!r}")
-    return section
 
 
 def require_profile_keys(profile: Mapping[str, object], keys: tuple[str, ...]) -> None:
-    """Name every missing (or null) profile key at once, in chain order, as the spec's message does."""
+    """Name every missing (or null) profile key at once, in chain order."""
     missing = [key for key in keys if profile.get(key) is None]
     if missing:
         it = "it" if len(missing) == 1 else "them"
@@ -108,34 +83,34 @@ def seconds(profile: Mapping[str, object], key: str) -> float:
     return float(value)
 
 
-def required_int(config: Mapping[str, object], path: str) -> int:
-    if config_value(config, path) is None:
-        raise PlacementError(f"{path} is required for auto placement")
-    return positive_int(config, path)
-
-
-def read_reasoning(config: Mapping[str, object], profile: Mapping[str, object] | None = None) -> ReasoningTask:
+def read_reasoning(job: Job) -> ReasoningTask:
     """The reasoning chain `rollout -> inference -> actor` (no inference without recompute_logprobs)."""
-    cluster = read_cluster(config)
-    settings = ModelParallelSettings.from_config(config)
+    check_gpus(job)
+    settings, batch, cluster = job.model_parallel, job.batch, job.cluster
     chain = ("rollout", "inference", "actor") if settings.recompute_logprobs else ("rollout", "actor")
-    costs = profile_section(config, profile)
+    costs = job.profile
     require_profile_keys(costs, tuple(f"{name}_cost" for name in chain))
-    rbs = required_int(config, "data.rollout_batch_size")
-    group_size = positive_int(config, "algorithm.group_size")
-    n_minibatches = positive_int(config, "algorithm.n_minibatches")
+    rbs = batch.rollout_batch_size
+    if rbs is None:
+        raise PlacementError("data.rollout_batch_size is required for auto placement")
+    group_size, n_minibatches = batch.group_size, batch.n_minibatches
     if (rbs * group_size) % n_minibatches:
         raise PlacementError(
             f"algorithm.n_minibatches ({n_minibatches}) must divide data.rollout_batch_size * algorithm.group_size "
             f"({rbs} * {group_size} = {rbs * group_size})"
         )
-    profiled = profiled_gpu_count(config, cluster)
-    sizes = {"rollout": settings.rollout, "inference": settings.inference, "actor": settings.actor}
+    profiled = profiled_gpu_count(job)
+    # Megatron stages (actor, inference) span tp*cp*pp GPUs per replica; rollout engines tp*pp.
+    sizes = {
+        "rollout": settings.rollout.model_parallel,
+        "inference": settings.inference.training_parallel,
+        "actor": settings.actor.training_parallel,
+    }
     stages = tuple(
         Stage(
             name=name,
             kind=ROLLOUT if name == "rollout" else MEGATRON,
-            model_parallel=sizes[name].model_parallel,
+            model_parallel=sizes[name],
             profiled_gpus=profiled,
             cost=seconds(costs, f"{name}_cost"),
         )
@@ -147,10 +122,10 @@ def read_reasoning(config: Mapping[str, object], profile: Mapping[str, object] |
         rollout_batch_size=rbs,
         group_size=group_size,
         n_minibatches=n_minibatches,
-        max_running_requests=positive_int(config, "rollout.max_running_requests", DEFAULT_MAX_RUNNING_REQUESTS),
+        max_running_requests=batch.max_running_requests,
         stages=stages,
         rollout_gpu_limit=engines_fit_limit(cluster, settings.rollout.model_parallel),
-        collocated_allowed=accepts_placement(config, cluster, COLLOCATED_BLOCK),
+        collocated_allowed=accepts_placement(job, COLLOCATED_BLOCK),
     )
 
 
@@ -167,36 +142,36 @@ def engines_fit_limit(cluster: Cluster, model_parallel: int) -> int:
     return limit
 
 
-def accepts_placement(config: Mapping[str, object], cluster: Cluster, block: Mapping[str, str]) -> bool:
+def accepts_placement(job: Job, block: Mapping[str, str]) -> bool:
     """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job.
 
     `cluster.auto_scheduler` is left out: the search proposes collocated and disaggregated placements, and
     AUTO mode (which would reorder the chain) is not one of them.
     """
-    section = {key: value for key, value in config["cluster"].items() if key != "auto_scheduler"}
-    candidate = {**config, "cluster": {**section, "component_placement": dict(block)}}
+    settings = replace(job.model_parallel, auto_scheduler=False)
     try:
-        ModelParallelComponentPlacement(candidate, cluster)
+        ModelParallelComponentPlacement.from_entries(parse_placement_entries(block), job.cluster, settings)
     except PlacementError:
         return False
     return True
 
 
-def profiled_gpu_count(config: Mapping[str, object], cluster: Cluster) -> int:
-    """W of the spec: the GPUs each component had while the profile was measured.
+def profiled_gpu_count(job: Job) -> int:
+    """W: the GPUs each component had while the profile was measured.
 
-    The profile is measured collocated (seed 000), so a config whose own placement is collocated (actor and
-    rollout on the same GPUs) was profiled on those GPUs. Any other placement in the config cannot be where a
-    collocated profile came from (it is typically a placement the user pasted in to compare with `rlplace
-    cost`), so the profile counts as measured on all G GPUs. That keeps `rlplace cost` of a suggested block
-    equal to the time `rlplace autotune` predicted for it.
+    The profile is measured collocated, so a job whose own placement is collocated (actor and rollout on the
+    same GPUs) was profiled on those GPUs. Any other placement cannot be where a collocated profile came from
+    (it is typically a placement the user pasted in to compare with `rlplace cost`), so the profile counts as
+    measured on all G GPUs. That keeps `rlplace cost` of a suggested block equal to the time `rlplace
+    autotune` predicted for it. A job without a placement (an operator job left to auto placement) counts as
+    profiled on all GPUs.
     """
-    if not config_value(config, "cluster.component_placement"):  # none, or empty (an operator job without one)
-        return cluster.num_accelerators
-    placement = ComponentPlacement(config, cluster)
+    if not job.placement:
+        return job.cluster.num_accelerators
+    placement = ComponentPlacement.from_entries(job.placement, job.cluster)
     names = placement.components
     if "actor" in names and "rollout" in names:
         actor = placement.get_units("actor")
         if actor == placement.get_units("rollout"):
             return len(actor)
-    return cluster.num_accelerators
+    return job.cluster.num_accelerators

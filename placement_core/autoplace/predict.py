@@ -11,25 +11,28 @@ that pipeline stage runs inference then training for each batch.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 
 from placement_core.autoplace.cost import CostModel, StageCost, collocated_total, pipelined_total, stage_costs
 from placement_core.autoplace.embodied import EMBODIED_CHAIN, collocated_schedule, hybrid_schedule, read_embodied
-from placement_core.autoplace.inputs import read_cluster, read_reasoning
+from placement_core.autoplace.inputs import read_reasoning
 from placement_core.autoplace.search import COLLOCATED, DISAGGREGATED, Schedule
 from placement_core.cluster import ACCELERATOR
 from placement_core.components import HybridComponentPlacement, ModelParallelComponentPlacement, PlacementMode
 from placement_core.errors import PlacementError
+from placement_core.jobconfig import Job
 
 
-def predict_reasoning(
-    config: Mapping[str, object], model: CostModel, profile: Mapping[str, object] | None = None
-) -> Schedule:
+def _own_placement(job: Job) -> None:
+    if not job.placement:
+        raise PlacementError("the config has no 'cluster.component_placement' to price")
+
+
+def predict_reasoning(job: Job, model: CostModel) -> Schedule:
     """A reasoning job's placement, parsed by ModelParallelComponentPlacement, priced stage by stage."""
-    cluster = read_cluster(config)
-    task = read_reasoning(config, profile)
-    placement = ModelParallelComponentPlacement(config, cluster)
+    task = read_reasoning(job)
+    _own_placement(job)
+    placement = ModelParallelComponentPlacement.from_entries(job.placement, job.cluster, job.model_parallel)
     costs = {cost.stage.name: cost for cost in stage_costs(task, model)}
     rbs = task.rollout_batch_size
     mode = placement.placement_mode
@@ -74,11 +77,11 @@ def _range(ranks: list[int]) -> tuple[int, int]:
     return (min(ranks), max(ranks))
 
 
-def predict_embodied(config: Mapping[str, object], profile: Mapping[str, object] | None = None) -> Schedule:
+def predict_embodied(job: Job) -> Schedule:
     """An embodied job's placement: env and rollout collocated on all GPUs or on disjoint ones, actor on all."""
-    cluster = read_cluster(config)
-    task = read_embodied(config, profile)
-    placement = HybridComponentPlacement(config, cluster)
+    task = read_embodied(job)
+    _own_placement(job)
+    placement = HybridComponentPlacement.from_entries(job.placement, job.cluster)
     missing = [name for name in EMBODIED_CHAIN if name not in placement.components]
     if missing:
         raise PlacementError(f"an embodied placement needs env, rollout and actor; missing: {', '.join(missing)}")

@@ -18,8 +18,9 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.plan import build_plan, component_placement
-from rlplace_operator.builders.configmap import decode_plan
+from placement_core.components import component_placement
+from placement_core.contract import plan_from_configmap
+from placement_core.plan import build_plan
 
 from e2e_cluster import wait_for
 from rlplace_fixtures import run_tool
@@ -76,7 +77,7 @@ class Jobs:
 
     def plan(self, name: str) -> dict:
         cm = self.core.read_namespaced_config_map(f"{name}-placement", self.namespace)
-        return decode_plan(cm.data, cm.binary_data)
+        return plan_from_configmap({"data": cm.data, "binaryData": cm.binary_data}).to_dict()
 
     def pods(self, name: str) -> list[client.V1Pod]:
         return self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={name}").items
@@ -152,7 +153,7 @@ def test_configmap_matches_rlplace_plan(jobs: Jobs) -> None:
         "actor": {"model": {"tensor_model_parallel_size": 4}},
         "rollout": {"tensor_parallel_size": 2},
     }
-    offline = build_plan(component_placement(offline_config))
+    offline = build_plan(component_placement(offline_config)).to_dict()
     for name, component in offline["components"].items():
         got = live["components"][name]["processes"]
         assert [p["visible_accelerators"] for p in got] == [p["visible_accelerators"] for p in component["processes"]]
@@ -321,7 +322,11 @@ def _missing(read: Callable[[], object]) -> bool:
 
 
 def test_auto_placement_applies_the_search_and_follows_the_profile_annotation(jobs: Jobs) -> None:
-    from placement_core.autoplace import autotune
+    from placement_core import autoplace
+    from placement_core.jobconfig import read_job
+
+    def autotune(config: dict) -> autoplace.AutotuneResult:
+        return autoplace.autotune(read_job(config))
 
     body = example_job("rljob-collocated.yaml")
     body["metadata"]["name"] = "auto"
@@ -356,3 +361,19 @@ def test_auto_placement_applies_the_search_and_follows_the_profile_annotation(jo
         60,
         "re-plan with the annotation's profile",
     )
+
+
+def test_profile_annotation_on_a_job_whose_entries_name_node_groups(jobs: Jobs) -> None:
+    """Auto placement searches the job's live cluster, NodeGroups included: the heterogeneous example with a
+    profile annotation places (it used to fail for good with "unknown node group 'a800'")."""
+    body = example_job("rljob-heterogeneous.yaml")
+    body["metadata"]["annotations"] = {
+        "rlplace.io/profile": json.dumps({"actor_cost": 40, "inference_cost": 8, "rollout_cost": 60})
+    }
+    body["spec"]["algorithm"] = {"groupSize": 4, "rolloutBatchSize": 32, "maxRunningRequests": 128}
+    jobs.create(body)
+    status = jobs.wait_phase("heterogeneous", "Running", timeout=90)["status"]
+    assert status["predictedIterationTime"] > 0
+    applied = {e["components"] for e in status["appliedPlacement"]}
+    assert any("actor" in key for key in applied) and any("rollout" in key for key in applied)
+    assert {c["type"]: c["status"] for c in status["conditions"]}["Placed"] == "True"

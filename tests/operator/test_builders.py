@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
-from placement_core import launcher
-from rlplace_operator.builders.configmap import MAX_TEXT_PLAN_BYTES, build_placement_configmap, decode_plan
+from placement_core import contract
+from placement_core.components import component_placement
+from placement_core.plan import build_plan
+from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.models import RLJobSpec
 from rlplace_operator.names import JOB_LABEL, MANAGED_BY_LABEL
@@ -28,7 +30,7 @@ def test_head_requests_no_gpu_and_cannot_see_gpus() -> None:
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
     assert env["RLPLACE_ENTRYPOINT"] == "python train.py"
-    assert env[launcher.PLAN_FILE_ENV] == launcher.DEFAULT_PLAN_PATH
+    assert env[contract.PLAN_DIR_ENV] == contract.PLAN_MOUNT_DIR == "/etc/rlplace"
     assert container["volumeMounts"][0]["mountPath"] == "/etc/rlplace"
     assert head["template"]["spec"]["volumes"][0]["configMap"]["name"] == "job-placement"
 
@@ -53,11 +55,11 @@ def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
         assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
         assert env["RLPLACE_NODE_RANK"] == str(node.rank)
         assert group["rayStartParams"]["num-gpus"] == str(node.gpus)
-        assert group["labels"] == {launcher.NODE_LABEL: str(node.rank)}
+        assert group["labels"] == {contract.NODE_LABEL: str(node.rank)}
         resources = json.loads(group["rayStartParams"]["resources"].strip("'"))
-        assert resources[launcher.node_resource(node.rank)] == launcher.NODE_RESOURCE_CAPACITY
+        assert resources[contract.node_resource(node.rank)] == contract.NODE_RESOURCE_CAPACITY
         assert sorted(k for k in resources if k.startswith("rlplace_gpu")) == sorted(
-            launcher.gpu_resource(node.rank, g) for g in range(node.gpus)
+            contract.gpu_resource(node.rank, g) for g in range(node.gpus)
         )
     assert {e["name"]: e["value"] for e in groups[1]["template"]["spec"]["containers"][0]["env"]}[
         "ROS_DOMAIN_ID"
@@ -71,16 +73,20 @@ def test_raycluster_stays_under_one_mebibyte_at_1000_nodes() -> None:
     assert size < 1024 * 1024, size
 
 
+def _plan(num_nodes: int):
+    return build_plan(component_placement({"cluster": {"num_nodes": num_nodes, "component_placement": {"x": "all"}}}))
+
+
 def test_small_plan_is_readable_json_and_large_plan_is_gzipped() -> None:
-    small = {"mode": "hybrid", "components": {}}
+    small = _plan(1)
     cm = build_placement_configmap("job", small)
     assert cm["metadata"]["name"] == "job-placement"
-    assert json.loads(cm["data"]["plan.json"]) == small
-    large = {
-        "mode": "hybrid",
-        "components": {"x": {"processes": [{"rank": i, "pad": "y" * 64} for i in range(10_000)]}},
-    }
+    assert set(cm) == {"apiVersion", "kind", "metadata", "data"} and list(cm["data"]) == ["plan.json"]
+    assert json.loads(cm["data"]["plan.json"]) == small.to_dict()
+    assert contract.plan_from_configmap(cm) == small
+    large = _plan(1000)
     cm = build_placement_configmap("job", large)
-    assert "plan.json" not in cm["data"] and len(json.dumps(large)) > MAX_TEXT_PLAN_BYTES
+    assert "data" not in cm and list(cm["binaryData"]) == ["plan.json.gz"]
+    assert len(large.to_json()) > contract.MAX_TEXT_PLAN_BYTES
     assert len(cm["binaryData"]["plan.json.gz"]) < 1024 * 1024
-    assert decode_plan(cm["data"], cm["binaryData"]) == large
+    assert contract.plan_from_configmap(cm) == large

@@ -28,10 +28,10 @@ def test_collocated_model_parallel_job() -> None:
     )
     planned = plan_job(spec, {}, GROUPS, NODES)
     assert planned.summary.mode == "collocated"
-    rollout = planned.plan["components"]["rollout"]["processes"]
-    assert [p["visible_accelerators"] for p in rollout[:4]] == [["0", "2"], ["1", "3"], ["4", "6"], ["5", "7"]]
+    rollout = planned.plan.component("rollout").processes
+    assert [p.placement.visible_accelerators for p in rollout[:4]] == [("0", "2"), ("1", "3"), ("4", "6"), ("5", "7")]
     assert [w.name for w in planned.workers] == ["a0", "a1"] and planned.gpus == 16
-    assert rollout[0]["env"]["NCCL_IB"] == "1" and rollout[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0,2"
+    assert rollout[0].env["NCCL_IB"] == "1" and rollout[0].env["CUDA_VISIBLE_DEVICES"] == "0,2"
     assert {c.name: c.processes for c in planned.summary.components} == {"actor": 16, "rollout": 8, "reward": 16}
 
 
@@ -54,3 +54,37 @@ def test_profile_comes_from_the_annotation_first() -> None:
     assert profile_of(spec, {}) == {"actor_cost": 1.0, "inference_cost": 3.0, "rollout_cost": 2.0}
     with pytest.raises(PlacementError, match="not valid JSON"):
         profile_of(spec, {"rlplace.io/profile": "{"})
+
+
+def test_context_parallelism_multiplies_the_actor_model_parallel_size() -> None:
+    """tp 2, cp 2 on 16 GPUs: 4 data-parallel replicas of 4 GPUs each, not 8."""
+    from placement_core.components import ModelParallelComponentPlacement
+    from rlplace_operator.planning import model_parallel_settings, placement_entries
+    from rlplace_operator.selection import job_cluster
+
+    spec = job(
+        placementMode="modelParallel",
+        componentPlacement=[{"components": "actor,rollout,reward", "placement": "all"}],
+        modelParallel={"actorTensorParallelSize": 2, "actorContextParallelSize": 2},
+    )
+    settings = model_parallel_settings(spec)
+    assert (settings.actor.training_parallel, settings.inference.training_parallel) == (4, 4)
+    entries = placement_entries(spec.component_placement)
+    placed = ModelParallelComponentPlacement.from_entries(entries, job_cluster(GROUPS, NODES), settings)
+    assert placed.actor_dp_size == 4
+
+
+def test_auto_placement_of_a_job_whose_entries_name_node_groups() -> None:
+    """The live cluster (with its NodeGroups) is what auto placement searches: an entry naming 'a800' must not
+    fail with 'unknown node group'."""
+    spec = job(
+        placementMode="modelParallel",
+        componentPlacement=[{"components": "actor,rollout,reward", "placement": "all", "nodeGroup": "a800"}],
+        algorithm={"groupSize": 4, "rolloutBatchSize": 32, "maxRunningRequests": 128},
+    )
+    planned = plan_job(
+        spec, {"rlplace.io/profile": '{"actor_cost": 40, "inference_cost": 8, "rollout_cost": 60}'}, GROUPS, NODES
+    )
+    assert planned.predicted_iteration_time is not None
+    assert planned.applied[0].components.startswith(("actor", "rollout"))
+    assert sum(c.gpus for c in planned.summary.components if c.name != "reward") >= 16

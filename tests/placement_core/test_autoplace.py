@@ -5,17 +5,19 @@ import math
 
 import pytest
 from test_autoplace_configs import (
+    autotune,
     example_one,
     example_three,
     example_two,
+    predict,
+    predict_cost,
+    read_reasoning,
     reasoning_config,
     with_placement,
 )
 
 from placement_core import Cluster, ModelParallelComponentPlacement, PlacementError, PlacementMode
-from placement_core.autoplace import autotune, predict, predict_cost
 from placement_core.autoplace.cost import CostModel, StageCost, rollout_capacity, valid_dp_sizes
-from placement_core.autoplace.inputs import read_reasoning
 from placement_core.autoplace.report import render_text
 
 # -- the spec's worked examples ----------------------------------------------------------------------------------

@@ -1,6 +1,39 @@
-"""Config builders shared by the auto placement tests (plain dicts, as `yaml.safe_load` gives them); no tests."""
+"""Config builders shared by the auto placement tests (plain dicts, as `yaml.safe_load` gives them), and the
+auto placement entry points called on such a config the way the CLI calls them (config -> `read_job` -> the
+typed API); no tests."""
 
 from __future__ import annotations
+
+from collections.abc import Mapping
+
+from placement_core import autoplace
+from placement_core.autoplace.embodied import EmbodiedTask
+from placement_core.autoplace.embodied import read_embodied as read_embodied_job
+from placement_core.autoplace.inputs import ReasoningTask
+from placement_core.autoplace.inputs import read_reasoning as read_reasoning_job
+from placement_core.autoplace.report import AutotuneResult
+from placement_core.autoplace.search import Schedule
+from placement_core.jobconfig import read_job
+
+
+def autotune(config: Mapping, cost_model: str = "scaling", *, profile: Mapping | None = None) -> AutotuneResult:
+    return autoplace.autotune(read_job(config, profile), cost_model)
+
+
+def predict(config: Mapping, cost_model: str = "scaling") -> Schedule:
+    return autoplace.predict(read_job(config), cost_model)
+
+
+def predict_cost(config: Mapping, cost_model: str = "scaling") -> float:
+    return autoplace.predict_cost(read_job(config), cost_model)
+
+
+def read_reasoning(config: Mapping) -> ReasoningTask:
+    return read_reasoning_job(read_job(config))
+
+
+def read_embodied(config: Mapping) -> EmbodiedTask:
+    return read_embodied_job(read_job(config))
 
 
 def reasoning_config(

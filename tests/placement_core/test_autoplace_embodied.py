@@ -3,11 +3,10 @@
 import math
 
 import pytest
-from test_autoplace_configs import embodied_config, with_placement
+from test_autoplace_configs import autotune, embodied_config, predict, predict_cost, read_embodied, with_placement
 
 from placement_core import Cluster, HybridComponentPlacement, PlacementError
-from placement_core.autoplace import autotune, predict, predict_cost
-from placement_core.autoplace.embodied import CurveFit, read_embodied
+from placement_core.autoplace.embodied import CurveFit
 
 # -- curve fits ------------------------------------------------------------------------------------------------
 

@@ -13,17 +13,16 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_autoplace_configs import reasoning_config, with_placement
+from test_autoplace_configs import autotune, predict_cost, reasoning_config, with_placement
 
 from placement_core import Cluster, ModelParallelComponentPlacement, PlacementError
-from placement_core.autoplace import autotune, predict_cost
 from placement_core.autoplace.search import TIE_RTOL, best_split
 
 # -- the brute force -------------------------------------------------------------------------------------------
 
 
 def spec_cost(kind, model, g, *, W, mp, T, rbs, gs, nmb, mrr, G):
-    """Seconds per group batch on g GPUs, straight from spec autoplace.md; None where g is not allowed."""
+    """Seconds per group batch on g GPUs, straight from docs/autoplace.md; None where g is not allowed."""
     c = T / rbs
     if g == W:
         return c
@@ -221,7 +220,9 @@ def test_best_split_equals_enumeration_for_arbitrary_costs(case):
         assert found is None
     else:
         assert found is not None
-        assert found[1] == pytest.approx(best[1], rel=1e-12, abs=1e-12)
+        # Within the documented tie tolerance: a split with fewer GPU sets may win by up to TIE_RTOL.
+        assert found[1] == pytest.approx(best[1], rel=TIE_RTOL, abs=1e-12)
+        assert found[1] <= best[1] * (1 + TIE_RTOL) + 1e-12
         per_batch = [float(t[g]) for t, g in zip(tables, found[0], strict=True)]
         assert sum(found[0]) == G
         assert found[1] == sum(per_batch) + max(per_batch) * (batches - 1)

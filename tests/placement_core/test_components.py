@@ -1,4 +1,4 @@
-"""components.py: ComponentPlacement and HybridComponentPlacement over the grammar (spec §2, §4, §5)."""
+"""components.py: ComponentPlacement and HybridComponentPlacement over the grammar (docs/placement.md)."""
 
 import re
 
@@ -14,7 +14,7 @@ from placement_core import (
     PlacementMode,
 )
 
-# Spec §1's cluster: a800 = nodes 0-1 (16 GPUs), 4090 = node 2 (4 GPUs here), two Franka robots on node 2,
+# The cluster of docs/placement.md: a800 = nodes 0-1 (16 GPUs), 4090 = node 2 (4 GPUs here), two Franka robots on node 2,
 # and a CPU group over every node.
 HETEROGENEOUS = {
     "num_nodes": 3,
@@ -43,7 +43,7 @@ def hetero(component_placement, cls=ComponentPlacement):
 
 def layout(placement, name):
     """(node, local hardware ranks) per process."""
-    return [(p.cluster_node_rank, p.local_hardware_ranks) for p in placement.get_placement(name)]
+    return [(p.cluster_node_rank, list(p.local_hardware_ranks)) for p in placement.get_placement(name)]
 
 
 def error(placement, **cluster):
@@ -52,7 +52,7 @@ def error(placement, **cluster):
     return str(info.value)
 
 
-# -- the spec's and the seed's examples -------------------------------------------------------------------------
+# -- the documented examples and the reference framework's -------------------------------------------------------------------------
 
 
 def test_worked_example():
@@ -91,7 +91,7 @@ def test_seed_actor_inference_share_gpus_0_to_7():
     assert placed.get_strategy("actor") is placed.get_strategy("inference")
     for name in ("actor", "inference"):
         assert layout(placed, name) == [(0, [r]) for r in range(8)]
-        assert [p.visible_accelerators for p in placed.get_placement(name)] == [[str(r)] for r in range(8)]
+        assert [list(p.visible_accelerators) for p in placed.get_placement(name)] == [[str(r)] for r in range(8)]
     assert placed.placement_mode is PlacementMode.COLLOCATED
 
 
@@ -110,7 +110,7 @@ def test_seed_heterogeneous_example_as_written_is_rejected():
 
 
 def test_seed_agent_placement_does_not_divide():
-    """The seed's `0-1:0-200` puts 201 processes on 2 nodes: the counts must divide (spec §2)."""
+    """The reference framework's `0-1:0-200` puts 201 processes on 2 nodes: the counts must divide (docs/placement.md, the grammar)."""
     message = error({"agent": {"node_group": "node", "placement": "0-1:0-200,2-3:201-511"}}, num_nodes=4)
     assert message == (
         "component 'agent': 2 resources and 201 processes in '0-1:0-200': one count must divide the other "
@@ -119,7 +119,7 @@ def test_seed_agent_placement_does_not_divide():
 
 
 def test_seed_heterogeneous_example_on_the_spec_cluster():
-    """Seed 001's second config made consistent with spec §1's three nodes."""
+    """The reference framework's heterogeneous config made consistent with the three nodes of docs/placement.md."""
     placed = hetero(
         {
             "actor": {"node_group": "a800", "placement": "0-8"},
@@ -132,8 +132,13 @@ def test_seed_heterogeneous_example_on_the_spec_cluster():
     assert layout(placed, "rollout") == [(2, [r]) for r in range(4)]
     assert [p.node_group_label for p in placed.get_placement("rollout")] == ["4090"] * 4
     env = placed.get_placement("env")
-    assert [(p.cluster_node_rank, p.local_hardware_ranks) for p in env] == [(2, [0]), (2, [0]), (2, [1]), (2, [1])]
-    assert all(p.visible_accelerators == ["0", "1", "2", "3"] for p in env)  # robots see every GPU
+    assert [(p.cluster_node_rank, list(p.local_hardware_ranks)) for p in env] == [
+        (2, [0]),
+        (2, [0]),
+        (2, [1]),
+        (2, [1]),
+    ]
+    assert all(p.visible_accelerators == ("0", "1", "2", "3") for p in env)  # robots see every GPU
     assert isinstance(placed.get_strategy("agent"), NodePlacementStrategy)
     agent = placed.get_placement("agent")
     assert len(agent) == 300
@@ -148,7 +153,7 @@ def test_composite_groups_count_in_the_order_listed():
     processes = placed.get_placement("actor")
     assert [p.node_group_label for p in processes] == ["a800"] * 16 + ["4090"] * 4
     assert [p.cluster_node_rank for p in processes[15:17]] == [1, 2]
-    assert processes[16].local_hardware_ranks == [0]
+    assert processes[16].local_hardware_ranks == (0,)
 
 
 def test_composite_groups_as_a_yaml_list():
@@ -174,7 +179,7 @@ def test_composite_groups_in_reverse_node_order():
 def test_robot_and_gpu_groups_can_be_composed():
     placed = hetero({"env": {"node_group": "4090,robot", "placement": "0-5"}})
     types = [p.local_hardware_ranks for p in placed.get_placement("env")]
-    assert types == [[0], [1], [2], [3], [0], [1]]
+    assert types == [(0,), (1,), (2,), (3,), (0,), (1,)]
     assert [p.node_group_label for p in placed.get_placement("env")] == ["4090"] * 4 + ["robot"] * 2
 
 
@@ -245,11 +250,11 @@ def test_node_group_default_is_cluster():
 
 def test_isolate_false_through_the_component_placement():
     processes = place({"a": "0-1"}).get_placement("a", isolate_accelerator=False)
-    assert all(p.visible_accelerators == [str(i) for i in range(8)] for p in processes)
-    assert [p.local_hardware_ranks for p in processes] == [[0], [1]]
+    assert all(p.visible_accelerators == tuple(str(i) for i in range(8)) for p in processes)
+    assert [list(p.local_hardware_ranks) for p in processes] == [[0], [1]]
 
 
-# -- errors (spec §5): one line, names the component, quotes the text -------------------------------------------
+# -- errors (docs/placement.md, "Common errors"): one line, names the component, quotes the text -------------------------------------------
 
 
 def test_no_cluster_section():

@@ -7,7 +7,8 @@ import yaml
 from typer.testing import CliRunner
 
 from placement_core.cli import app
-from placement_core.plan import build_plan, component_placement
+from placement_core.components import component_placement
+from placement_core.plan import build_plan, shared_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # Kubernetes resources and autotune inputs live beside the job configs; they are not `rlplace plan` input.
@@ -20,7 +21,7 @@ def load(name):
 
 
 def plan(name):
-    return build_plan(component_placement(load(name)))
+    return build_plan(component_placement(load(name))).to_dict()
 
 
 def gpus(data, name):
@@ -43,7 +44,7 @@ def test_example_plans(path):
     result = CliRunner().invoke(app, ["plan", str(path)])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith("mode: ")
-    build_plan(component_placement(yaml.safe_load(path.read_text())), with_env=True)
+    build_plan(component_placement(yaml.safe_load(path.read_text())))
 
 
 def test_collocated_single_node():
@@ -73,14 +74,14 @@ def test_disaggregated():
     data = plan("disaggregated-reasoning.yaml")
     assert data["mode"] == "disaggregated"
     assert gpus(data, "rollout") == [(0, [6, 7]), (1, [0, 1]), (1, [2, 3])]
-    assert all(not c["shares_with"] for c in data["components"].values())
     placed = component_placement(load("disaggregated-reasoning.yaml"))
+    assert not any(shared_with(build_plan(placed)).values())
     assert (placed.actor_dp_size, placed.rollout_dp_size, placed.inference_dp_size) == (3, 3, 1)
 
 
 def test_embodied_robots():
     placed = component_placement(load("embodied-robots.yaml"))
-    data = build_plan(placed, with_env=True)
+    data = build_plan(placed).to_dict()
     env = data["components"]["env"]["processes"]
     assert [(p["cluster_node_rank"], p["local_accelerator_rank"], p["visible_accelerators"]) for p in env] == [
         (2, -1, [])

@@ -3,9 +3,7 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 
 from __future__ import annotations
 
-import gzip
 import importlib.util
-import json
 import os
 import subprocess
 import sys
@@ -16,19 +14,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from placement_core import launcher
+from placement_core import contract, launcher
+from placement_core.components import component_placement
+from placement_core.contract import gpu_resource, node_resource, node_resources
 from placement_core.launcher import (
     LaunchError,
     LaunchOptions,
     LaunchPlan,
     WorkerDiedError,
     check_resources,
-    gpu_resource,
     load_plan,
-    node_resource,
-    node_resources,
 )
-from placement_core.plan import build_plan, component_placement
+from placement_core.placement import Placement, placement_env
+from placement_core.plan import Plan, ProcessPlan, build_plan
 
 pytestmark = pytest.mark.ray
 
@@ -39,9 +37,9 @@ def config(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> dic
     return {"cluster": {"num_nodes": num_nodes, "accelerators_per_node": gpus, "component_placement": placements}}
 
 
-def plan_of(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> dict:
-    """The plan exactly as the operator stores it: build_plan(with_env=True) through JSON."""
-    return json.loads(json.dumps(build_plan(component_placement(config(placements, num_nodes, gpus)), with_env=True)))
+def plan_of(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> Plan:
+    """The plan exactly as the operator stores it: through its JSON."""
+    return Plan.from_json(build_plan(component_placement(config(placements, num_nodes, gpus))).to_json())
 
 
 # The module's main plan: actor and rollout collocated (2 per GPU), reward exclusive, critic on 2 GPUs.
@@ -52,16 +50,16 @@ MAIN = {"actor,rollout": "0-1,8-9", "reward": "2,10", "critic": "3-4:0"}
 
 
 def test_names_the_operator_uses() -> None:
-    assert launcher.node_label() == "rlplace.io/node-rank"
-    assert launcher.node_labels(3) == {"rlplace.io/node-rank": "3"}
+    assert contract.NODE_LABEL == "rlplace.io/node-rank"
+    assert contract.node_labels(3) == {"rlplace.io/node-rank": "3"}
     assert node_resource(3) == "rlplace_node_3"
     assert gpu_resource(3, 7) == "rlplace_gpu_3_7"
     assert node_resources(1, 2) == {"rlplace_node_1": 1000, "rlplace_gpu_1_0": 1, "rlplace_gpu_1_1": 1}
-    params = launcher.ray_start_params(1, 1)
+    params = contract.ray_start_params(1, 1)
     assert params == {"num-gpus": "1", "resources": '\'{"rlplace_node_1":1000,"rlplace_gpu_1_0":1}\''}
-    assert launcher.parse_node_resource("rlplace_node_12") == 12
-    assert launcher.parse_gpu_resource("rlplace_gpu_2_5") == (2, 5)
-    assert launcher.parse_gpu_resource("GPU") is None
+    assert contract.parse_node_resource("rlplace_node_12") == 12
+    assert contract.parse_gpu_resource("rlplace_gpu_2_5") == (2, 5)
+    assert contract.parse_gpu_resource("GPU") is None
 
 
 def test_import_without_ray_connection_needs_no_ray() -> None:
@@ -91,57 +89,50 @@ def test_three_way_share_rounds_down_to_ray_step() -> None:
 def test_shares_of_one_gpu_never_exceed_it(holders: int) -> None:
     """However many processes the plan puts on a GPU, their shares (in Ray's fixed-point steps) fit in it,
     none is zero, and only a lone holder takes the whole GPU."""
-    plan = LaunchPlan({}, {(0, 0): holders})
+    plan = LaunchPlan(Plan("hybrid", ()), {(0, 0): holders})
     steps = round(plan.share(0, 0) * launcher.RESOURCE_STEP)
     assert 1 <= steps * holders <= launcher.RESOURCE_STEP
     assert (steps == launcher.RESOURCE_STEP) == (holders == 1)
 
 
-def test_component_placement_and_configmap_json_give_the_same_plan() -> None:
+def test_the_stored_plan_is_the_placement_and_its_environment() -> None:
+    """What the launcher reads back from the ConfigMap's JSON (text or gzip) is, process by process, what the
+    strategies place, with the environment the placement defines; nothing is lost or re-derived on the way."""
     placement = component_placement(config(MAIN))
-    from_placement = load_plan(placement)
-    from_json = load_plan(json.dumps(build_plan(placement, with_env=True)))
-    assert from_placement == from_json
-
-
-def test_a_plan_without_env_gets_the_placement_variables() -> None:
-    """`rlplace plan -o json` leaves env out; the launcher derives the §3 variables from the entries."""
-    placement = component_placement(config(MAIN))
-    bare = load_plan(build_plan(placement))
-    full = load_plan(build_plan(placement, with_env=True))
-    for name in full.components:
-        for lean, rich in zip(bare.processes(name), full.processes(name), strict=True):
-            assert {**lean.env, "MASTER_ADDR": "x"} == {**rich.env, "MASTER_ADDR": "x"}
+    stored = build_plan(placement)
+    for data in (stored.to_json(), stored.to_gzip()):
+        plan = load_plan(data).plan
+        assert plan == stored
+        for name in placement.components:
+            processes = plan.component(name).processes
+            placed = placement.get_placement(name)
+            assert [p.placement for p in processes] == placed
+            master = f"node-{placed[0].cluster_node_rank}"
+            assert [dict(p.env) for p in processes] == [placement_env(q, len(placed), master) for q in placed]
 
 
 def test_robot_hardware_ranks_are_not_gpus() -> None:
-    entry = {
-        "rank": 0,
-        "cluster_node_rank": 0,
-        "local_accelerator_rank": 0,
-        "visible_accelerators": ["0", "1"],
-        "isolate_accelerator": True,
-        "local_hardware_ranks": [1],
-        "env": {},
-    }
-    assert load_plan({"components": {"arm": {"processes": [entry]}}}).processes("arm")[0].gpus == ()
-    typed = {**entry, "hardware_type": "Accelerator"}
-    assert load_plan({"components": {"g": {"processes": [typed]}}}).processes("g")[0].gpus == (1,)
+    placed = Placement(0, 0, 0, 0, "NV_GPU", 0, 1, ("0", "1"), True, (1,), "arm")
+    assert ProcessPlan(placed, "node-0", "Franka", {}).held_gpus == ()
+    assert ProcessPlan(placed, "node-0", None, {}).held_gpus == ()
+    assert ProcessPlan(placed, "node-0", "Accelerator", {}).held_gpus == (1,)
 
 
 @pytest.mark.parametrize(
     ("plan", "message"),
     [
         ("{", "the plan is not valid JSON"),
-        ({"mode": "hybrid"}, "the plan has no 'components' mapping"),
-        ({"components": {"a": {"processes": [{"rank": 1}]}}}, "component 'a': process ranks must be 0..0 in order"),
+        ('{"mode": "hybrid"}', "the plan has no 'components' mapping"),
+        (b"\x1f\x8bnot gzip", "the plan is not valid gzip"),
+        ('{"mode": "x", "components": {"a": {"processes": [{"rank": 1}]}}}', "'strategy' must be a string"),
         (
-            {"components": {"a": {"processes": [{"rank": 0, "cluster_node_rank": 0}]}}},
-            "component 'a' rank 0: the plan's entry has no 'placement_node_rank'",
+            '{"mode": "x", "components": {"a": {"strategy": "flexible", "node_groups": [], "hardware_ranks": [],'
+            ' "processes": [{"rank": 0, "cluster_node_rank": 0}]}}}',
+            "component 'a', process 0 has no 'placement_node_rank'",
         ),
     ],
 )
-def test_bad_plans(plan: object, message: str) -> None:
+def test_bad_plans(plan: str | bytes, message: str) -> None:
     with pytest.raises(LaunchError, match=message):
         load_plan(plan)
 
@@ -259,13 +250,13 @@ def test_every_actor_sees_its_planned_environment_on_its_node(main_groups) -> No
     addresses = launcher.ray_node_addresses()
     for name, group in main_groups.items():
         reports = group.run("report", timeout=60)
-        entries = plan["components"][name]["processes"]
-        assert len(reports) == len(entries) == group.world_size
-        for entry, seen in zip(entries, reports, strict=True):
-            expected = {key: entry["env"][key] for key in ENV_KEYS}
-            expected["MASTER_ADDR"] = addresses[entries[0]["cluster_node_rank"]]
+        processes = plan.component(name).processes
+        assert len(reports) == len(processes) == group.world_size
+        for process, seen in zip(processes, reports, strict=True):
+            expected = {key: process.env[key] for key in ENV_KEYS}
+            expected["MASTER_ADDR"] = addresses[processes[0].node_rank]
             assert seen["env"] == expected
-            node = str(entry["cluster_node_rank"])
+            node = str(process.node_rank)
             assert seen["labels"]["rlplace.io/node-rank"] == node
             assert seen["node_id"] == node_ids[node]
 
@@ -290,9 +281,7 @@ def test_constructor_mode_gives_the_same_environment(main_groups) -> None:
     with launcher.launch(plan, "fast", Probe, options=opts) as group:
         seen = [r["env"] for r in group.run("report")]
     master = launcher.ray_node_addresses()[1]
-    expected = [
-        {**{k: p["env"][k] for k in ENV_KEYS}, "MASTER_ADDR": master} for p in plan["components"]["fast"]["processes"]
-    ]
+    expected = [{**{k: p.env[k] for k in ENV_KEYS}, "MASTER_ADDR": master} for p in plan.component("fast").processes]
     assert seen == expected
     assert [s["CUDA_VISIBLE_DEVICES"] for s in seen] == ["3", "4"]
 
@@ -367,9 +356,8 @@ def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
     sys.modules[spec.name] = driver
     spec.loader.exec_module(driver)
     ray.cloudpickle.register_pickle_by_value(driver)
-    plan_file = tmp_path / "plan.json"
-    plan_file.write_text(json.dumps(plan_of({"actor,rollout": "14", "reward": "15"})))
-    rows = driver.report(launcher.read_plan(plan_file), ["actor", "rollout", "reward"])
+    (tmp_path / contract.PLAN_KEY).write_text(plan_of({"actor,rollout": "14", "reward": "15"}).to_json())
+    rows = driver.report(launcher.read_plan(tmp_path), ["actor", "rollout", "reward"])
     assert [(r["component"], r["RANK"], r["CUDA_VISIBLE_DEVICES"], r["CLUSTER_NODE_RANK"]) for r in rows] == [
         ("actor", "0", "6", "1"),
         ("rollout", "0", "6", "1"),
@@ -377,10 +365,17 @@ def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
     ]
 
 
-def test_read_plan_reads_the_gzipped_plan_the_operator_stores_for_large_jobs(tmp_path) -> None:
-
+def test_read_plan_reads_either_configmap_key(tmp_path) -> None:
+    """The operator stores a large plan gzipped under plan.json.gz; the launcher reads whichever is mounted."""
     config = {"cluster": {"num_nodes": 1, "accelerators_per_node": 2, "component_placement": {"actor": "0-1"}}}
-    plan = build_plan(component_placement(config), with_env=True)
-    (tmp_path / "plan.json.gz").write_bytes(gzip.compress(json.dumps(plan).encode()))
-    loaded = launcher.read_plan(tmp_path / "plan.json")
-    assert [p.rank for p in loaded.processes("actor")] == [0, 1]
+    plan = build_plan(component_placement(config))
+    assert contract.plan_payload(plan) == (contract.PLAN_KEY, plan.to_json())
+    large = build_plan(component_placement({"cluster": {"num_nodes": 200, "component_placement": {"a": "all"}}}))
+    key, payload = contract.plan_payload(large)
+    assert (key, type(payload)) == (contract.PLAN_GZIP_KEY, bytes)
+    assert len(large.to_json()) > contract.MAX_TEXT_PLAN_BYTES > len(payload)
+    assert Plan.from_json(payload) == large
+    (tmp_path / contract.PLAN_GZIP_KEY).write_bytes(plan.to_gzip())
+    assert launcher.read_plan(tmp_path).plan == plan
+    with pytest.raises(LaunchError, match=r"no plan in '.*empty' \(expected plan.json or plan.json.gz"):
+        launcher.read_plan(tmp_path / "empty")

@@ -1,4 +1,4 @@
-"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (spec §4)."""
+"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (docs/placement.md, "Modes")."""
 
 import pytest
 
@@ -10,7 +10,7 @@ from placement_core import (
     PlacementError,
     PlacementMode,
 )
-from placement_core.plan import build_plan
+from placement_core.plan import build_plan, shared_with
 
 
 def job(
@@ -63,7 +63,7 @@ def error(placement, **kwargs):
 
 
 def gpus_of(placed, name):
-    return [p.local_hardware_ranks for p in placed.get_placement(name)]
+    return [list(p.local_hardware_ranks) for p in placed.get_placement(name)]
 
 
 # -- collocated -------------------------------------------------------------------------------------------------
@@ -93,7 +93,7 @@ def test_collocated_strided_rollout():
     """Actor TP 4, rollout TP 2 on 8 GPUs -> rollout [0,2],[1,3],[4,6],[5,7]."""
     placed = place({"actor,rollout,reward": "0-7"}, actor_tp=4, rollout_tp=2)
     assert gpus_of(placed, "rollout") == [[0, 2], [1, 3], [4, 6], [5, 7]]
-    assert [p.visible_accelerators for p in placed.get_placement("rollout")] == [
+    assert [list(p.visible_accelerators) for p in placed.get_placement("rollout")] == [
         ["0", "2"],
         ["1", "3"],
         ["4", "6"],
@@ -114,8 +114,8 @@ def test_collocated_strided_rollout():
 def test_collocated_stride_over_nodes():
     placed = place({"actor,rollout": "all", "reward": "0"}, num_nodes=2, actor_tp=8, rollout_tp=2)
     rollout = placed.get_placement("rollout")
-    assert [p.local_hardware_ranks for p in rollout[:4]] == [[0, 4], [1, 5], [2, 6], [3, 7]]
-    assert [(p.cluster_node_rank, p.local_hardware_ranks) for p in rollout[4:5]] == [(1, [0, 4])]
+    assert [list(p.local_hardware_ranks) for p in rollout[:4]] == [[0, 4], [1, 5], [2, 6], [3, 7]]
+    assert [(p.cluster_node_rank, list(p.local_hardware_ranks)) for p in rollout[4:5]] == [(1, [0, 4])]
 
 
 def test_collocated_only_tp_enters_the_stride():
@@ -274,7 +274,10 @@ def test_rollout_tp_larger_than_its_gpus():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"actor_tp": "2"}, "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2'"),
+        (
+            {"actor_tp": "2"},
+            "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2' ('2' is text to YAML, not a number; write 2)",
+        ),
         ({"rollout_tp": 0}, "rollout.tensor_parallel_size must be an integer >= 1, got 0"),
         ({"rollout_pp": True}, "rollout.pipeline_parallel_size must be an integer >= 1, got True"),
         ({"recompute": "yes"}, "algorithm.recompute_logprobs must be true or false, got 'yes'"),
@@ -350,9 +353,11 @@ def test_units_follow_the_final_strategies_in_auto_mode():
     placed = place(AUTO, auto=True, pre_process=True)
     assert len(placed.get_units("actor")) == 8
     assert len(placed.get_units("rollout")) == 6
-    sharing = {name: c["shares_with"] for name, c in build_plan(placed)["components"].items()}
-    assert sharing["actor"] == ["rollout", "inference", "reward"]
-    assert sharing["inference"] == ["actor", "reward"]
+    sharing = shared_with(build_plan(placed))
+    actor = {other for (name, _), others in sharing.items() if name == "actor" for other in others}
+    inference = {other for (name, _), others in sharing.items() if name == "inference" for other in others}
+    assert actor == {"rollout", "inference", "reward"}
+    assert inference == {"actor", "reward"}
 
 
 def test_reward_on_cpu_nodes_keeps_its_node_placement():

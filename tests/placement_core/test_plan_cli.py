@@ -1,6 +1,5 @@
 """plan.py and cli/plan.py: the plan as data, process environments, and `rlplace plan`."""
 
-import dataclasses
 import json
 import shlex
 import textwrap
@@ -11,9 +10,11 @@ from typer.testing import CliRunner
 
 from placement_core import Placement, PlacementError
 from placement_core.cli import app
-from placement_core.plan import build_plan, component_placement, default_placement_kind, process_env
+from placement_core.components import component_placement
+from placement_core.jobconfig import default_placement_kind
+from placement_core.plan import build_plan, shared_with
 
-PLACEMENT_FIELDS = [f.name for f in dataclasses.fields(Placement)]
+PLACEMENT_FIELDS = list(Placement._fields)
 
 COLLOCATED = """\
 cluster:
@@ -104,45 +105,63 @@ def test_component_placement_needs_a_cluster_section():
 
 
 def test_build_plan_shape():
-    data = build_plan(plan_of(REASONING))
+    data = build_plan(plan_of(REASONING)).to_dict()
     assert data["mode"] == "collocated"
     assert list(data["components"]) == ["actor", "rollout", "reward"]
     rollout = data["components"]["rollout"]
     assert rollout["world_size"] == 4
     assert rollout["hardware_ranks"] == list(range(8))
     assert rollout["strategy"] == "packed"
-    assert rollout["shares_with"] == ["actor", "reward"]
     assert [p["local_hardware_ranks"] for p in rollout["processes"]] == [[0, 2], [1, 3], [4, 6], [5, 7]]
     for process in rollout["processes"]:
         assert set(PLACEMENT_FIELDS) <= set(process)
     json.dumps(data)  # JSON-ready
 
 
-def test_shares_with_only_lists_components_on_the_same_resources():
-    data = build_plan(plan_of(EMBODIED))
-    assert {name: c["shares_with"] for name, c in data["components"].items()} == {
-        "env": [],
-        "rollout": [],
-        "agent": [],
+def test_shared_with_is_per_process():
+    sharing = shared_with(build_plan(plan_of(REASONING)))
+    assert sharing[("rollout", 0)] == ("actor", "reward")
+    assert set(sharing) == {
+        (name, rank) for name, size in (("actor", 8), ("rollout", 4), ("reward", 8)) for rank in range(size)
     }
 
 
+def test_shared_with_only_lists_components_on_the_same_resources():
+    assert not any(shared_with(build_plan(plan_of(EMBODIED))).values())
+
+
+def test_shared_with_names_only_components_on_the_same_gpu_of_the_same_node():
+    """rollout on a4090 node shares nothing with the actor, which has no process there."""
+    config = {
+        "cluster": {
+            "num_nodes": 2,
+            "accelerators_per_node": [8, 4],
+            "node_groups": [{"label": "a800", "node_ranks": 0}, {"label": "4090", "node_ranks": 1}],
+            "component_placement": {
+                "actor": {"node_group": "a800", "placement": "0-7"},
+                "rollout": {"node_group": "a800,4090", "placement": "6-11"},
+            },
+        }
+    }
+    sharing = shared_with(build_plan(component_placement(config)))
+    assert [sharing[("rollout", rank)] for rank in range(6)] == [("actor",)] * 2 + [()] * 4
+    assert [sharing[("actor", rank)] for rank in range(8)] == [()] * 6 + [("rollout",)] * 2
+
+
 def test_process_env_applies_the_node_groups_env_configs():
-    placed = plan_of(EMBODIED)
-    env = placed.get_placement("env")
-    assert process_env(placed, "env", env[0], "node-1")["ROS_DOMAIN_ID"] == "7"
-    agent = placed.get_placement("agent")
-    on_node_0 = process_env(placed, "agent", agent[0], "node-0")
-    on_node_1 = process_env(placed, "agent", agent[2], "node-0")
+    planned = build_plan(plan_of(EMBODIED))
+    assert planned.component("env").processes[0].env["ROS_DOMAIN_ID"] == "7"
+    agent = planned.component("agent").processes
+    on_node_0, on_node_1 = agent[0].env, agent[2].env
     assert (on_node_0["OMP_NUM_THREADS"], on_node_1["MKL_NUM_THREADS"]) == ("4", "2")
     assert "MKL_NUM_THREADS" not in on_node_0 and "OMP_NUM_THREADS" not in on_node_1
     # The placement's own variables win over a group's.
     assert on_node_1["CUDA_VISIBLE_DEVICES"] == ""
-    assert "OMP_NUM_THREADS" not in process_env(placed, "rollout", placed.get_placement("rollout")[0], "node-0")
+    assert "OMP_NUM_THREADS" not in planned.component("rollout").processes[0].env
 
 
 def test_build_plan_with_env():
-    data = build_plan(plan_of(EMBODIED), with_env=True)
+    data = build_plan(plan_of(EMBODIED)).to_dict()
     agent = data["components"]["agent"]["processes"]
     assert [p["env"].get("OMP_NUM_THREADS") for p in agent] == ["4", "4", None, None]
     assert [p["env"].get("MKL_NUM_THREADS") for p in agent] == [None, None, "2", "2"]
@@ -151,7 +170,7 @@ def test_build_plan_with_env():
 
 
 def test_build_plan_not_isolated():
-    data = build_plan(plan_of(COLLOCATED), isolate_accelerator=False)
+    data = build_plan(plan_of(COLLOCATED), isolate_accelerator=False).to_dict()
     for process in data["components"]["actor"]["processes"]:
         assert process["visible_accelerators"] == [str(i) for i in range(8)]
         assert process["local_accelerator_rank"] == 0
@@ -178,11 +197,11 @@ def test_json_and_yaml(write, fmt):
     assert set(data) == {"mode", "components"}
     assert data["mode"] == "collocated"
     for component in data["components"].values():
-        assert {"world_size", "hardware_ranks", "strategy", "shares_with", "processes"} <= set(component)
+        assert {"world_size", "hardware_ranks", "strategy", "node_groups", "processes"} <= set(component)
         assert len(component["processes"]) == component["world_size"]
         for process in component["processes"]:
             assert set(PLACEMENT_FIELDS) <= set(process)
-    assert data == build_plan(plan_of(REASONING))
+    assert data == build_plan(plan_of(REASONING)).to_dict()
 
 
 def test_json_of_a_large_cluster_is_not_wrapped(write):
@@ -288,7 +307,9 @@ def test_bad_yaml(write):
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("", "NoneType")])
+@pytest.mark.parametrize(
+    ("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("# only a comment\n", "NoneType")]
+)
 def test_non_mapping_yaml(write, text, kind):
     path = write(text)
     _assert_one_line_error(invoke(path), f"config file '{path}' must hold a YAML mapping, got {kind}")
@@ -303,7 +324,9 @@ def test_placement_error(write):
 
 def test_cluster_error(write):
     path = write("cluster:\n  num_nodes: '2'\n  component_placement:\n    actor: all\n")
-    _assert_one_line_error(invoke(path), "cluster.num_nodes must be an integer > 0, got '2'")
+    _assert_one_line_error(
+        invoke(path), "cluster.num_nodes must be an integer > 0, got '2' ('2' is text to YAML, not a number; write 2)"
+    )
 
 
 def test_model_parallel_error(write):

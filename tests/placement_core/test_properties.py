@@ -1,4 +1,4 @@
-"""Property tests: valid random placements keep the §3 invariants; any input gives a placement or a PlacementError."""
+"""Property tests: valid random placements keep the Placement invariants of docs/placement.md; any input gives a placement or a PlacementError."""
 
 from collections import Counter
 
@@ -14,7 +14,8 @@ from placement_core import (
     PackedPlacementStrategy,
     PlacementError,
 )
-from placement_core.plan import build_plan, component_placement
+from placement_core.components import component_placement
+from placement_core.plan import build_plan
 
 VALID = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 FUZZ = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -105,12 +106,12 @@ def _check_invariants(cluster, strategy, placements, isolate):
         assert type(p.local_accelerator_rank) is int
         all_gpus = [str(i) for i in range(node.num_accelerators)]
         if isolate and strategy.kind != "node":
-            assert p.visible_accelerators == [str(r) for r in p.local_hardware_ranks]
+            assert list(p.visible_accelerators) == [str(r) for r in p.local_hardware_ranks]
             assert p.local_accelerator_rank == p.local_hardware_ranks[0]
         else:
-            assert p.visible_accelerators == all_gpus
+            assert list(p.visible_accelerators) == all_gpus
             assert p.local_accelerator_rank == (0 if all_gpus else -1)
-        assert all(0 <= r < node.num_accelerators for r in p.local_hardware_ranks)
+        assert all(0 <= r < node.num_accelerators for r in list(p.local_hardware_ranks))
     for ranks in local_ranks.values():
         assert ranks == list(range(len(ranks)))
 
@@ -133,9 +134,9 @@ def test_valid_placements_keep_the_invariants(job, isolate):
         for p, ranks in zip(placements, rank_lists, strict=True):
             # Every rank of the process is on the process's node, and its local ranks are the real assignment.
             assert {space.node[r] for r in ranks} == {p.cluster_node_rank}
-            assert p.local_hardware_ranks == [space.local[r] for r in ranks]
+            assert p.local_hardware_ranks == tuple(space.local[r] for r in ranks)
         _check_invariants(cluster, strategy, placements, isolate)
-    build_plan(placed, isolate_accelerator=isolate, with_env=True)
+    build_plan(placed, isolate_accelerator=isolate)
 
 
 @st.composite
@@ -176,27 +177,37 @@ def test_composite_groups_concatenate_in_listed_order(cluster_and_order, isolate
 
 
 @VALID
-@given(
-    gpu_cluster(),
-    st.integers(0, 31),
-    st.integers(0, 31),
-    st.integers(1, 4),
-    st.integers(1, 4),
-    st.booleans(),
-)
-def test_packed_invariants(cluster_config, start, end, n, stride, isolate):
+@given(gpu_cluster(), st.integers(1, 4), st.integers(1, 4), st.booleans(), st.data())
+def test_packed_invariants(cluster_config, n, stride, isolate, data):
     cluster = Cluster.from_config(cluster_config)
+    gpu_node = [node.rank for node in cluster.nodes for _ in range(node.num_accelerators)]
+    # Ranks around the cluster's size, so that both placements that fit and ones that do not are common.
+    start = data.draw(st.integers(0, len(gpu_node)), label="start")
+    end = data.draw(st.integers(max(0, start - 1), len(gpu_node) + 1), label="end")
+    # When the strategy must place, worked out independently of it: the ranks exist, divide into blocks, and
+    # every process (s, s+stride, ..., s+(n-1)*stride) stays on one node.
+    block = n * stride
+    fits = start <= end < len(gpu_node) and (end - start + 1) % block == 0
+    if fits:
+        firsts = [b + j for b in range(start, end + 1, block) for j in range(stride)]
+        fits = all(gpu_node[s] == gpu_node[s + (n - 1) * stride] for s in firsts)
     try:
         strategy = PackedPlacementStrategy(start, end, n, stride)
         placements = strategy.get_placement(cluster, isolate)
-    except PlacementError:
+    except PlacementError as err:
+        assert not fits, f"refused a packed placement that fits: {err}"
+        event("refused")
         return
+    assert fits, "placed a packed placement that does not fit"
+    event("placed")
     assert len(placements) == (end - start + 1) // n
     space = cluster.rank_space(["cluster"])
     used = []
     for p in placements:
         assert len(p.local_hardware_ranks) == n
-        assert all(b - a == stride for a, b in zip(p.local_hardware_ranks, p.local_hardware_ranks[1:], strict=False))
+        assert all(
+            b - a == stride for a, b in zip(p.local_hardware_ranks, list(p.local_hardware_ranks)[1:], strict=False)
+        )
         used.extend(
             next(i for i in range(len(space)) if space.node[i] == p.cluster_node_rank and space.local[i] == r)
             for r in p.local_hardware_ranks
@@ -216,7 +227,7 @@ def test_node_invariants(cluster_config, node_ranks, isolate):
         assert max(node_ranks) >= cluster.num_nodes
         return
     assert [p.cluster_node_rank for p in placements] == sorted(node_ranks)
-    assert all(p.local_hardware_ranks == [] for p in placements)
+    assert all(p.local_hardware_ranks == () for p in placements)
     _check_invariants(cluster, strategy, placements, isolate)
 
 
@@ -359,7 +370,7 @@ def _use(placed):
         placed.get_world_size(name)
         placed.get_hardware_ranks(name)
         placed.get_placement(name, isolate_accelerator=False)
-    build_plan(placed, with_env=True)
+    build_plan(placed)
 
 
 def _place_or_refuse(config: dict, kind: str = "hybrid") -> None:
@@ -474,7 +485,7 @@ def test_any_model_parallel_job(components, sizes):
     rollout = placed.get_strategy("rollout")
     assert placed.get_world_size("rollout") * rollout.num_hardware_per_process == placed.rollout_world_size
     if placed.is_collocated:
-        # Only TP sizes a collocated rollout process (spec §4), so rollout_dp_size (GPUs // tp*pp) may be smaller.
+        # Only TP sizes a collocated rollout process (docs/placement.md, "Modes"), so rollout_dp_size (GPUs // tp*pp) may be smaller.
         assert rollout.num_hardware_per_process == placed.settings.rollout.tp
     else:
         assert placed.get_world_size("rollout") == placed.rollout_dp_size >= 1

@@ -1,7 +1,5 @@
 """strategies.py and placement.py: Flexible, Packed and Node strategies, the Placement record, placement_env
-(spec §3)."""
-
-import dataclasses
+(docs/placement.md, "Strategies")."""
 
 import pytest
 
@@ -35,10 +33,10 @@ def gpus(num_nodes=1, per_node=8, groups=()):
 
 
 def local_ranks(placements):
-    return [p.local_hardware_ranks for p in placements]
+    return [list(p.local_hardware_ranks) for p in placements]
 
 
-# Spec §1's three nodes: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
+# The three nodes of docs/placement.md: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
 HETEROGENEOUS = [
     {"label": "a800", "node_ranks": "0-1"},
     {"label": "4090", "node_ranks": 2},
@@ -48,7 +46,7 @@ HETEROGENEOUS = [
 
 
 def test_placement_record_fields_in_spec_order():
-    assert [f.name for f in dataclasses.fields(Placement)] == PLACEMENT_FIELDS
+    assert list(Placement._fields) == PLACEMENT_FIELDS
 
 
 # -- Flexible ---------------------------------------------------------------------------------------------------
@@ -58,7 +56,7 @@ def test_flexible_docs_example():
     cluster = gpus()
     placements = FlexiblePlacementStrategy([[0, 1], [2], [3]]).get_placement(cluster)
     assert local_ranks(placements) == [[0, 1], [2], [3]]
-    assert [p.visible_accelerators for p in placements] == [["0", "1"], ["2"], ["3"]]
+    assert [list(p.visible_accelerators) for p in placements] == [["0", "1"], ["2"], ["3"]]
     assert [p.local_accelerator_rank for p in placements] == [0, 2, 3]
     assert [p.rank for p in placements] == [0, 1, 2]
     assert all(p.local_world_size == 3 for p in placements)
@@ -76,7 +74,7 @@ def test_flexible_sorts_within_and_across_processes_stably():
 
 def test_flexible_global_ranks_across_nodes():
     placements = FlexiblePlacementStrategy([[6, 7], [8, 9], [15]]).get_placement(gpus(2))
-    assert [(p.cluster_node_rank, p.placement_node_rank, p.local_hardware_ranks) for p in placements] == [
+    assert [(p.cluster_node_rank, p.placement_node_rank, list(p.local_hardware_ranks)) for p in placements] == [
         (0, 0, [6, 7]),
         (1, 1, [0, 1]),
         (1, 1, [7]),
@@ -87,22 +85,22 @@ def test_flexible_global_ranks_across_nodes():
 def test_flexible_shared_gpu_counts_in_local_world_size():
     placements = FlexiblePlacementStrategy([[0], [0], [1]]).get_placement(gpus())
     assert [(p.local_rank, p.local_world_size) for p in placements] == [(0, 3), (1, 3), (2, 3)]
-    assert [p.visible_accelerators for p in placements] == [["0"], ["0"], ["1"]]
+    assert [list(p.visible_accelerators) for p in placements] == [["0"], ["0"], ["1"]]
 
 
 def test_flexible_not_isolated_sees_all_gpus():
     placements = FlexiblePlacementStrategy([[2, 3]]).get_placement(gpus(per_node=4), isolate_accelerator=False)
     (p,) = placements
-    assert p.visible_accelerators == ["0", "1", "2", "3"]
+    assert list(p.visible_accelerators) == ["0", "1", "2", "3"]
     assert p.local_accelerator_rank == 0
-    assert p.local_hardware_ranks == [2, 3]
+    assert list(p.local_hardware_ranks) == [2, 3]
     assert p.isolate_accelerator is False
 
 
 def test_flexible_node_group_ranks_are_local_to_the_group():
     cluster = gpus(3, groups=HETEROGENEOUS)
     (p,) = FlexiblePlacementStrategy([[0]], node_group_label="4090").get_placement(cluster)
-    assert (p.cluster_node_rank, p.placement_node_rank, p.local_hardware_ranks, p.node_group_label) == (
+    assert (p.cluster_node_rank, p.placement_node_rank, list(p.local_hardware_ranks), p.node_group_label) == (
         2,
         0,
         [0],
@@ -126,8 +124,8 @@ def test_flexible_composite_groups_in_reverse_node_order():
 def test_flexible_robot_hardware_sees_every_gpu():
     cluster = gpus(3, groups=HETEROGENEOUS)
     placements = FlexiblePlacementStrategy([[0], [1]], node_group_label="robot").get_placement(cluster)
-    assert [p.local_hardware_ranks for p in placements] == [[0], [1]]
-    assert all(p.visible_accelerators == [str(i) for i in range(8)] for p in placements)
+    assert [list(p.local_hardware_ranks) for p in placements] == [[0], [1]]
+    assert all(p.visible_accelerators == tuple(str(i) for i in range(8)) for p in placements)
     assert all(p.local_accelerator_rank == 0 for p in placements)
     assert {p.node_group_label for p in placements} == {"robot"}
 
@@ -144,7 +142,7 @@ def test_flexible_robot_on_gpu_less_node():
     )
     for isolate in (True, False):
         (p,) = FlexiblePlacementStrategy([[0]], "robot").get_placement(cluster, isolate)
-        assert (p.visible_accelerators, p.local_accelerator_rank, p.accelerator_type) == ([], -1, "NO_ACCEL")
+        assert (p.visible_accelerators, p.local_accelerator_rank, p.accelerator_type) == ((), -1, "NO_ACCEL")
 
 
 def test_flexible_process_over_two_nodes_is_rejected():
@@ -185,14 +183,17 @@ def test_flexible_no_hardware_space():
         FlexiblePlacementStrategy([[0]], "cpu").get_placement(cluster)
 
 
-def test_get_placement_returns_fresh_copies():
+def test_placements_are_immutable():
+    """Strategies cache their records and hand the same ones to every caller, so nobody may change them."""
     cluster = gpus()
     strategy = FlexiblePlacementStrategy([[0]])
     first = strategy.get_placement(cluster)
-    first[0].visible_accelerators.append("7")
-    first[0].rank = 99
-    assert strategy.get_placement(cluster)[0].visible_accelerators == ["0"]
-    assert strategy.get_placement(cluster)[0].rank == 0
+    with pytest.raises(AttributeError):
+        first[0].rank = 99  # type: ignore[misc]
+    assert isinstance(first[0].visible_accelerators, tuple)
+    assert isinstance(first[0].local_hardware_ranks, tuple)
+    first.clear()  # the list is the caller's own
+    assert strategy.get_placement(cluster)[0].visible_accelerators == ("0",)
 
 
 # -- Packed -----------------------------------------------------------------------------------------------------
@@ -212,7 +213,7 @@ def test_get_placement_returns_fresh_copies():
 def test_packed_spec_examples(end, n, stride, expected):
     placements = PackedPlacementStrategy(0, end, n, stride).get_placement(gpus())
     assert local_ranks(placements) == expected
-    assert [p.visible_accelerators for p in placements] == [[str(r) for r in ranks] for ranks in expected]
+    assert [list(p.visible_accelerators) for p in placements] == [[str(r) for r in ranks] for ranks in expected]
 
 
 @pytest.mark.parametrize("stride", [1, 2, 4])
@@ -237,7 +238,7 @@ def test_packed_takes_the_smallest_unused_rank():
 
 def test_packed_over_nodes_and_a_start_offset():
     placements = PackedPlacementStrategy(4, 11, 2).get_placement(gpus(2))
-    assert [(p.cluster_node_rank, p.placement_node_rank, p.local_hardware_ranks) for p in placements] == [
+    assert [(p.cluster_node_rank, p.placement_node_rank, list(p.local_hardware_ranks)) for p in placements] == [
         (0, 0, [4, 5]),
         (0, 0, [6, 7]),
         (1, 1, [0, 1]),
@@ -248,7 +249,7 @@ def test_packed_over_nodes_and_a_start_offset():
 def test_packed_on_a_node_group():
     cluster = gpus(3, groups=HETEROGENEOUS)
     placements = PackedPlacementStrategy(0, 7, 4, node_group="4090").get_placement(cluster)
-    assert [(p.cluster_node_rank, p.local_hardware_ranks, p.node_group_label) for p in placements] == [
+    assert [(p.cluster_node_rank, list(p.local_hardware_ranks), p.node_group_label) for p in placements] == [
         (2, [0, 1, 2, 3], "4090"),
         (2, [4, 5, 6, 7], "4090"),
     ]
@@ -299,9 +300,9 @@ def test_node_docs_example():
     placements = NodePlacementStrategy([0] * 4).get_placement(gpus())
     assert [p.rank for p in placements] == [0, 1, 2, 3]
     assert [(p.local_rank, p.local_world_size) for p in placements] == [(0, 4), (1, 4), (2, 4), (3, 4)]
-    assert all(p.visible_accelerators == [str(i) for i in range(8)] for p in placements)
-    assert all(p.local_hardware_ranks == [] for p in placements)
-    assert all(p.node_group_label == "node" for p in placements)
+    assert all(p.visible_accelerators == tuple(str(i) for i in range(8)) for p in placements)
+    assert all(p.local_hardware_ranks == () for p in placements)
+    assert all(p.node_group_label == "cluster" for p in placements)
 
 
 def test_node_local_accelerator_rank_is_an_int():
@@ -311,14 +312,14 @@ def test_node_local_accelerator_rank_is_an_int():
     assert [p.cluster_node_rank for p in placements] == [0, 1]
     assert [p.local_accelerator_rank for p in placements] == [0, -1]
     assert all(type(p.local_accelerator_rank) is int for p in placements)
-    assert [p.visible_accelerators for p in placements] == [[str(i) for i in range(8)], []]
+    assert [list(p.visible_accelerators) for p in placements] == [[str(i) for i in range(8)], []]
     assert [p.accelerator_type for p in placements] == ["NV_GPU", "NO_ACCEL"]
 
 
 def test_node_sees_all_gpus_even_when_isolated():
     for isolate in (True, False):
         (p,) = NodePlacementStrategy([0]).get_placement(gpus(per_node=2), isolate)
-        assert p.visible_accelerators == ["0", "1"]
+        assert list(p.visible_accelerators) == ["0", "1"]
         assert p.isolate_accelerator is isolate
 
 
@@ -342,7 +343,7 @@ def test_node_bad_input():
         NodePlacementStrategy([])
     with pytest.raises(PlacementError, match=r"node ranks must be integers >= 0, got \[-1\]"):
         NodePlacementStrategy([-1])
-    with pytest.raises(PlacementError, match=r"node rank 3 is out of range \(node group 'node' has ranks 0-2"):
+    with pytest.raises(PlacementError, match=r"node rank 3 is out of range \(node group 'cluster' has ranks 0-2"):
         NodePlacementStrategy([3]).get_placement(gpus(3))
 
 

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 
-from placement_core import launcher
+from placement_core import contract
 from rlplace_operator.models import RLJobSpec
 from rlplace_operator.names import (
     RAY_GROUP,
@@ -21,8 +20,6 @@ from rlplace_operator.names import (
     raycluster_name,
     worker_group_name,
 )
-
-PLAN_MOUNT_PATH = str(PurePosixPath(launcher.DEFAULT_PLAN_PATH).parent)
 
 
 @dataclass(frozen=True)
@@ -58,16 +55,16 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "env": [
             *_env(node.env),
             {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
-            {"name": "RLPLACE_NODE_RANK", "value": str(node.rank)},
+            {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
         ],
     }
     return {
         "groupName": worker_group_name(node.rank),
         "replicas": 1,
         "minReplicas": 1,
-        "rayStartParams": launcher.ray_start_params(node.rank, node.gpus),
+        "rayStartParams": contract.ray_start_params(node.rank, node.gpus),
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
-        "labels": launcher.node_labels(node.rank),
+        "labels": contract.node_labels(node.rank),
         # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
         "template": {
             "spec": {
@@ -88,7 +85,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
 
 
 def build_head_group(job: str, spec: RLJobSpec) -> dict:
-    env = {"NVIDIA_VISIBLE_DEVICES": "void", "RLPLACE_JOB": job, launcher.PLAN_FILE_ENV: launcher.DEFAULT_PLAN_PATH}
+    env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
     if spec.entrypoint:
         env["RLPLACE_ENTRYPOINT"] = spec.entrypoint
     return {
@@ -102,7 +99,7 @@ def build_head_group(job: str, spec: RLJobSpec) -> dict:
                         "image": spec.ray.image,
                         "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
                         "env": _env(env),
-                        "volumeMounts": [{"name": "plan", "mountPath": PLAN_MOUNT_PATH, "readOnly": True}],
+                        "volumeMounts": [{"name": "plan", "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
                     }
                 ],
                 "volumes": [{"name": "plan", "configMap": {"name": placement_configmap_name(job)}}],

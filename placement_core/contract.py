@@ -1,0 +1,136 @@
+"""What the operator and the Ray side agree on: the one place for the names both must spell the same way.
+
+The operator (rlplace_operator) writes these: a ConfigMap key holding the plan, the directory it is mounted
+at, the Ray node label and custom resources every Ray worker declares. The launcher reads them. Both import
+this module, so a rename cannot leave one side behind.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+
+from placement_core.errors import PlacementError
+from placement_core.plan import Plan
+
+# -- the plan in the job's ConfigMap and in the pods ---------------------------------------------------------
+
+#: ConfigMap key of the plan as JSON text (`Plan.to_json`).
+PLAN_KEY = "plan.json"
+#: ConfigMap key (binaryData) of the plan gzipped (`Plan.to_gzip`), used when the text would be too large.
+PLAN_GZIP_KEY = "plan.json.gz"
+#: Plans larger than this are stored gzipped, keeping the ConfigMap under etcd's 1 MiB object limit for tens
+#: of thousands of processes (the JSON is repetitive and compresses about 20x).
+MAX_TEXT_PLAN_BYTES = 512 * 1024
+#: Where the operator mounts the ConfigMap in every Ray pod; exactly one of the two keys is there.
+PLAN_MOUNT_DIR = "/etc/rlplace"
+#: Environment variable that may hold the plan itself (JSON), for drivers started without the mounted file.
+PLAN_ENV = "RLPLACE_PLAN"
+#: Environment variable naming the directory that holds the plan file, when it is not PLAN_MOUNT_DIR.
+PLAN_DIR_ENV = "RLPLACE_PLAN_DIR"
+#: Variables the operator sets in every Ray pod: the job's name, and on workers the cluster node rank.
+JOB_ENV = "RLPLACE_JOB"
+NODE_RANK_ENV = "RLPLACE_NODE_RANK"
+#: The Kubernetes node a Ray pod runs on (downward API spec.nodeName), for checking a process's placement.
+KUBE_NODE_ENV = "RLPLACE_KUBE_NODE"
+
+
+def plan_payload(plan: Plan) -> tuple[str, str | bytes]:
+    """The ConfigMap key and content for a plan: JSON text, or gzip bytes when the text is too large."""
+    text = plan.to_json()
+    if len(text.encode()) <= MAX_TEXT_PLAN_BYTES:
+        return PLAN_KEY, text
+    return PLAN_GZIP_KEY, plan.to_gzip()
+
+
+def read_plan_dir(directory: str | os.PathLike[str]) -> Plan:
+    """The plan mounted in `directory` (either key of the ConfigMap)."""
+    folder = Path(directory)
+    for key in (PLAN_KEY, PLAN_GZIP_KEY):
+        try:
+            data = (folder / key).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as err:
+            raise PlacementError(f"cannot read the plan '{folder / key}': {err.strerror}") from None
+        return Plan.from_json(data)
+    raise PlacementError(
+        f"no plan in '{folder}' (expected {PLAN_KEY} or {PLAN_GZIP_KEY}; set ${PLAN_ENV} or ${PLAN_DIR_ENV})"
+    )
+
+
+# -- Ray node label and custom resources ------------------------------------------------------------------
+
+#: Ray node label holding the node's cluster node rank.
+NODE_LABEL = "rlplace.io/node-rank"
+#: How much of its node resource a Ray node declares; each actor takes 1, so this bounds actors per node.
+NODE_RESOURCE_CAPACITY = 1000
+
+_NODE_RESOURCE = re.compile(r"^rlplace_node_(\d+)$")
+_GPU_RESOURCE = re.compile(r"^rlplace_gpu_(\d+)_(\d+)$")
+
+
+def node_labels(rank: int) -> dict[str, str]:
+    """The labels a Ray node of cluster node rank `rank` declares."""
+    return {NODE_LABEL: str(rank)}
+
+
+def node_resource(rank: int) -> str:
+    """The custom resource that pins an actor to the Ray node of cluster node rank `rank`."""
+    return f"rlplace_node_{rank}"
+
+
+def gpu_resource(rank: int, gpu: int) -> str:
+    """The custom resource for local GPU `gpu` of node rank `rank`: amount 1, shared out by the plan."""
+    return f"rlplace_gpu_{rank}_{gpu}"
+
+
+def node_resources(rank: int, num_gpus: int) -> dict[str, float]:
+    """Every custom resource a Ray node of rank `rank` with `num_gpus` GPUs declares."""
+    resources: dict[str, float] = {node_resource(rank): NODE_RESOURCE_CAPACITY}
+    resources.update({gpu_resource(rank, gpu): 1 for gpu in range(num_gpus)})
+    return resources
+
+
+def ray_start_params(rank: int, num_gpus: int) -> dict[str, str]:
+    """`rayStartParams` for a KubeRay worker group of one node: `--num-gpus` and the `--resources` JSON.
+
+    KubeRay pastes each value after `--<key>=` into a shell command, so the JSON is wrapped in single quotes.
+    The node labels go in the group's own `labels` field (`node_labels`): KubeRay 1.5+ rejects
+    `rayStartParams['labels']`.
+    """
+    resources = json.dumps(node_resources(rank, num_gpus), separators=(",", ":"))
+    return {"num-gpus": str(num_gpus), "resources": f"'{resources}'"}
+
+
+def parse_node_resource(name: str) -> int | None:
+    """The node rank in a `node_resource` name, or None for any other resource."""
+    match = _NODE_RESOURCE.match(name)
+    return int(match.group(1)) if match else None
+
+
+def parse_gpu_resource(name: str) -> tuple[int, int] | None:
+    """(node rank, local GPU) in a `gpu_resource` name, or None for any other resource."""
+    match = _GPU_RESOURCE.match(name)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def plan_from_configmap(configmap: Mapping[str, object]) -> Plan:
+    """The plan in a ConfigMap object as the API returns it (`kubectl get configmap NAME -o json`): `data`
+    holds plan.json as text, `binaryData` plan.json.gz base64-encoded."""
+    data = configmap.get("data") or {}
+    binary = configmap.get("binaryData") or {}
+    if isinstance(data, Mapping) and isinstance(data.get(PLAN_KEY), str):
+        return Plan.from_json(data[PLAN_KEY])
+    if isinstance(binary, Mapping) and isinstance(binary.get(PLAN_GZIP_KEY), str):
+        try:
+            packed = base64.b64decode(binary[PLAN_GZIP_KEY], validate=True)
+        except binascii.Error as err:
+            raise PlacementError(f"binaryData.{PLAN_GZIP_KEY} is not base64: {err}") from None
+        return Plan.from_json(packed)
+    raise PlacementError(f"the ConfigMap has no data.{PLAN_KEY} and no binaryData.{PLAN_GZIP_KEY}")

@@ -1,0 +1,45 @@
+"""Start a plan's processes as Ray actors on the nodes and GPUs the plan names, each with its planned environment.
+
+    from placement_core.launcher import launch, read_plan
+    plan = read_plan()                              # the plan the operator mounted in the Ray pods
+    actors = launch(plan, "actor", ActorWorker)     # one actor per process of the component
+    actors.run("train_step")                        # results in rank order
+
+Ray cannot be asked for specific GPU ids, and mixing `num_gpus>0` actors with self-managed visibility
+double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resources of `placement_core.contract`
+that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
+GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls),
+`simulated` (a multi-node Ray cluster in one process tree). Ray is imported only when a cluster is used.
+"""
+
+from placement_core.launcher.errors import LaunchError, WorkerDiedError
+from placement_core.launcher.groups import (
+    PLACEMENT_OPTIONS,
+    GroupCall,
+    LaunchOptions,
+    WorkerGroup,
+    launch,
+    launch_all,
+    ray_node_addresses,
+)
+from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, load_plan, read_plan
+from placement_core.launcher.resources import check_resources
+from placement_core.launcher.simulated import simulated_cluster
+
+__all__ = [
+    "PLACEMENT_OPTIONS",
+    "RESOURCE_STEP",
+    "GroupCall",
+    "LaunchError",
+    "LaunchOptions",
+    "LaunchPlan",
+    "WorkerDiedError",
+    "WorkerGroup",
+    "check_resources",
+    "launch",
+    "launch_all",
+    "load_plan",
+    "ray_node_addresses",
+    "read_plan",
+    "simulated_cluster",
+]

@@ -1,0 +1,326 @@
+"""Starting a component's processes as Ray actors where the plan says, and calling them as a group.
+
+Every actor asks for `num_gpus=0` and for the contract's custom resources: its node's (so it lands on its
+planned node) and one share of each GPU it holds (so exclusive processes can never share a GPU, while a GPU the
+plan shares among k processes is asked for as 1/k by each). Its environment (RANK, CUDA_VISIBLE_DEVICES, ...)
+travels in `runtime_env.env_vars` or is set just before the worker's constructor runs.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from placement_core.contract import node_labels, node_resource, parse_node_resource
+from placement_core.launcher.errors import LaunchError, WorkerDiedError
+from placement_core.launcher.plan import LaunchPlan, load_plan
+from placement_core.launcher.resources import check_resources
+from placement_core.plan import Plan, ProcessPlan
+
+if TYPE_CHECKING:
+    from placement_core.components import ComponentPlacement
+
+
+def _ray() -> Any:
+    """Import Ray on first use, so `import placement_core.launcher` works without the `rlplace[ray]` extra."""
+    try:
+        import ray
+    except ImportError as err:
+        raise LaunchError("Ray is not installed; install the extra: pip install 'rlplace[ray]'") from err
+    if not ray.is_initialized():
+        raise LaunchError("not connected to a Ray cluster; call ray.init(address=...) first")
+    return ray
+
+
+def ray_node_addresses() -> dict[int, str]:
+    """Node rank -> IP of each live Ray node that declares a node resource."""
+    ray = _ray()
+    addresses: dict[int, str] = {}
+    for node in ray.nodes():
+        if not node.get("Alive"):
+            continue
+        for key in node.get("Resources", {}):
+            rank = parse_node_resource(key)
+            if rank is None:
+                continue
+            if rank in addresses:
+                raise LaunchError(f"two live Ray nodes declare node rank {rank} ('{node_resource(rank)}')")
+            addresses[rank] = node["NodeManagerAddress"]
+    return addresses
+
+
+def _wait_free(plan: LaunchPlan, components: Sequence[str], timeout_s: float | None) -> None:
+    """Check totals now, then wait up to `timeout_s` for held resources to free (a group just shut down
+    releases them a moment later); None skips the free check and leaves queueing to Ray."""
+    ray = _ray()
+    check_resources(plan, components, ray.cluster_resources())
+    if timeout_s is None:
+        return
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            check_resources(plan, components, ray.cluster_resources(), ray.available_resources())
+            return
+        except LaunchError as err:
+            if time.monotonic() >= deadline:
+                raise LaunchError(f"{err} (waited {timeout_s:g} s)") from None
+        time.sleep(0.1)
+
+
+# -- worker groups ---------------------------------------------------------------------------------------
+
+
+class GroupCall:
+    """The pending results of one method called on every rank; like the reference's non-blocking calls,
+    so two components on split GPU pools run at the same time and the driver gets both afterwards."""
+
+    def __init__(self, group: WorkerGroup, method: str, refs: list[Any]) -> None:
+        self._group = group
+        self._method = method
+        self.refs = refs
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every rank has answered (or died); False if `timeout` passed first."""
+        ray = _ray()
+        _, pending = ray.wait(self.refs, num_returns=len(self.refs), timeout=timeout)
+        return not pending
+
+    def done(self) -> bool:
+        return self.wait(timeout=0)
+
+    def get(self, timeout: float | None = None) -> list[Any]:
+        """Results in rank order. A dead actor raises WorkerDiedError naming component and rank; an
+        exception raised by the method itself comes back as Ray raises it."""
+        if not self.wait(timeout):
+            raise TimeoutError(
+                f"component '{self._group.component}': '{self._method}' did not finish within {timeout:g} s"
+            )
+        ray = _ray()
+        results = []
+        for rank, ref in enumerate(self.refs):
+            try:
+                results.append(ray.get(ref))
+            except ray.exceptions.RayActorError as err:
+                raise self._group.died(rank, self._method, err) from err
+        return results
+
+
+class WorkerGroup:
+    """The actors of one component, one per process in rank order."""
+
+    def __init__(self, component: str, actors: list[Any], processes: Sequence[ProcessPlan]) -> None:
+        self.component = component
+        self.actors = actors
+        self.processes = tuple(processes)
+
+    @property
+    def world_size(self) -> int:
+        return len(self.actors)
+
+    def call(self, method: str, *args: Any, **kwargs: Any) -> GroupCall:
+        """Call `method` on every rank without waiting; `.get()` the result."""
+        if not self.actors:
+            raise LaunchError(f"component '{self.component}': the worker group is shut down")
+        refs = [getattr(actor, method).remote(*args, **kwargs) for actor in self.actors]
+        return GroupCall(self, method, refs)
+
+    def run(self, method: str, *args: Any, timeout: float | None = None, **kwargs: Any) -> list[Any]:
+        """Call `method` on every rank and wait: the results in rank order."""
+        return self.call(method, *args, **kwargs).get(timeout)
+
+    def died(self, rank: int, method: str, err: BaseException) -> WorkerDiedError:
+        """The error for a dead rank: one line with component, rank and node, the Ray cause chained."""
+        node = self.processes[rank].node_rank
+        reason = type(err).__name__
+        return WorkerDiedError(
+            f"component '{self.component}' rank {rank} (node rank {node}) died during '{method}' ({reason})",
+            self.component,
+            rank,
+        )
+
+    def shutdown(self) -> None:
+        """Kill every actor; their resources come back to Ray a moment later. Safe to call twice."""
+        if not self.actors:
+            return
+        ray = _ray()
+        for actor in self.actors:
+            ray.kill(actor, no_restart=True)
+        self.actors = []
+
+    def __enter__(self) -> WorkerGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+
+@dataclass(frozen=True)
+class LaunchOptions:
+    """How the launcher starts actors; kept apart from the worker's own constructor arguments."""
+
+    num_cpus: float = 0
+    """CPUs each actor asks for: 0, because the plan, not Ray's CPU count, decides what a node runs."""
+    free_timeout_s: float | None = 10.0
+    """How long to wait for resources held by other actors (a group just shut down frees them a moment
+    later); None skips the check and leaves the actors queued by Ray until `ready_timeout_s`."""
+    ready_timeout_s: float = 120.0
+    """Actors not up by then are killed and reported."""
+    env_via: Literal["runtime_env", "constructor"] = "runtime_env"
+    """`runtime_env`: the environment is set when the worker process starts (Ray's guarantee; Ray starts
+    such workers through an extra setup process, about twice the start time on a busy machine).
+    `constructor`: set in the actor just before the worker's `__init__`; as fast as plain actors, enough
+    for anything that reads the variables at run time (CUDA, NCCL, torch.distributed), not for code that
+    reads them when its module is imported."""
+    pin_node_by: Literal["label", "resource"] = "label"
+    """How an actor is held to its planned node: `label`, Ray's `label_selector` on the node label the operator
+    sets (Ray's own node targeting); `resource`, one unit of the node's custom resource. Both are exact;
+    benchmarks/launch_scale.py measures them side by side (label was not slower: 0.98x plain Ray against
+    1.04x on 32 workers). GPUs are held through the per-GPU resources either way."""
+    actor_options: Mapping[str, Any] = field(default_factory=dict)
+    """Further Ray actor options (max_concurrency, memory, ...); placement ones are the launcher's."""
+
+
+def launch(
+    plan: LaunchPlan | Plan | ComponentPlacement | str | bytes,
+    component: str,
+    worker: type,
+    *args: Any,
+    options: LaunchOptions | None = None,
+    **kwargs: Any,
+) -> WorkerGroup:
+    """Start one `worker(*args, **kwargs)` actor per process of `component` and wait until all are up.
+
+    `worker` is a plain class (the launcher makes it a Ray actor). Missing nodes or GPUs fail before any actor
+    starts; see LaunchOptions for waiting on held resources and on slow starts.
+    """
+    return launch_all(plan, {component: worker}, args=args, kwargs=kwargs, options=options)[component]
+
+
+def launch_all(
+    plan: LaunchPlan | Plan | ComponentPlacement | str | bytes,
+    workers: Mapping[str, type],
+    *,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: LaunchOptions | None = None,
+) -> dict[str, WorkerGroup]:
+    """Start several components at once (worker class per component, same constructor arguments).
+
+    All components are checked together before any actor starts, and all start before any is waited on,
+    so collocated components come up side by side; if one fails, every group started here is shut down.
+    """
+    opts = options or LaunchOptions()
+    launch_plan = load_plan(plan)
+    names = list(workers)
+    for name in names:
+        launch_plan.processes(name)
+        _check_worker(name, workers[name])
+    clash = sorted(set(opts.actor_options) & set(PLACEMENT_OPTIONS))
+    if clash:
+        raise LaunchError(f"actor_options may not set {', '.join(clash)} (the plan decides them)")
+    _wait_free(launch_plan, names, opts.free_timeout_s)
+    addresses = ray_node_addresses()
+    groups: dict[str, WorkerGroup] = {}
+    try:
+        for name in names:
+            groups[name] = _start_group(launch_plan, name, workers[name], args, kwargs or {}, opts, addresses)
+        _wait_ready(list(groups.values()), opts.ready_timeout_s)
+    except BaseException:
+        for group in groups.values():
+            group.shutdown()
+        raise
+    return groups
+
+
+def _check_worker(component: str, worker: object) -> None:
+    """The launcher owns the actor options, so it wants the class itself, not a `@ray.remote` one."""
+    if not isinstance(worker, type):
+        raise LaunchError(
+            f"component '{component}': the worker must be a plain class, got {type(worker).__name__} "
+            "(drop @ray.remote; pass actor options in LaunchOptions.actor_options)"
+        )
+
+
+def _start_group(
+    plan: LaunchPlan,
+    component: str,
+    worker: type,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    opts: LaunchOptions,
+    addresses: Mapping[int, str],
+) -> WorkerGroup:
+    """Submit the component's actors (Ray starts them asynchronously)."""
+    ray = _ray()
+    by_constructor = opts.env_via == "constructor"
+    actor_class = ray.remote(_with_env(worker) if by_constructor else worker)
+    processes = plan.processes(component)
+    master = addresses[processes[0].node_rank]
+    actors = []
+    for process in processes:
+        env = {**process.env, "MASTER_ADDR": master}
+        resources = plan.resources(process)
+        options = _actor_options(opts, resources, None if by_constructor else env)
+        if opts.pin_node_by == "label":
+            del resources[node_resource(process.node_rank)]
+            options["label_selector"] = node_labels(process.node_rank)
+        placed = actor_class.options(**options)
+        actors.append(placed.remote(env, *args, **kwargs) if by_constructor else placed.remote(*args, **kwargs))
+    return WorkerGroup(component, actors, processes)
+
+
+#: Actor options the placement decides; LaunchOptions.actor_options may not set them.
+PLACEMENT_OPTIONS = ("num_cpus", "num_gpus", "resources", "label_selector", "scheduling_strategy")
+
+
+def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[str, str] | None) -> dict[str, Any]:
+    """The user's actor options plus the placement's; planned variables win over a user runtime_env's."""
+    options: dict[str, Any] = {"max_restarts": 0, **opts.actor_options}
+    options.update(num_cpus=opts.num_cpus, num_gpus=0, resources=resources)
+    if env is not None:
+        runtime_env = dict(options.get("runtime_env") or {})
+        runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+        options["runtime_env"] = runtime_env
+    return options
+
+
+def _with_env(worker: type) -> type:
+    """`worker` with a constructor that installs the planned environment before running its own."""
+
+    def __init__(self: Any, rlplace_env: Mapping[str, str], *args: Any, **kwargs: Any) -> None:
+        os.environ.update(rlplace_env)
+        worker.__init__(self, *args, **kwargs)
+
+    return type(worker.__name__, (worker,), {"__init__": __init__, "__doc__": worker.__doc__})
+
+
+def _wait_ready(groups: list[WorkerGroup], timeout_s: float) -> None:
+    """Wait until every actor's constructor has run; name the first rank that failed or did not start."""
+    ray = _ray()
+    pending = {}
+    for group in groups:
+        for rank, actor in enumerate(group.actors):
+            pending[actor.__ray_ready__.remote()] = (group, rank)
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+        if not ready:
+            late = sorted(pending.values(), key=lambda gr: (gr[0].component, gr[1]))
+            where = "; ".join(f"component '{g.component}' rank {r}" for g, r in late[:8])
+            more = f" and {len(late) - 8} more" if len(late) > 8 else ""
+            raise LaunchError(f"{where}{more} did not start within {timeout_s:g} s (resources held by other actors?)")
+        group, rank = pending.pop(ready[0])
+        try:
+            ray.get(ready[0])
+        except ray.exceptions.RayActorError as err:
+            cause = _first_line(err)
+            raise LaunchError(f"component '{group.component}' rank {rank} failed to start: {cause}") from err
+
+
+def _first_line(err: BaseException) -> str:
+    """Ray's actor errors are many lines; the constructor's exception is the last non-empty one."""
+    lines = [line.strip() for line in str(err).splitlines() if line.strip()]
+    return lines[-1] if lines else type(err).__name__

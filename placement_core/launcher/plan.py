@@ -1,0 +1,104 @@
+"""The plan as the launcher needs it: the typed Plan, and how many processes hold each GPU."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from placement_core.contract import PLAN_DIR_ENV, PLAN_ENV, PLAN_MOUNT_DIR, gpu_resource, node_resource, read_plan_dir
+from placement_core.errors import PlacementError
+from placement_core.launcher.errors import LaunchError
+from placement_core.plan import Plan, ProcessPlan, build_plan
+
+if TYPE_CHECKING:
+    from placement_core.components import ComponentPlacement
+
+#: Ray grants custom resources in steps of 1/10000; a shared GPU's share is rounded down to that step.
+RESOURCE_STEP = 10_000
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """A plan and, per (node rank, local GPU), how many of its processes hold that GPU.
+
+    The sharing count is plan-wide: collocated components ask for 1/k of a GPU each even when launched
+    one at a time, so the second one still fits and an exclusive (k=1) process takes the GPU whole.
+    """
+
+    plan: Plan
+    holders: Mapping[tuple[int, int], int]
+
+    @classmethod
+    def of(cls, plan: Plan) -> LaunchPlan:
+        holders: dict[tuple[int, int], int] = {}
+        for _, process in plan.processes():
+            for gpu in process.held_gpus:
+                holders[(process.node_rank, gpu)] = holders.get((process.node_rank, gpu), 0) + 1
+        crowded = [key for key, count in holders.items() if count > RESOURCE_STEP]
+        if crowded:
+            node, gpu = crowded[0]
+            raise LaunchError(
+                f"GPU {gpu} on node rank {node} is shared by {holders[crowded[0]]} processes (at most {RESOURCE_STEP})"
+            )
+        return cls(plan, holders)
+
+    def processes(self, component: str) -> tuple[ProcessPlan, ...]:
+        try:
+            return self.plan.component(component).processes
+        except PlacementError as err:
+            raise LaunchError(str(err)) from None
+
+    def share(self, node_rank: int, gpu: int) -> float:
+        """What one holder of the GPU asks for: 1/k rounded down to Ray's step, so k shares fit in 1."""
+        return math.floor(RESOURCE_STEP / self.holders[(node_rank, gpu)]) / RESOURCE_STEP
+
+    def resources(self, process: ProcessPlan) -> dict[str, float]:
+        """The custom resources one actor asks Ray for."""
+        resources: dict[str, float] = {node_resource(process.node_rank): 1}
+        resources.update(
+            {gpu_resource(process.node_rank, g): self.share(process.node_rank, g) for g in process.held_gpus}
+        )
+        return resources
+
+    def demand(self, components: Sequence[str]) -> dict[str, float]:
+        """Total custom resources the given components ask for together."""
+        total: dict[str, float] = {}
+        for name in components:
+            for process in self.processes(name):
+                for key, amount in self.resources(process).items():
+                    total[key] = total.get(key, 0.0) + amount
+        return total
+
+
+def load_plan(source: LaunchPlan | Plan | ComponentPlacement | str | bytes) -> LaunchPlan:
+    """A LaunchPlan from a Plan, a ComponentPlacement, or the plan's JSON (gzipped or not).
+
+    The ConfigMap's plan and an in-process ComponentPlacement give the same LaunchPlan, so a driver can be
+    tried offline on the exact plan the operator stored.
+    """
+    if isinstance(source, LaunchPlan):
+        return source
+    if isinstance(source, str | bytes):
+        try:
+            source = Plan.from_json(source)
+        except PlacementError as err:
+            raise LaunchError(str(err)) from None
+    if not isinstance(source, Plan):
+        source = build_plan(source)
+    return LaunchPlan.of(source)
+
+
+def read_plan(directory: str | os.PathLike[str] | None = None) -> LaunchPlan:
+    """The plan a driver in the RayCluster runs: in `directory`, else $RLPLACE_PLAN (the JSON itself), else
+    the directory $RLPLACE_PLAN_DIR names, else where the operator mounts it."""
+    if directory is None and os.environ.get(PLAN_ENV):
+        return load_plan(os.environ[PLAN_ENV])
+    folder = Path(directory or os.environ.get(PLAN_DIR_ENV) or PLAN_MOUNT_DIR)
+    try:
+        return LaunchPlan.of(read_plan_dir(folder))
+    except PlacementError as err:
+        raise LaunchError(str(err)) from None
