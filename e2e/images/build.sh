@@ -45,7 +45,7 @@ RAY_VERSION=$(sed -n 's/^ray = \["ray==\([0-9.]*\)"\]$/\1/p' "$E2E_REPO/pyprojec
 [[ ${RAY_IMAGE##*:} == "$RAY_VERSION" ]] ||
   die "e2e/images.env: RAY_IMAGE=$RAY_IMAGE but pyproject.toml pins ray==$RAY_VERSION"
 
-image_id() { "${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | head -1; }
+image_id() { "${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | awk 'NR == 1'; }
 
 # Save an image as a docker-archive tarball named after it, unless the saved one is of the same image ID.
 save() { # save <image>
@@ -111,11 +111,16 @@ build_base() {
 
 # An image of one static binary, FROM scratch.
 build_binary_image() { # build_binary_image <image> <binary>
-  local image=$1 bin=$2 ctr
+  local image=$1 bin=$2 ctr sum
   [[ -x $bin ]] || die "$bin missing; run 'make tools' first"
+  # Same binary, same image: a new commit would get a new ID (timestamps) and be imported again for nothing.
+  sum=$(sha256sum "$bin" | cut -c1-64)
+  if [[ $("${BUILDAH[@]}" inspect --type image --format '{{index .ImageAnnotations "rlplace.io/binary"}}' "$image" 2>/dev/null) == "$sum" ]]; then
+    return
+  fi
   ctr=$("${BUILDAH[@]}" from scratch)
   "${BUILDAH[@]}" copy --quiet "$ctr" "$bin" "/$(basename "$bin")" >/dev/null
-  "${BUILDAH[@]}" config --entrypoint "[\"/$(basename "$bin")\"]" --cmd '' "$ctr"
+  "${BUILDAH[@]}" config --entrypoint "[\"/$(basename "$bin")\"]" --cmd '' --annotation "rlplace.io/binary=$sum" "$ctr"
   "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$image" >/dev/null
 }
 
