@@ -61,6 +61,9 @@ else
   node_components=()
   for name in "${E2E_COMPONENTS[@]}"; do [[ $name != *@* ]] || node_components+=("$name"); done
   ((${#node_components[@]} == 0)) || stop "${node_components[@]}"
+  # Then their containers (CoreDNS, test pods: clients of the apiserver, which otherwise waits for their
+  # watches to end before it exits).
+  teardown_real_nodes say
   stop ray-operator kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
