@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from placement_core import launcher
+from placement_core import contract
 
 from e2e_cluster import CLUSTER_SCRIPTS, GPU, REPO, e2e_dir, run_script, wait_for
 
@@ -199,8 +199,8 @@ def ray_worker_group(rank: int, node: str, gpus: int) -> dict:
         "replicas": 1,
         "minReplicas": 1,
         "maxReplicas": 1,
-        "rayStartParams": launcher.ray_start_params(rank, gpus),
-        "labels": launcher.node_labels(rank),
+        "rayStartParams": contract.ray_start_params(rank, gpus),
+        "labels": contract.node_labels(rank),
         "template": {
             "spec": {
                 "nodeSelector": {"kubernetes.io/hostname": node},
@@ -291,7 +291,7 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
         raise AssertionError(f"{timeout}; last `ray status`:\n{seen[-1] if seen else ''}") from None
     assert "/16.0 GPU" in status, status
     for rank in gpu_nodes:
-        assert f"{launcher.node_resource(rank)}" in status, status
+        assert f"{contract.node_resource(rank)}" in status, status
 
     script = (
         "import json, ray; ray.init(address='auto', logging_level='ERROR'); "
@@ -306,9 +306,9 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
     for rank, node in gpu_nodes.items():
         ray_node = by_ip[by_node[node].status.pod_ip]
         assert ray_node["resources"]["GPU"] == 8.0
-        for name, amount in launcher.node_resources(rank, 8).items():
+        for name, amount in contract.node_resources(rank, 8).items():
             assert ray_node["resources"][name] == amount, (name, ray_node["resources"])
-        assert ray_node["labels"].items() >= launcher.node_labels(rank).items(), ray_node["labels"]
+        assert ray_node["labels"].items() >= contract.node_labels(rank).items(), ray_node["labels"]
 
 
 def test_image_names_have_one_home() -> None:
