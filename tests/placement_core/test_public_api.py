@@ -1,7 +1,5 @@
 """placement_core/__init__.py: the documented import line, and the docstring's three-line usage."""
 
-import dataclasses
-
 import pytest
 
 
@@ -32,7 +30,7 @@ def test_issue_import_line():
     node = NodePlacementStrategy([1]).get_placement(cluster)
     assert [(p.cluster_node_rank, p.local_accelerator_rank, p.node_group_label) for p in node] == [(1, 0, "cluster")]
     # The Placement record has the documented fields, in order, and cannot be changed.
-    assert [f.name for f in dataclasses.fields(Placement)] == [
+    assert list(Placement._fields) == [
         "rank",
         "cluster_node_rank",
         "placement_node_rank",
@@ -45,7 +43,7 @@ def test_issue_import_line():
         "local_hardware_ranks",
         "node_group_label",
     ]
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         flexible[0].rank = 1  # type: ignore[misc]
 
 
