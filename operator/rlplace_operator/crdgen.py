@@ -219,14 +219,20 @@ def build_crds() -> dict[str, dict[str, Any]]:
         models.RLJobSpec,
         models.RLJobStatus,
         [
-            _column("Phase", ".status.phase", description="Pending, Placing, Provisioning, Running, Suspended, Failed"),
+            _column(
+                "Phase",
+                ".status.phase",
+                description="Pending, Queued, Placing, Provisioning, Running, Suspended, Failed",
+            ),
+            _column("Queue", ".status.queuePosition", "integer", "Place in the queue while Queued"),
+            _column("Waiting For", ".status.waitingFor", description="What a Queued job waits for"),
             _column("Mode", ".status.placement.mode", description="Placement mode"),
             _column("GPUs", ".status.gpus", "integer", "GPUs the job uses"),
             _column("Nodes", ".status.nodes", "integer", "Nodes the job uses"),
             _column("RayCluster", ".status.rayCluster", description="The job's RayCluster"),
             age,
             _column("Predicted", ".status.predictedIterationTime", "number", "Predicted s/iteration", priority=1),
-            _column("Message", ".status.message", description="Why Pending or Failed", priority=1),
+            _column("Message", ".status.message", description="Why Pending, Queued or Failed", priority=1),
         ],
     )
     return {"rlplace.io_nodegroups.yaml": nodegroup, "rlplace.io_rljobs.yaml": rljob}

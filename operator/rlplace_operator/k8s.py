@@ -110,6 +110,12 @@ class Kube:
             raise
         return True
 
+    def worker_pod_nodes(self, namespace: str, cluster: str) -> list[str | None]:
+        """The node each worker pod of a RayCluster is bound to (None: not bound yet)."""
+        selector = f"ray.io/cluster={cluster},ray.io/node-type=worker"
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [pod.spec.node_name for pod in pods if pod.metadata.deletion_timestamp is None]
+
     def raycluster_crd_installed(self) -> bool:
         """Whether the API serves ray.io/v1 RayClusters.
 

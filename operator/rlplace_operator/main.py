@@ -13,6 +13,7 @@ import kopf
 import kubernetes
 
 from rlplace_operator import handlers  # noqa: F401  (registers the handlers)
+from rlplace_operator.handlers.queue import Ledger
 from rlplace_operator.k8s import Kube
 
 #: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
@@ -44,6 +45,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # fresh connection for every call under load.
     configuration.connection_pool_maxsize = MAX_WORKERS
     memo.kube = Kube(kubernetes.client.ApiClient(configuration))
+    # One ledger of node reservations for every handler thread (its lock makes admissions one at a time).
+    memo.ledger = Ledger()
 
 
 @kopf.on.login()

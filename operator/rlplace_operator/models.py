@@ -269,10 +269,14 @@ class RLJobSpec(_Camel):
     """Driver command, passed to the head pod as RLPLACE_ENTRYPOINT for `ray job submit`."""
     suspend: bool = False
     """Remove the RayCluster and keep the job; set back to false to start it again."""
+    priority: int = 0
+    """Queue order among jobs waiting for free nodes: higher first, then older first (creationTimestamp). A
+    waiting job is passed only by jobs of higher priority; running jobs are never stopped for it."""
 
 
 class JobPhase(enum.StrEnum):
     PENDING = "Pending"
+    QUEUED = "Queued"
     PLACING = "Placing"
     PROVISIONING = "Provisioning"
     RUNNING = "Running"
@@ -306,9 +310,13 @@ class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
     phase: JobPhase | None = None
-    """Pending, Placing, Provisioning, Running, Suspended or Failed."""
+    """Pending, Queued, Placing, Provisioning, Running, Suspended or Failed."""
     message: str | None = None
-    """Why the job is Pending or Failed."""
+    """Why the job is Pending, Queued or Failed."""
+    queue_position: int | None = None
+    """Place in the queue of jobs waiting for free nodes (1: the next to start), while Queued."""
+    waiting_for: str | None = None
+    """What a Queued job waits for, e.g. `1 free node of 4090`."""
     conditions: list[Condition] = []
     """Validated, Placed, RayClusterReady."""
     placement: ResolvedPlacement | None = None

@@ -97,6 +97,16 @@ def placement_entries(entries: Sequence[SpecEntry]) -> list[PlacementEntry]:
     return [PlacementEntry.of(e.components, e.placement, e.node_group) for e in entries]
 
 
+def ranked_across(spec: RLJobSpec) -> set[str]:
+    """NodeGroups whose ranks come before another group's in one placement entry (`nodeGroup: a800,4090`, or
+    an entry without nodeGroup in a job of several groups): all their nodes count, so none can be left out."""
+    leading: set[str] = set()
+    for entry in spec.component_placement or [None]:
+        names = entry.node_group.split(",") if entry is not None and entry.node_group else spec.node_groups
+        leading.update(name.strip() for name in names[:-1])
+    return leading
+
+
 def plan_job(
     spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> JobPlan:
