@@ -168,10 +168,12 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
             started = time.perf_counter()
             custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs", name)
             with contextlib.suppress(TimeoutError):
-                new = wait_for(lambda: set(sampler.raycluster_seen) - clusters_before, 20, "a new RayCluster")
+                new = wait_for(
+                    lambda before=clusters_before: set(sampler.raycluster_seen) - before, 20, "a new RayCluster"
+                )
                 freed_to_raycluster.append(min(sampler.raycluster_seen[n] for n in new) - started)
             with contextlib.suppress(TimeoutError):
-                new = wait_for(lambda: set(sampler.bound_seen) - bound_before, 20, "a newly bound job")
+                new = wait_for(lambda before=bound_before: set(sampler.bound_seen) - before, 20, "a newly bound job")
                 freed_to_bound.append(min(sampler.bound_seen[n] for n in new) - started)
             time.sleep(2)
         sampler.stop()
@@ -210,8 +212,11 @@ def main() -> None:
         kubeconfig = start_cluster(state)
     try:
         subprocess.run(
-            [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side"]
-            + ["--force-conflicts", "-f", str(REPO / "crds")],
+            [
+                str(REPO / ".e2e/bin/kubectl"),
+                *("--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts"),
+                *("-f", str(REPO / "crds")),
+            ],
             check=True,
             capture_output=True,
         )
