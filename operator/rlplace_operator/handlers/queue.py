@@ -49,6 +49,11 @@ RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 FORGET_UNKNOWN_SECONDS = 30.0
 
 
+#: Phases of jobs that wait for admission: Queued, and new jobs the operator has not reconciled yet (so jobs
+#: created at the same moment are admitted in queue order, not in the order their handlers happen to run).
+_WAITING_PHASES = {None, "", JobPhase.QUEUED}
+
+
 def pod_unit_requests(spec: Mapping[str, Any]) -> dict[str, int]:
     """The extended resources (names with a `/`, e.g. nvidia.com/gpu) a pod's containers request."""
     requests: dict[str, int] = {}
@@ -181,7 +186,8 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
     """Admit `job` now or say where it waits; reserves the nodes of every job this pass admits.
 
     A job that already holds nodes (its RayCluster exists: an update, or resume after a restart) keeps them
-    when its demand still fits them; otherwise it goes through the queue like any other.
+    when its demand still fits them; otherwise it goes through the queue like any other. Waiting jobs whose
+    demand this process has not planned yet keep their place (see `admission.decide`).
     """
     with ledger.lock:
         now = time.monotonic()
@@ -199,7 +205,7 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
         queue = [job]
         for key in world.rljobs:
             entry = indexed(world.rljobs, key)
-            if key == job.key or key in ledger.reserved or entry.get("status", {}).get("phase") != JobPhase.QUEUED:
+            if key == job.key or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
                 continue
             known = ledger.demands.get(key)
             queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1] if known else None))
