@@ -52,7 +52,7 @@ from operator_scale import (  # noqa: E402
 )
 
 GPUS_PER_NODE = 8
-DELETIONS = 20
+DELETIONS = 12
 
 
 def job_nodes(i: int) -> int:
@@ -90,7 +90,8 @@ class Sampler:
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join()
+        if self._thread.is_alive():
+            self._thread.join()
 
     def _run(self) -> None:
         last = time.perf_counter()
@@ -167,9 +168,12 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
             clusters_before, bound_before = set(sampler.raycluster_seen), set(sampler.bound_seen)
             started = time.perf_counter()
             custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs", name)
+            # Without admission every job got its RayCluster at once: nothing new can appear.
             with contextlib.suppress(TimeoutError):
                 new = wait_for(
-                    lambda before=clusters_before: set(sampler.raycluster_seen) - before, 20, "a new RayCluster"
+                    lambda before=clusters_before: set(sampler.raycluster_seen) - before,
+                    20 if len(clusters_before) < jobs else 0,
+                    "a new RayCluster",
                 )
                 freed_to_raycluster.append(min(sampler.raycluster_seen[n] for n in new) - started)
             with contextlib.suppress(TimeoutError):
@@ -190,8 +194,7 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
             "operator_peak_rss_mib": operator.peak_rss_kib / 1024,
         }
     finally:
-        with contextlib.suppress(RuntimeError):
-            sampler.stop()
+        sampler.stop()
         operator.stop()
         with contextlib.suppress(ApiException):
             core.delete_namespace(namespace)

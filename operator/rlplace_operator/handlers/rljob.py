@@ -187,7 +187,7 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
     return kube.apply_raycluster(namespace, raycluster)
 
 
-def _world(memo: kopf.Memo, indexes: Mapping[str, kopf.Index], node_index: kopf.Index) -> World:
+def _world(indexes: Mapping[str, kopf.Index], node_index: kopf.Index) -> World:
     groups, resources = {}, set()
     for name in indexes["nodegroup_index"]:
         spec, status = indexed(indexes["nodegroup_index"], name)
@@ -241,7 +241,7 @@ def rljob_reconcile(
         "pod_units_index": pod_units_index,
     }
     queued = QueuedJob(key, job_spec.priority, meta["creationTimestamp"], demand)
-    decision = admit(ledger, _world(memo, indexes, node_index), queued)
+    decision = admit(ledger, _world(indexes, node_index), queued)
     if isinstance(decision, Waiting):
         _queued(job, decision)
         return
