@@ -44,9 +44,6 @@ from rlplace_operator.selection import JobGroup
 
 #: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name, which is the job's).
 RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
-#: A reservation whose job the RLJob index does not show (deleted before its RayCluster was made) is dropped
-#: after this long; the delay covers the moment between a job's creation and its arrival in the index.
-FORGET_UNKNOWN_SECONDS = 30.0
 
 
 #: Phases of jobs that wait for admission: Queued, and new jobs the operator has not reconciled yet (so jobs
@@ -164,8 +161,9 @@ def _held(ledger: Ledger, world: World, now: float) -> dict[str, JobKey]:
     for key in world.rayclusters:
         for node in indexed(world.rayclusters, key) or ():
             held[node] = key
-    for key, (nodes, since) in list(ledger.reserved.items()):
-        if indexed(world.rljobs, key) is None and now - since > FORGET_UNKNOWN_SECONDS:
+    for key, (nodes, _since) in list(ledger.reserved.items()):
+        # kopf indexes an RLJob before its handlers run, so a job missing from the index was deleted.
+        if indexed(world.rljobs, key) is None:
             del ledger.reserved[key]
             continue
         for node in nodes:
