@@ -23,9 +23,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import os
 import statistics
-import subprocess
 import sys
 import threading
 import time
@@ -36,18 +34,14 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from kubernetes import client, config  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
+from kubernetes import client  # noqa: E402
 from operator_scale import (  # noqa: E402
     GROUP,
     METADATA_ONLY,
     VERSION,
-    Operator,
-    add_nodes,
-    delete_nodes,
+    bench_cluster,
+    bench_group,
     percentile,
-    start_cluster,
-    stop_cluster,
     wait_for,
 )
 
@@ -120,37 +114,15 @@ class Sampler:
 
 def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: str) -> dict[str, float]:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    prefix = f"adm{nodes}-{uuid.uuid4().hex[:4]}"
-    namespace = prefix
-    core.create_namespace({"metadata": {"name": namespace}})
-    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 60, "default ServiceAccount")
-    node_names = add_nodes(core, nodes, prefix)
-    group = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeGroup",
-        "metadata": {"name": prefix},
-        "spec": {"nodeSelector": {"matchLabels": {"rlplace.io/bench": prefix}}},
-    }
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
-    operator = Operator(kubeconfig, REPO / ".e2e" / f"operator-{prefix}.log")
-    sampler = Sampler(core, custom, namespace)
-    try:
-        wait_for(
-            lambda: (
-                (custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix).get("status") or {}).get(
-                    "readyNodes"
-                )
-                == nodes
-            ),
-            300,
-            f"{nodes} nodes ready in the NodeGroup",
-        )
+    namespace = f"adm{nodes}-{uuid.uuid4().hex[:4]}"
+    with bench_group(api, kubeconfig, nodes, namespace) as operator:
+        sampler = Sampler(core, custom, namespace)
         sampler.expected = {f"job-{i:03d}": job_nodes(i) for i in range(jobs)}
         sampler.start()
         created: dict[str, float] = {}
 
         def create_job(i: int) -> None:
-            body = job_body(i, prefix, nodes, ranks)
+            body = job_body(i, namespace, nodes, ranks)
             created[body["metadata"]["name"]] = time.perf_counter()
             custom.create_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs", body)
 
@@ -193,13 +165,6 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
             "partial_gpu_seconds": sampler.partial_gpu_seconds,
             "operator_peak_rss_mib": operator.peak_rss_kib / 1024,
         }
-    finally:
-        sampler.stop()
-        operator.stop()
-        with contextlib.suppress(ApiException):
-            core.delete_namespace(namespace)
-            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
-        delete_nodes(core, node_names)
 
 
 def main() -> None:
@@ -208,22 +173,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--ranks", choices=["free", "fixed"], default="free")
     args = parser.parse_args()
-    state = REPO / ".e2e" / "bench"
-    kubeconfig = os.environ.get("KUBECONFIG")
-    started = kubeconfig is None
-    if started:
-        kubeconfig = start_cluster(state)
-    try:
-        subprocess.run(
-            [
-                str(REPO / ".e2e/bin/kubectl"),
-                *("--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts"),
-                *("-f", str(REPO / "crds")),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        api = config.new_client_from_config(config_file=kubeconfig)
+    with bench_cluster() as (api, kubeconfig):
         print(
             f"ranks {args.ranks} | nodes jobs | create->RayCluster p50/p95 (first wave) | "
             "freed->next RayCluster p50/p95 (n) | freed->next job bound p50/p95 (n) | partial GPU-s | peak RSS"
@@ -237,9 +187,6 @@ def main() -> None:
                 f"{r['partial_gpu_seconds']:>8.0f} | {r['operator_peak_rss_mib']:.0f} MiB",
                 flush=True,
             )
-    finally:
-        if started:
-            stop_cluster(state)
 
 
 if __name__ == "__main__":
