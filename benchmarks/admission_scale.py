@@ -4,7 +4,8 @@
 
 Every fourth job needs two nodes (ranks 0-15), the others one (ranks 0-7), so more jobs are created than the
 nodes hold. Measured:
-- create -> RayCluster p50/p95 for the first `nodes` RayClusters to appear;
+- create -> RayCluster p50/p95 for the first wave: the jobs that fit the free nodes at once (RayClusters
+  stop appearing for 15 s);
 - node freed -> next RayCluster: running jobs are deleted one at a time (2 s apart) and each deletion is
   timed to the next RayCluster that appears (with admission the queued jobs get theirs only then);
 - node freed -> next job fully bound: the same deletions, timed to the next job whose worker pods are all
@@ -128,11 +129,18 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
 
         with ThreadPoolExecutor(16) as pool:
             list(pool.map(create_job, range(jobs)))
-        first_wave = min(jobs, nodes)
-        with contextlib.suppress(TimeoutError):
-            wait_for(lambda: len(sampler.raycluster_seen) >= first_wave, 300, f"{first_wave} RayClusters")
-        # Let the first wave bind before nodes are freed.
-        time.sleep(15)
+        # The first wave: every job that fits the free nodes (fewer than `nodes` jobs, since some need two
+        # nodes): RayClusters stop appearing for 15 s.
+        settled = {"count": -1, "since": time.perf_counter()}
+
+        def first_wave_done() -> bool:
+            count = len(sampler.raycluster_seen)
+            if count != settled["count"]:
+                settled.update(count=count, since=time.perf_counter())
+            return count > 0 and time.perf_counter() - settled["since"] > 15
+
+        wait_for(first_wave_done, 600, "the first wave of RayClusters")
+        first_wave = len(sampler.raycluster_seen)
         to_raycluster = sorted(sampler.raycluster_seen[n] - created[n] for n in sampler.raycluster_seen)[:first_wave]
         freed_to_raycluster, freed_to_bound = [], []
         running = sorted(sampler.bound_seen, key=sampler.bound_seen.get)
@@ -154,6 +162,7 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, ranks: st
             time.sleep(2)
         sampler.stop()
         return {
+            "first_wave": first_wave,
             "raycluster_p50": statistics.median(to_raycluster) if to_raycluster else float("nan"),
             "raycluster_p95": percentile(to_raycluster, 0.95),
             "freed_raycluster_n": len(freed_to_raycluster),
@@ -181,7 +190,7 @@ def main() -> None:
         for nodes in args.nodes:
             r = run(api, kubeconfig, nodes, args.jobs, args.ranks)
             print(
-                f"{'':>11} | {nodes:>5} {args.jobs:>4} | {r['raycluster_p50']:>8.2f} / {r['raycluster_p95']:<8.2f} s | "
+                f"{'':>11} | {nodes:>5} {args.jobs:>4} | {r['raycluster_p50']:>8.2f} / {r['raycluster_p95']:<8.2f} s ({r['first_wave']}) | "
                 f"{r['freed_raycluster_p50']:>6.2f} / {r['freed_raycluster_p95']:<6.2f} s ({r['freed_raycluster_n']}) | "
                 f"{r['freed_bound_p50']:>6.2f} / {r['freed_bound_p95']:<6.2f} s ({r['freed_bound_n']}) | "
                 f"{r['partial_gpu_seconds']:>8.0f} | {r['operator_peak_rss_mib']:.0f} MiB",
