@@ -11,7 +11,6 @@ before any handler runs.
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -106,7 +105,7 @@ class Ledger:
     """Reservations of this operator process and the planned demand of each job, under one lock."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
-    reserved: dict[JobKey, tuple[frozenset[str], float]] = field(default_factory=dict)
+    reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     demands: dict[JobKey, tuple[tuple, tuple[GroupDemand, ...]]] = field(default_factory=dict)
 
     def release(self, key: JobKey) -> None:
@@ -155,16 +154,17 @@ class World:
     unit_resources: set[str]
 
 
-def _held(ledger: Ledger, world: World, now: float) -> dict[str, JobKey]:
+def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
     """Node -> the admitted job that holds it: RayClusters that exist, plus this process's reservations."""
     held: dict[str, JobKey] = {}
     for key in world.rayclusters:
         for node in indexed(world.rayclusters, key) or ():
             held[node] = key
-    for key, (nodes, _since) in list(ledger.reserved.items()):
+    for key, nodes in list(ledger.reserved.items()):
         # kopf indexes an RLJob before its handlers run, so a job missing from the index was deleted.
         if indexed(world.rljobs, key) is None:
             del ledger.reserved[key]
+            ledger.demands.pop(key, None)
             continue
         for node in nodes:
             held.setdefault(node, key)
@@ -188,8 +188,7 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
     demand this process has not planned yet keep their place (see `admission.decide`).
     """
     with ledger.lock:
-        now = time.monotonic()
-        held = _held(ledger, world, now)
+        held = _held(ledger, world)
         own = {node for node, key in held.items() if key == job.key}
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
@@ -198,7 +197,7 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own))
             if not isinstance(kept, tuple):
-                ledger.reserved[job.key] = (kept.nodes, now)
+                ledger.reserved[job.key] = kept.nodes
                 return kept
         queue = [job]
         for key in world.rljobs:
@@ -210,5 +209,5 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
         decisions = decide(queue, pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
-                ledger.reserved[key] = (decision.nodes, now)
+                ledger.reserved[key] = decision.nodes
         return decisions[job.key]
