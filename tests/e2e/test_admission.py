@@ -195,7 +195,8 @@ def test_a_foreign_pod_taking_the_node_before_binding_sends_the_job_back_to_the_
     assert admitted["status"] == "False"
     assert admitted["reason"] in ("BindTimeout", "Queued")
     wait_for(lambda: jobs.raycluster("victim") is None, 20, "victim's RayCluster removed")
-    assert wait_queued(jobs, "victim")["waitingFor"] == "1 free node of 4090"
+    # The next look at the queue says what it waits for: the node the foreign pod holds.
+    wait_for(lambda: status(jobs, "victim").get("waitingFor") == "1 free node of 4090", 15, "waiting for 4090")
     jobs.core.delete_namespaced_pod("foreign-gpu-user", jobs.namespace, grace_period_seconds=0)
     jobs.wait_phase("victim", "Running", timeout=60)
 

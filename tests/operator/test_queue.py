@@ -5,13 +5,19 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from rlplace_operator.admission import Admitted, GroupDemand, QueuedJob, Waiting
-from rlplace_operator.handlers.queue import Ledger, PodUse, World, admit, pod_unit_requests
+from rlplace_operator.handlers.queue import Ledger, PlannedDemand, PodUse, World, admit, pod_unit_requests
+from rlplace_operator.models import RLJobSpec
 
 NODES = [f"n{i}" for i in range(8)]
 
 
 def one_node_job(name: str, created: str = "2026-01-01T00:00:00Z") -> QueuedJob:
     return QueuedJob(("ns", name), 0, created, (GroupDemand("gpu", 1, frozenset({0})),))
+
+
+def planned(job: QueuedJob) -> PlannedDemand:
+    assert job.demand is not None
+    return PlannedDemand(job.demand, RLJobSpec(node_groups=["gpu"]), None)
 
 
 def world(
@@ -65,7 +71,7 @@ def test_jobs_admitted_at_the_same_moment_never_share_a_node() -> None:
     jobs = {("ns", f"j{i}"): None for i in range(12)}
     state = world(jobs)
     for key in jobs:  # as each handler does before it asks for admission
-        ledger.remember_demand(key, (), one_node_job(key[1]).demand)
+        ledger.remember_demand(key, (), planned(one_node_job(key[1])))
     with ThreadPoolExecutor(12) as pool:
         decisions = list(pool.map(lambda i: admit(ledger, state, one_node_job(f"j{i}")), range(12)))
     admitted = [d for d in decisions if isinstance(d, Admitted)]
@@ -78,7 +84,7 @@ def test_new_jobs_not_planned_yet_keep_their_place() -> None:
     ledger = Ledger()
     state = world({("ns", "a-first"): None, ("ns", "b-second"): None})
     assert admit(ledger, state, one_node_job("b-second")) == Waiting(("ns", "b-second"), 2, ())
-    ledger.remember_demand(("ns", "a-first"), (), one_node_job("a-first").demand)
+    ledger.remember_demand(("ns", "a-first"), (), planned(one_node_job("a-first")))
     assert admit(ledger, state, one_node_job("b-second")).nodes == {"n1"}
 
 

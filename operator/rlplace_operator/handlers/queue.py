@@ -29,7 +29,7 @@ from rlplace_operator.admission import (
     fit,
 )
 from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.models import JobPhase
+from rlplace_operator.models import JobPhase, RLJobSpec
 from rlplace_operator.names import (
     JOB_LABEL,
     MANAGED_BY,
@@ -100,13 +100,24 @@ def raycluster_nodes_index(
     return {(namespace, job): frozenset(n for n in nodes.split(",") if n)}
 
 
+@dataclass(frozen=True)
+class PlannedDemand:
+    """A job planned on all its groups' ready nodes: what it needs, and the spec to plan its admitted nodes
+    with (auto placement resolved to the entries the search chose, so the search does not run again on
+    the smaller cluster of admitted nodes)."""
+
+    demand: tuple[GroupDemand, ...]
+    spec: RLJobSpec
+    predicted_iteration_time: float | None
+
+
 @dataclass
 class Ledger:
     """Reservations of this operator process and the planned demand of each job, under one lock."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
-    demands: dict[JobKey, tuple[tuple, tuple[GroupDemand, ...]]] = field(default_factory=dict)
+    demands: dict[JobKey, tuple[tuple, PlannedDemand]] = field(default_factory=dict)
 
     def release(self, key: JobKey) -> None:
         with self.lock:
@@ -117,12 +128,12 @@ class Ledger:
             self.reserved.pop(key, None)
             self.demands.pop(key, None)
 
-    def demand(self, key: JobKey, fingerprint: tuple) -> tuple[GroupDemand, ...] | None:
+    def demand(self, key: JobKey, fingerprint: tuple) -> PlannedDemand | None:
         with self.lock:
             known = self.demands.get(key)
         return known[1] if known is not None and known[0] == fingerprint else None
 
-    def remember_demand(self, key: JobKey, fingerprint: tuple, demand: tuple[GroupDemand, ...]) -> None:
+    def remember_demand(self, key: JobKey, fingerprint: tuple, demand: PlannedDemand) -> None:
         with self.lock:
             self.demands[key] = (fingerprint, demand)
 
@@ -205,7 +216,7 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             if key == job.key or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
                 continue
             known = ledger.demands.get(key)
-            queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1] if known else None))
+            queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1].demand if known else None))
         decisions = decide(queue, pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):

@@ -6,6 +6,7 @@ operator restart; children have fixed names, so running it twice changes nothing
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping
 from typing import Any
@@ -14,17 +15,26 @@ import kopf
 from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
-from rlplace_operator.admission import GroupDemand, JobKey, QueuedJob, Waiting, demand_from_workers
+from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import build_raycluster
 from rlplace_operator.conditions import set_condition
 from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger, World, admit, groups_with_nodes, ready_nodes
+from rlplace_operator.handlers.queue import Ledger, PlannedDemand, World, admit, groups_with_nodes, ready_nodes
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump
+from rlplace_operator.models import (
+    GROUP,
+    VERSION,
+    JobPhase,
+    NodeGroupSpec,
+    NodeGroupStatus,
+    PlacementMode,
+    RLJobSpec,
+    dump,
+)
 from rlplace_operator.names import PROFILE_ANNOTATION, RLJOB_PLURAL, raycluster_name
-from rlplace_operator.planning import JobPlan, plan_job, ranked_across
+from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
 from rlplace_operator.selection import JobGroup, unit_resource
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
@@ -146,7 +156,7 @@ def _demand(
     node_index: kopf.Index,
     ledger: Ledger,
     retry: int,
-) -> tuple[GroupDemand, ...]:
+) -> PlannedDemand:
     """What the job needs of each group: from its plan on all the groups' ready nodes (cached per input).
 
     A job that does not fit even then is Pending (nodes may join), as without a queue.
@@ -157,9 +167,14 @@ def _demand(
     if known is not None:
         return known
     planned = _plan(job, spec, annotations, groups, node_index, retry)
-    demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(spec))
-    ledger.remember_demand(key, fingerprint, demand)
-    return demand
+    resolved = spec
+    if wants_auto_placement(spec, annotations):
+        update = {"component_placement": planned.applied, "auto_placement": False}
+        resolved = spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
+    demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(resolved))
+    result = PlannedDemand(demand, resolved, planned.predicted_iteration_time)
+    ledger.remember_demand(key, fingerprint, result)
+    return result
 
 
 def _queued(job: _JobStatus, waiting: Waiting) -> None:
@@ -240,12 +255,14 @@ def rljob_reconcile(
         "raycluster_nodes_index": raycluster_nodes_index,
         "pod_units_index": pod_units_index,
     }
-    queued = QueuedJob(key, job_spec.priority, meta["creationTimestamp"], demand)
+    queued = QueuedJob(key, job_spec.priority, meta["creationTimestamp"], demand.demand)
     decision = admit(ledger, _world(indexes, node_index), queued)
     if isinstance(decision, Waiting):
         _queued(job, decision)
         return
-    planned = _plan(job, job_spec, annotations, groups_with_nodes(groups, decision.cluster), node_index, retry)
+    admitted_groups = groups_with_nodes(groups, decision.cluster)
+    planned = _plan(job, demand.spec, {}, admitted_groups, node_index, retry)
+    planned = dataclasses.replace(planned, predicted_iteration_time=demand.predicted_iteration_time)
     if not {w.name for w in planned.workers} <= decision.nodes:
         # Only when a group mixes node sizes: the plan on the picked nodes differs from the one on all nodes.
         ledger.release(key)
@@ -328,4 +345,4 @@ def rljob_bind_watchdog(
         kopf.warn(body, reason="BindTimeout", message=message)
     job.condition("RayClusterReady", False, "BindTimeout", message)
     job.phase(JobPhase.QUEUED, message)
-    patch.status.update(rayCluster=None, queuePosition=None, waitingFor="its turn in the queue")
+    patch.status.update(rayCluster=None, queuePosition=None, waitingFor=None)
