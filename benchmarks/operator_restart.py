@@ -39,8 +39,7 @@ import yaml  # noqa: E402
 from aiohttp import web  # noqa: E402
 from kubernetes import client, config  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
-
-from operator_scale import GROUP, VERSION, BENCH_LABEL, add_nodes, delete_nodes, start_cluster, stop_cluster, wait_for  # noqa: E402
+from operator_scale import BENCH_LABEL, GROUP, VERSION, add_nodes, delete_nodes, start_cluster, stop_cluster, wait_for  # noqa: E402
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -270,8 +269,16 @@ def main() -> None:
         kubeconfig = start_cluster(state)
     try:
         subprocess.run(
-            [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig, "apply", "--server-side", "--force-conflicts"]
-            + ["-f", str(REPO / "crds")],
+            [
+                str(REPO / ".e2e/bin/kubectl"),
+                "--kubeconfig",
+                kubeconfig,
+                "apply",
+                "--server-side",
+                "--force-conflicts",
+                "-f",
+                str(REPO / "crds"),
+            ],
             check=True,
             capture_output=True,
         )
