@@ -49,7 +49,9 @@ class Kube:
     def apply_raycluster(self, namespace: str, body: dict) -> dict:
         name = body["metadata"]["name"]
         args = (RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL)
-        return self._as_dict(self.custom.patch_namespaced_custom_object(*args, name, body, **_APPLY))
+        # The client does not decode a custom object's reply to an apply patch (it returns None): read it here.
+        response = self.custom.patch_namespaced_custom_object(*args, name, body, _preload_content=False, **_APPLY)
+        return json.loads(response.data)
 
     def get_raycluster(self, namespace: str, name: str) -> dict | None:
         try:

@@ -8,6 +8,7 @@ Field names are camelCase on the wire, as Kubernetes users expect.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -214,8 +215,16 @@ class PlacementEntry(_Camel):
     """NodeGroups the ranks count over, comma-separated, in order (default: all of the job's node groups)."""
 
 
-class AppliedPlacementEntry(PlacementEntry):
-    """One key of the component placement the operator applied."""
+class AppliedPlacementEntry(_Camel):
+    """One key of the component placement the operator applied (written by the operator, so no CEL rules:
+    their cost would count against the CRD's validation budget for nothing)."""
+
+    components: str
+    """Component names separated by commas."""
+    placement: str
+    """Resource ranks and optional process ranks."""
+    node_group: str | None = None
+    """NodeGroups the ranks count over."""
 
 
 class PlacementMode(enum.StrEnum):
@@ -342,6 +351,15 @@ class JobPhase(enum.StrEnum):
     RUNNING = "Running"
     SUSPENDED = "Suspended"
     FAILED = "Failed"
+
+
+#: Phases in which a job's RayCluster exists and holds its planned nodes.
+LIVE_PHASES = frozenset({JobPhase.PROVISIONING, JobPhase.RUNNING})
+
+
+def is_live(status: Mapping[str, Any]) -> bool:
+    """Whether a job (by its status on the wire) runs: its RayCluster exists and holds the planned nodes."""
+    return status.get("phase") in LIVE_PHASES and bool(status.get("rayCluster"))
 
 
 class ComponentSummary(_Camel):

@@ -16,7 +16,7 @@ from rlplace_operator.conditions import (
 )
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, JobPhase
+from rlplace_operator.models import GROUP, LIVE_PHASES, VERSION, JobPhase
 from rlplace_operator.names import (
     JOB_LABEL,
     MANAGED_BY,
@@ -30,8 +30,6 @@ from rlplace_operator.names import (
 
 #: KubeRay's condition type on a RayCluster whose pods all came up.
 KUBERAY_PROVISIONED = "RayClusterProvisioned"
-#: Phases in which the RayCluster's state decides between Provisioning and Running.
-_LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
 
 
 def raycluster_ready(body: dict) -> bool:
@@ -55,14 +53,6 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
     }
 
 
-@kopf.index(GROUP, VERSION, RLJOB_PLURAL)
-def rljob_index(
-    namespace: str, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **_: Any
-) -> dict[tuple[str, str], dict]:
-    """Every RLJob's uid, generation and status, so mirroring a RayCluster costs no read of its job."""
-    return {(namespace, name): {"uid": uid, "generation": meta.get("generation"), "status": dict(status)}}
-
-
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def raycluster_mirror(
     body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any
@@ -74,7 +64,7 @@ def raycluster_mirror(
         return
     owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
     status = job["status"]
-    if job["uid"] not in owners or status.get("phase") not in _LIVE_PHASES:
+    if job["uid"] not in owners or status.get("phase") not in LIVE_PHASES:
         return
     new = mirrored_status(status, raycluster_ready(dict(body)), job["generation"])
     if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):

@@ -26,7 +26,7 @@ from rlplace_operator.builders.raycluster import build_raycluster
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump
+from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump, is_live
 from rlplace_operator.names import PROFILE_ANNOTATION, RLJOB_PLURAL, raycluster_name
 from rlplace_operator.planning import JobPlan, plan_job
 from rlplace_operator.selection import JobGroup
@@ -36,17 +36,10 @@ from rlplace_operator.selection import JobGroup
 #: the API server one request every half minute.
 FIRST_RETRY_DELAY = 5.0
 MAX_RETRY_DELAY = 30.0
-#: Phases in which the job's RayCluster exists and holds its nodes.
-LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
 
 
 def retry_delay(retry: int) -> float:
     return min(MAX_RETRY_DELAY, FIRST_RETRY_DELAY * 2 ** min(retry, 8))
-
-
-def is_live(status: Mapping) -> bool:
-    """Whether the job runs (its RayCluster exists and holds the planned nodes)."""
-    return status.get("phase") in LIVE_PHASES and bool(status.get("rayCluster"))
 
 
 class _JobStatus:
