@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -388,6 +391,24 @@ def test_profile_annotation_on_a_job_whose_entries_name_node_groups(jobs: Jobs) 
     assert {c["type"]: c["status"] for c in status["conditions"]}["Placed"] == "True"
 
 
+@contextlib.contextmanager
+def temporary_nodegroup(k8s: client.ApiClient, name: str, gpu_type: str) -> Iterator[client.CustomObjectsApi]:
+    """A NodeGroup of the nodes labelled rlplace.io/gpu-type=`gpu_type`, deleted afterwards."""
+    custom = client.CustomObjectsApi(k8s)
+    group = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": gpu_type}}},
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+    try:
+        yield custom
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", name)
+
+
 def _events(jobs: Jobs, name: str, reason: str) -> list[client.CoreV1Event]:
     items = jobs.core.list_namespaced_event(jobs.namespace, field_selector=f"involvedObject.name={name}").items
     return [e for e in items if e.reason == reason]
@@ -427,15 +448,7 @@ def test_restart_with_an_unchanged_running_job_writes_nothing(jobs: Jobs, restar
 def test_nodegroup_change_under_a_running_job_is_reported_and_the_job_keeps_its_nodes(
     jobs: Jobs, k8s: client.ApiClient, restart_operator: Callable[[], None]
 ) -> None:
-    custom = client.CustomObjectsApi(k8s)
-    group = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeGroup",
-        "metadata": {"name": "moving-4090"},
-        "spec": {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "4090"}}},
-    }
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
-    try:
+    with temporary_nodegroup(k8s, "moving-4090", "4090") as custom:
         body = example_job("rljob-disaggregated.yaml")
         body["spec"]["nodeGroups"] = ["moving-4090"]
         jobs.create(body)
@@ -477,9 +490,6 @@ def test_nodegroup_change_under_a_running_job_is_reported_and_the_job_keeps_its_
             60,
             "the NodeGroup deleted once no job uses it",
         )
-    finally:
-        with contextlib.suppress(ApiException):
-            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", "moving-4090")
 
 
 def test_invalid_profile_annotation_on_a_running_job_keeps_it_running(jobs: Jobs) -> None:
@@ -510,3 +520,68 @@ def test_free_text_has_a_length_limit(kubeconfig: str, namespace: str, local_nod
     body["spec"]["entrypoint"] = "python train.py " + "x" * 280_000
     result = run_tool("kubectl", kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
     assert result.returncode != 0 and "spec.entrypoint: Too long" in result.stderr, result.stderr
+
+
+def test_replan_across_the_plan_size_boundary_keeps_one_key(
+    jobs: Jobs, k8s: client.ApiClient, fake_node: Callable[..., object]
+) -> None:
+    """Server-side apply only: a re-plan that moves the plan between data/plan.json and binaryData/plan.json.gz
+    (over 512 KiB) leaves exactly one of them, both ways."""
+    fake_node("big-0", labels={"rlplace.io/gpu-type": "big"}, gpus=512)
+    with temporary_nodegroup(k8s, "big", "big"):
+        body = example_job("rljob-collocated.yaml")
+        body["spec"].update(
+            nodeGroups=["big"],
+            placementMode="hybrid",
+            componentPlacement=[{"components": "actor,rollout", "placement": "0-511"}],
+        )
+        body["spec"].pop("modelParallel", None)
+        jobs.create(body)
+
+        def keys() -> tuple[set[str], set[str]]:
+            cm = jobs.core.read_namespaced_config_map("collocated-placement", jobs.namespace)
+            return set(cm.data or {}), set(cm.binary_data or {})
+
+        def has_keys(expected: tuple[set[str], set[str]]) -> bool:
+            with contextlib.suppress(ApiException):
+                return keys() == expected
+            return False
+
+        gzipped, text = (set(), {"plan.json.gz"}), ({"plan.json"}, set())
+        wait_for(lambda: has_keys(gzipped), 90, "a gzipped plan only")
+        for placement, expected in (("0-7", text), ("0-511", gzipped)):
+            jobs.patch(
+                "collocated",
+                {"spec": {"componentPlacement": [{"components": "actor,rollout", "placement": placement}]}},
+            )
+            wait_for(lambda expected=expected: has_keys(expected), 60, f"only {expected} after re-plan to {placement}")
+        assert len(jobs.plan("collocated")["components"]["actor"]["processes"]) == 512
+
+
+def test_operator_exits_with_a_message_until_the_crds_are_installed(
+    kubeconfig: str, operator_kubeconfig: str, restart_operator: Callable[[], None]
+) -> None:
+    """kopf watches only the kinds served when it starts, so without rlplace's CRDs the operator exits (and
+    Kubernetes restarts it) instead of running without ever serving RLJobs. Last in this file: it removes
+    the RLJob CRD for a moment, and restarts the session's operator after putting it back."""
+    run_tool("kubectl", kubeconfig, "delete", "crd", "rljobs.rlplace.io", "--wait=true")
+    try:
+        wait_for(
+            lambda: run_tool("kubectl", kubeconfig, "get", "rljobs", check=False).returncode != 0,
+            30,
+            "rljobs no longer served",
+        )
+        started = subprocess.run(
+            [sys.executable, "-m", "rlplace_operator.main"],
+            env={**os.environ, "KUBECONFIG": operator_kubeconfig},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert started.returncode == 1
+        assert "error: the API server does not serve rljobs.rlplace.io" in started.stderr
+        assert "Traceback" not in started.stderr
+    finally:
+        run_tool("kubectl", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+        run_tool("kubectl", kubeconfig, "wait", "--for=condition=Established", "crd/rljobs.rlplace.io")
+        restart_operator()
