@@ -112,3 +112,15 @@ def test_profile_annotation_is_checked_like_spec_profile(raw: str, expected: str
         "actor_cost": 2.0,
         "rollout_cost": 3.0,
     }
+
+
+def test_profile_changed_reads_kopf_diffs_at_any_depth() -> None:
+    from rlplace_operator.handlers.rljob import profile_changed
+
+    key = "rlplace.io/profile"
+    assert profile_changed([("add", ("metadata", "annotations"), None, {key: "{}"})])
+    assert profile_changed([("change", ("metadata", "annotations", key), "a", "b")])
+    assert profile_changed([("add", ("metadata",), None, {"annotations": {key: "{}"}})])
+    assert not profile_changed([("change", ("metadata", "annotations"), {"other": "1"}, {"other": "2"})])
+    assert not profile_changed([("change", ("metadata", "labels", "team"), "a", "b")])
+    assert not profile_changed(None)

@@ -171,13 +171,35 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
     return kube.apply_raycluster(namespace, raycluster)
 
 
+_PROFILE_PATH = ("metadata", "annotations", PROFILE_ANNOTATION)
+
+
+def _at(value: object, path: tuple[str, ...]) -> object:
+    for key in path:
+        value = value.get(key) if isinstance(value, Mapping) else None
+    return value
+
+
+def profile_changed(diff: kopf.Diff | None) -> bool:
+    """Whether kopf's diff changes the profile annotation; a diff entry may name it, or a map holding it (the
+    first annotation of an object is added as the whole `metadata.annotations`)."""
+    for _, field, old, new in diff or ():
+        field = tuple(field)
+        if field[: len(_PROFILE_PATH)] == _PROFILE_PATH:
+            return True
+        if _PROFILE_PATH[: len(field)] == field:
+            rest = _PROFILE_PATH[len(field) :]
+            if _at(old, rest) != _at(new, rest):
+                return True
+    return False
+
+
 def needs_plan(status: Mapping, generation: int | None, diff: kopf.Diff | None, kube: Kube, body: Mapping) -> bool:
     """Whether the job must be (re-)planned: it does not run, or its spec or profile annotation changed, or
     its RayCluster is gone. A running job with none of these keeps its plan (one read, no write)."""
     if not is_live(status) or status.get("observedGeneration") != generation:
         return True
-    profile_changed = any(tuple(d[1][:3]) == ("metadata", "annotations", PROFILE_ANNOTATION) for d in diff or ())
-    if profile_changed:
+    if profile_changed(diff):
         return True
     return kube.get_raycluster(body["metadata"]["namespace"], status["rayCluster"]) is None
 
