@@ -1,4 +1,4 @@
-"""Seconds per auto placement search at G = 128, 512, 2048 and 8192 GPUs (spec autoplace.md, "Scale").
+"""Seconds per auto placement search at G = 128, 512, 2048 and 8192 GPUs (docs/autoplace.md).
 
 Targets: G = 2048 under 0.5 s and G = 8192 under 3 s on one core. Two inputs per size, both cost models:
 - typical: spec worked example 3 scaled up (actor TP 2; valid data-parallel sizes keep the actor and
@@ -53,12 +53,13 @@ def main() -> None:
     print(f"{'G':>6} {'input':<10} {'model':<8} {'search s':>9} {'autotune s':>11}  placement")
     for gpus in SIZES:
         for worst in (False, True):
-            cfg = read_job(config(gpus, worst))
-            task = read_reasoning(cfg)
+            raw = config(gpus, worst)
+            task = read_reasoning(read_job(raw))
             for model in CostModel:
                 search_s = best_of(lambda: search_reasoning(task, model))  # noqa: B023
-                total_s = best_of(lambda: autotune(cfg, model))  # noqa: B023
-                result = autotune(cfg, model)
+                # The whole call from the config, as `rlplace autotune` makes it.
+                total_s = best_of(lambda: autotune(read_job(raw), model))  # noqa: B023
+                result = autotune(read_job(raw), model)
                 where = ", ".join(f"{k}: {v}" for k, v in result.component_placement.items())
                 label = "worst" if worst else "typical"
                 print(f"{gpus:>6} {label:<10} {model.value:<8} {search_s:>9.3f} {total_s:>11.3f}  {where}")

@@ -2,8 +2,9 @@
 
 The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
 with custom resources, ships a per-process environment), so this measures what that costs, for both ways of
-shipping the environment (LaunchOptions.env_via). All sides run in the same simulated cluster, in a
-palindrome order (plain, runtime_env, constructor, constructor, runtime_env, plain) so none gets the warm
+shipping the environment (LaunchOptions.env_via), and for both ways of holding an actor to its node
+(LaunchOptions.pin_node_by: the node's custom resource, or Ray's label selector). All sides run in the same simulated cluster, in a
+palindrome order (plain, runtime_env, constructor, resource, resource, constructor, ...) so none gets the warm
 caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
 
     .venv/bin/python benchmarks/launch_scale.py [--nodes 4] [--workers 64] [--rounds 1]
@@ -23,8 +24,9 @@ from placement_core.plan import Plan, build_plan
 TARGET_RATIO = 1.5
 SIDES = {
     "plain": "plain Ray actors (num_gpus=1)",
-    "runtime_env": "launcher, env_via=runtime_env (default)",
+    "runtime_env": "launcher (default: runtime_env, node label)",
     "constructor": "launcher, env_via=constructor",
+    "resource": "launcher, pinned by node resource",
 }
 
 
@@ -57,9 +59,12 @@ def time_plain(workers: int) -> float:
     return elapsed
 
 
-def time_launcher(plan: Plan, env_via: str) -> float:
+def time_launcher(plan: Plan, side: str) -> float:
     """The launcher, from the stored plan to every actor up (plan parsing and cluster check included)."""
-    options = launcher.LaunchOptions(free_timeout_s=60, env_via=env_via)
+    if side == "resource":
+        options = launcher.LaunchOptions(free_timeout_s=60, pin_node_by="resource")
+    else:
+        options = launcher.LaunchOptions(free_timeout_s=60, env_via=side)
     start = time.perf_counter()
     group = launcher.launch(plan, "actor", Worker, options=options)
     elapsed = time.perf_counter() - start

@@ -1,7 +1,5 @@
 """strategies.py and placement.py: Flexible, Packed and Node strategies, the Placement record, placement_env
-(spec §3)."""
-
-import dataclasses
+(docs/placement.md, "Strategies")."""
 
 import pytest
 
@@ -38,7 +36,7 @@ def local_ranks(placements):
     return [list(p.local_hardware_ranks) for p in placements]
 
 
-# Spec §1's three nodes: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
+# The three nodes of docs/placement.md: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
 HETEROGENEOUS = [
     {"label": "a800", "node_ranks": "0-1"},
     {"label": "4090", "node_ranks": 2},
@@ -48,7 +46,7 @@ HETEROGENEOUS = [
 
 
 def test_placement_record_fields_in_spec_order():
-    assert [f.name for f in dataclasses.fields(Placement)] == PLACEMENT_FIELDS
+    assert list(Placement._fields) == PLACEMENT_FIELDS
 
 
 # -- Flexible ---------------------------------------------------------------------------------------------------
@@ -190,7 +188,7 @@ def test_placements_are_immutable():
     cluster = gpus()
     strategy = FlexiblePlacementStrategy([[0]])
     first = strategy.get_placement(cluster)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         first[0].rank = 99  # type: ignore[misc]
     assert isinstance(first[0].visible_accelerators, tuple)
     assert isinstance(first[0].local_hardware_ranks, tuple)
