@@ -293,6 +293,19 @@ def test_nodegroup_status_follows_nodes(
     assert [n["name"] for n in status()["nodes"]] == ["a800-0", "a800-1", "a800-9"]
 
 
+def test_nodegroup_whose_gpu_nodes_left_drops_its_hardware_type(k8s: client.ApiClient, fake_node) -> None:
+    fake_node("fleeting-0", labels={"rlplace.io/gpu-type": "fleeting"}, gpus=8)
+    with temporary_nodegroup(k8s, "fleeting", "fleeting") as custom:
+
+        def status() -> dict:
+            return custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "fleeting").get("status") or {}
+
+        wait_for(lambda: status().get("hardwareType") == "Accelerator", 30, "an Accelerator group")
+        client.CoreV1Api(k8s).delete_node("fleeting-0")
+        wait_for(lambda: status().get("totalNodes") == 0, 30, "the node gone from the group")
+        assert "hardwareType" not in status() and status()["nodes"] == []
+
+
 def test_restarting_the_operator_mid_reconcile_makes_no_duplicates(
     jobs: Jobs, restart_operator: Callable[[], None]
 ) -> None:
