@@ -112,6 +112,8 @@ class Kube:
         try:
             self.patch_rljob_status(metadata["namespace"], metadata["name"], patch)
         except ApiException as err:
+            if err.status == 404:  # the job was deleted meanwhile: nothing left to describe
+                return True
             if err.status != 422:
                 raise
             refusal = short(f"the API server refused the status update: {_message(err)}")
