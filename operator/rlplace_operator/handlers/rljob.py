@@ -41,7 +41,7 @@ from rlplace_operator.models import (
     dump,
     is_live,
 )
-from rlplace_operator.names import PROFILE_ANNOTATION, RLJOB_PLURAL, raycluster_name
+from rlplace_operator.names import NODEGROUP_PLURAL, PROFILE_ANNOTATION, RLJOB_PLURAL, raycluster_name
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
 from rlplace_operator.selection import JobGroup, unit_resource
 
@@ -400,43 +400,50 @@ def rljob_release(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
     ledger.forget((namespace, name))
 
 
-def _provisioning(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") == JobPhase.PROVISIONING
-
-
-@kopf.timer(GROUP, VERSION, RLJOB_PLURAL, interval=BIND_CHECK_SECONDS, when=_provisioning)
-def rljob_bind_watchdog(
-    name: str,
-    namespace: str,
-    body: kopf.Body,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    **_: Any,
-) -> None:
-    """All or nothing after admission too: worker pods that cannot bind in time -> give back, queue again."""
+def _bound_in_time(status: Mapping) -> bool | None:
+    """None when the bind bound has not passed since admission (or the job was not admitted)."""
     admitted = cond.find(status.get("conditions"), cond.ADMITTED)
     if admitted is None or admitted.get("status") != "True":
-        return
+        return None
     since = dt.datetime.fromisoformat(admitted["lastTransitionTime"].replace("Z", "+00:00"))
-    if (dt.datetime.now(dt.UTC) - since).total_seconds() < BIND_TIMEOUT_SECONDS:
-        return
+    return None if (dt.datetime.now(dt.UTC) - since).total_seconds() < BIND_TIMEOUT_SECONDS else True
+
+
+# A timer on NodeGroups, not on RLJobs: kopf puts a finalizer on every object a timer watches, and deleting a
+# job must not need the operator (NodeGroups carry one already, for their status resync).
+@kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=BIND_CHECK_SECONDS)
+def nodegroup_bind_watchdog(name: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any) -> None:
+    """All or nothing after admission too: a Provisioning job of this group whose worker pods are not all
+    bound BIND_TIMEOUT_SECONDS after admission gives its nodes back and queues again."""
     kube: Kube = memo.kube
-    bound = [node for node in kube.worker_pod_nodes(namespace, raycluster_name(name)) if node]
-    expected = status.get("nodes") or 0
-    if len(bound) >= expected:
-        return
-    kube.delete_raycluster(namespace, raycluster_name(name))
     ledger: Ledger = memo.ledger
-    ledger.release((namespace, name))
-    job = _JobStatus(body, status, meta.get("generation"))
-    message = (
-        f"{len(bound)} of {expected} worker pods bound {BIND_TIMEOUT_SECONDS:.0f} s after admission (another "
-        "workload took a node): gave the nodes back and queued again"
-    )
-    if job.condition(cond.ADMITTED, False, cond.BIND_TIMEOUT, message):
-        kopf.warn(body, reason=cond.BIND_TIMEOUT, message=message)
-    job.condition(cond.RAYCLUSTER_READY, False, cond.BIND_TIMEOUT, message)
-    job.phase(JobPhase.QUEUED, message)
-    job.set(rayCluster=None, queuePosition=None, waitingFor=None)
-    job.write(kube)
+    for key in rljob_index:
+        entry = indexed(rljob_index, key)
+        status = entry["status"]
+        if name not in entry["nodeGroups"] or status.get("phase") != JobPhase.PROVISIONING:
+            continue
+        if _bound_in_time(status) is None:
+            continue
+        namespace, job_name = key
+        bound = [node for node in kube.worker_pod_nodes(namespace, raycluster_name(job_name)) if node]
+        expected = status.get("nodes") or 0
+        if len(bound) >= expected:
+            continue
+        kube.delete_raycluster(namespace, raycluster_name(job_name))
+        ledger.release(key)
+        body = {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": "RLJob",
+            "metadata": {"name": job_name, "namespace": namespace, "uid": entry["uid"]},
+        }
+        job = _JobStatus(kopf.Body(body), status, entry["generation"])
+        message = (
+            f"{len(bound)} of {expected} worker pods bound {BIND_TIMEOUT_SECONDS:.0f} s after admission (another "
+            "workload took a node): gave the nodes back and queued again"
+        )
+        if job.condition(cond.ADMITTED, False, cond.BIND_TIMEOUT, message):
+            kopf.warn(body, reason=cond.BIND_TIMEOUT, message=message)
+        job.condition(cond.RAYCLUSTER_READY, False, cond.BIND_TIMEOUT, message)
+        job.phase(JobPhase.QUEUED, message)
+        job.set(rayCluster=None, queuePosition=None, waitingFor=None)
+        job.write(kube)
