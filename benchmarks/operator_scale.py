@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -128,12 +129,33 @@ def wait_for(probe, timeout: float, what: str):
     raise TimeoutError(f"timed out waiting for {what}")
 
 
-def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_timeout: float) -> dict[str, float]:
+@contextlib.contextmanager
+def bench_cluster() -> Iterator[tuple[client.ApiClient, str]]:
+    """The cluster in KUBECONFIG, else a local control plane in .e2e/bench (stopped afterwards), with
+    rlplace's CRDs applied from crds/."""
+    state = REPO / ".e2e" / "bench"
+    kubeconfig = os.environ.get("KUBECONFIG")
+    started = kubeconfig is None
+    if started:
+        kubeconfig = start_cluster(state)
+    try:
+        kubectl = str(REPO / ".e2e/bin/kubectl")
+        apply = ("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+        subprocess.run([kubectl, "--kubeconfig", kubeconfig, *apply], check=True, capture_output=True)
+        yield config.new_client_from_config(config_file=kubeconfig), kubeconfig
+    finally:
+        if started:
+            stop_cluster(state)
+
+
+@contextlib.contextmanager
+def bench_group(api: client.ApiClient, kubeconfig: str, nodes: int, prefix: str) -> Iterator[Operator]:
+    """A namespace and a NodeGroup named `prefix` over `nodes` new 8-GPU kwok nodes, with the operator running
+    and every node ready in the group; afterwards all of it is removed (the operator last, so it can finish
+    the deletions that wait on its finalizers)."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    prefix = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
-    namespace = prefix
-    core.create_namespace({"metadata": {"name": namespace}})
-    wait_for(lambda: core.list_namespaced_service_account(namespace).items, 60, "default ServiceAccount")
+    core.create_namespace({"metadata": {"name": prefix}})
+    wait_for(lambda: core.list_namespaced_service_account(prefix).items, 60, "default ServiceAccount")
     node_names = add_nodes(core, nodes, prefix)
     group = {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -154,6 +176,31 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_t
             300,
             f"{nodes} nodes ready in the NodeGroup",
         )
+        yield operator
+    finally:
+        with contextlib.suppress(ApiException):
+            core.delete_namespace(prefix)
+            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
+        with contextlib.suppress(TimeoutError):
+            wait_for(lambda: not _exists(lambda: core.read_namespace(prefix)), 120, f"namespace {prefix} gone")
+        operator.stop()
+        delete_nodes(core, node_names)
+
+
+def _exists(read: Callable[[], object]) -> bool:
+    try:
+        read()
+    except ApiException as err:
+        if err.status == 404:
+            return False
+        raise
+    return True
+
+
+def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_timeout: float) -> dict[str, float]:
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    namespace = f"bench{nodes}-{uuid.uuid4().hex[:4]}"
+    with bench_group(api, kubeconfig, nodes, namespace) as operator:
         baseline = configmap_create_latency(core, namespace)
         created: dict[str, float] = {}
         raycluster_seen: dict[str, float] = {}
@@ -184,7 +231,7 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_t
                 "kind": "RLJob",
                 "metadata": {"name": f"job-{i:03d}"},
                 "spec": {
-                    "nodeGroups": [prefix],
+                    "nodeGroups": [namespace],
                     "componentPlacement": [{"components": "actor,rollout", "placement": f"{first}-{first + 7}"}],
                 },
             }
@@ -215,14 +262,6 @@ def run(api: client.ApiClient, kubeconfig: str, nodes: int, jobs: int, running_t
             "configmap_p95": percentile(baseline, 0.95),
             "operator_peak_rss_mib": operator.peak_rss_kib / 1024,
         }
-    finally:
-        operator.stop()
-        try:
-            core.delete_namespace(namespace)
-            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
-        except ApiException:
-            pass
-        delete_nodes(core, node_names)
 
 
 def main() -> None:
@@ -231,27 +270,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--running-timeout", type=float, default=240, help="seconds to wait for phase Running")
     args = parser.parse_args()
-    state = REPO / ".e2e" / "bench"
-    kubeconfig = os.environ.get("KUBECONFIG")
-    started = kubeconfig is None
-    if started:
-        kubeconfig = start_cluster(state)
-    try:
-        subprocess.run(
-            [
-                str(REPO / ".e2e/bin/kubectl"),
-                "--kubeconfig",
-                kubeconfig,
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                str(REPO / "crds"),
-            ],
-            check=True,
-            capture_output=True,
-        )
-        api = config.new_client_from_config(config_file=kubeconfig)
+    with bench_cluster() as (api, kubeconfig):
         print(
             f"{'nodes':>6} {'jobs':>5} | {'to RayCluster p50/p95 (s)':>26} | {'to Running p50/p95 (s)':>23} (n) | "
             f"{'ConfigMap create p50/p95 (s)':>29} | {'p95 ratio':>9} | operator peak RSS"
@@ -265,9 +284,6 @@ def main() -> None:
                 f"{r['raycluster_p95'] / r['configmap_p95']:>8.0f}x | {r['operator_peak_rss_mib']:.0f} MiB",
                 flush=True,
             )
-    finally:
-        if started:
-            stop_cluster(state)
 
 
 if __name__ == "__main__":

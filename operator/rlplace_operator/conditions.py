@@ -1,13 +1,61 @@
-"""metav1.Condition lists: set one condition, keeping lastTransitionTime when its status did not change."""
+"""Condition types and reasons (named constants, as KubeRay names its own), metav1.Condition lists, and the
+merge patch that turns one status into another.
+
+A condition is kept with its lastTransitionTime when its status did not change.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+# -- condition types -----------------------------------------------------------------------------------------
+#: RLJob: the spec (and its NodeGroups) are valid.
+VALIDATED = "Validated"
+#: RLJob: a plan exists on the live cluster.
+PLACED = "Placed"
+#: RLJob: every Ray pod of its RayCluster is ready.
+RAYCLUSTER_READY = "RayClusterReady"
+#: RLJob: True when a NodeGroup it runs on no longer holds one of its nodes, or is being deleted.
+NODEGROUP_CHANGED = "NodeGroupChanged"
+#: RLJob: False when the API server refused the operator's last status write.
+STATUS_WRITTEN = "StatusWritten"
+#: RLJob: True once admission reserved every node its plan needs (docs/admission.md).
+ADMITTED = "Admitted"
+#: NodeGroup: at least one matched node is ready.
+READY = "Ready"
+
+# -- reasons -------------------------------------------------------------------------------------------------
+SPEC_VALID = "SpecValid"
+INVALID_SPEC = "InvalidSpec"
+NODEGROUP_NOT_FOUND = "NodeGroupNotFound"
+PLACEMENT_APPLIED = "Placed"
+PLACEMENT_INVALID = "PlacementInvalid"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+KUBERAY_MISSING = "KubeRayMissing"
+RAYCLUSTER_PROVISIONING = "RayClusterProvisioning"
+RAYCLUSTER_IS_READY = "RayClusterReady"
+SUSPENDED = "Suspended"
+NODES_LEFT_GROUP = "NodesLeftNodeGroup"
+NODEGROUP_DELETING = "NodeGroupDeleting"
+STATUS_REJECTED = "StatusRejected"
+NODES_READY = "NodesReady"
+QUEUED = "Queued"
+BIND_TIMEOUT = "BindTimeout"
+NODES_DIFFER = "NodesDiffer"
+NO_READY_NODES = "NoReadyNodes"
+
+#: Messages longer than this are cut: they quote user input, and a status must stay small.
+MAX_MESSAGE_CHARS = 1024
 
 
 def now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def short(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 3] + "..."
 
 
 def set_condition(
@@ -20,6 +68,7 @@ def set_condition(
 ) -> list[dict]:
     """A new list with `type_` set; the other conditions are kept in order."""
     value = "True" if status else "False"
+    message = short(message)
     result = [dict(c) for c in conditions or []]
     for condition in result:
         if condition.get("type") == type_:
@@ -36,5 +85,25 @@ def set_condition(
     return result
 
 
+def find(conditions: Sequence[dict] | None, type_: str) -> dict | None:
+    return next((c for c in conditions or [] if c.get("type") == type_), None)
+
+
 def is_true(conditions: Sequence[dict] | None, type_: str) -> bool:
-    return any(c.get("type") == type_ and c.get("status") == "True" for c in conditions or [])
+    condition = find(conditions, type_)
+    return condition is not None and condition.get("status") == "True"
+
+
+def merge_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch from `before` to `after`: changed keys, nested maps recursively, and null for a key
+    that `after` no longer has (so a status field that becomes empty is removed, not left behind)."""
+    patch: dict[str, Any] = {key: None for key in before if key not in after}
+    for key, value in after.items():
+        old = before.get(key)
+        if isinstance(value, Mapping) and isinstance(old, Mapping):
+            nested = merge_patch(old, value)
+            if nested:
+                patch[key] = nested
+        elif old != value or key not in before:
+            patch[key] = value
+    return patch

@@ -23,64 +23,19 @@ from rlplace_operator import models
 REPO = Path(__file__).resolve().parents[2]
 OUTPUT_DIRS = (REPO / "crds", REPO / "charts" / "rlplace" / "crds")
 
-# CEL rules with messages a person understands; a field that has one drops its regex `pattern`, so
-# `kubectl apply` reports the readable message instead of the raw expression.
-_RULES: dict[tuple[str, str], list[dict[str, str]]] = {
-    ("PlacementEntry", "placement"): [
-        {
-            "rule": f"self.matches(r'{models.PLACEMENT_PATTERN}')",
-            "message": "placement must be parts R[:P] separated by commas, where R is all, N or N-M and P is N or "
-            "N-M (for example 0-7, all, 0-3:0-7)",
-        }
-    ],
-    ("PlacementEntry", "components"): [
-        {
-            "rule": f"self.matches(r'{models.COMPONENTS_PATTERN}')",
-            "message": "components must be component names separated by commas, for example actor,rollout",
-        }
-    ],
-    ("PlacementEntry", "nodeGroup"): [
-        {
-            "rule": f"self.matches(r'{models.LABELS_PATTERN}')",
-            "message": "nodeGroup must be NodeGroup names separated by commas, for example a800,4090",
-        }
-    ],
-}
-_OBJECT_RULES: dict[str, list[dict[str, str]]] = {
-    "NodeGroupSpec": [
-        {
-            "rule": "!(has(self.hardware) && has(self.ignoreHardware) && self.ignoreHardware)",
-            "message": "hardware and ignoreHardware cannot both be set",
-        }
-    ],
-    "RLJobSpec": [
-        {
-            "rule": "(has(self.autoPlacement) && self.autoPlacement) || "
-            "(has(self.componentPlacement) && size(self.componentPlacement) > 0)",
-            "message": "componentPlacement needs at least one entry unless autoPlacement is true",
-        }
-    ],
-    "LabelSelectorRequirement": [
-        {
-            "rule": "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
-            "message": "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
-        }
-    ],
-}
-_LIST_MAPS = {("RLJobSpec", "componentPlacement"): "components"}
+#: Keys a property keeps from the wrapper around it (`$ref`, `anyOf [X, null]`): its text and its CEL rules.
+_CARRIED = ("description", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys")
 
 
-def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None = None) -> dict[str, Any]:
+def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:
     if "$ref" in schema:
-        name = schema["$ref"].rsplit("/", 1)[-1]
-        resolved = _structural(defs[name], defs, name)
-        return {**resolved, **{k: v for k, v in schema.items() if k in ("description",)}}
+        resolved = _structural(defs[schema["$ref"].rsplit("/", 1)[-1]], defs)
+        return {**resolved, **{k: v for k, v in schema.items() if k in _CARRIED}}
     if "anyOf" in schema:
         options = [s for s in schema["anyOf"] if s.get("type") != "null"]
         if len(options) != 1:
             raise ValueError(f"cannot express anyOf {schema['anyOf']} in a structural schema")
-        merged = {**_structural(options[0], defs, owner), **{k: schema[k] for k in ("description",) if k in schema}}
-        return merged
+        return {**_structural(options[0], defs), **{k: schema[k] for k in _CARRIED if k in schema}}
     out: dict[str, Any] = {}
     for key, value in schema.items():
         if key in ("title", "additionalProperties", "$defs", "default"):
@@ -89,14 +44,9 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None 
             out["properties"] = {}
             for name, prop in value.items():
                 field_schema = _structural(prop, defs)
-                rules = _RULES.get((owner or "", name))
-                if rules:
+                if "x-kubernetes-validations" in field_schema:
+                    # The rule's message says what the regex means; the regex would only repeat it unreadably.
                     field_schema.pop("pattern", None)
-                    field_schema["x-kubernetes-validations"] = rules
-                list_key = _LIST_MAPS.get((owner or "", name))
-                if list_key:
-                    field_schema["x-kubernetes-list-type"] = "map"
-                    field_schema["x-kubernetes-list-map-keys"] = [list_key]
                 out["properties"][name] = field_schema
         elif key == "items":
             out["items"] = _structural(value, defs)
@@ -117,8 +67,6 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None 
         and isinstance(schema["additionalProperties"], dict)
     ):
         out["additionalProperties"] = _structural(schema["additionalProperties"], defs)
-    if owner in _OBJECT_RULES:
-        out["x-kubernetes-validations"] = _OBJECT_RULES[owner]
     if "enum" in out and "type" not in out:
         out["type"] = "string"
     return out
@@ -126,7 +74,7 @@ def _structural(schema: dict[str, Any], defs: dict[str, Any], owner: str | None 
 
 def _schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(by_alias=True, mode="validation")
-    return _structural(raw, raw.get("$defs", {}), model.__name__)
+    return _structural(raw, raw.get("$defs", {}))
 
 
 def _column(name: str, path: str, kind: str = "string", description: str = "", priority: int = 0) -> dict:
@@ -219,14 +167,20 @@ def build_crds() -> dict[str, dict[str, Any]]:
         models.RLJobSpec,
         models.RLJobStatus,
         [
-            _column("Phase", ".status.phase", description="Pending, Placing, Provisioning, Running, Suspended, Failed"),
+            _column(
+                "Phase",
+                ".status.phase",
+                description="Pending, Queued, Provisioning, Running, Suspended, Failed",
+            ),
+            _column("Queue", ".status.queuePosition", "integer", "Place in the queue while Queued"),
+            _column("Waiting For", ".status.waitingFor", description="What a Queued job waits for"),
             _column("Mode", ".status.placement.mode", description="Placement mode"),
             _column("GPUs", ".status.gpus", "integer", "GPUs the job uses"),
             _column("Nodes", ".status.nodes", "integer", "Nodes the job uses"),
             _column("RayCluster", ".status.rayCluster", description="The job's RayCluster"),
             age,
             _column("Predicted", ".status.predictedIterationTime", "number", "Predicted s/iteration", priority=1),
-            _column("Message", ".status.message", description="Why Pending or Failed", priority=1),
+            _column("Message", ".status.message", description="Why Pending, Queued or Failed", priority=1),
         ],
     )
     return {"rlplace.io_nodegroups.yaml": nodegroup, "rlplace.io_rljobs.yaml": rljob}
@@ -239,23 +193,34 @@ def render(crd: dict[str, Any]) -> str:
     return header + yaml.safe_dump(crd, sort_keys=False, width=120)
 
 
-def main() -> int:
+def stale_files(output_dirs: tuple[Path, ...] = OUTPUT_DIRS) -> list[Path]:
+    """Generated files that are missing or differ from what the models give."""
+    crds = {name: render(crd) for name, crd in build_crds().items()}
+    return [
+        directory / name
+        for directory in output_dirs
+        for name, text in crds.items()
+        if not (directory / name).exists() or (directory / name).read_text() != text
+    ]
+
+
+def write(output_dirs: tuple[Path, ...] = OUTPUT_DIRS) -> None:
+    for name, crd in build_crds().items():
+        for directory in output_dirs:
+            directory.mkdir(parents=True, exist_ok=True)
+            (directory / name).write_text(render(crd))
+
+
+def main(argv: list[str] | None = None, output_dirs: tuple[Path, ...] = OUTPUT_DIRS) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="exit 1 if a generated file differs")
-    args = parser.parse_args()
-    stale = []
-    for name, crd in build_crds().items():
-        text = render(crd)
-        for directory in OUTPUT_DIRS:
-            path = directory / name
-            if args.check:
-                if not path.exists() or path.read_text() != text:
-                    stale.append(str(path.relative_to(REPO)))
-            else:
-                directory.mkdir(parents=True, exist_ok=True)
-                path.write_text(text)
+    args = parser.parse_args(argv)
+    if not args.check:
+        write(output_dirs)
+        return 0
+    stale = stale_files(output_dirs)
     if stale:
-        print(f"stale CRDs (run `make crds`): {', '.join(stale)}", file=sys.stderr)
+        print(f"stale CRDs (run `make crds`): {', '.join(map(str, stale))}", file=sys.stderr)
         return 1
     return 0
 

@@ -1,19 +1,22 @@
 """The one module that calls the Kubernetes API (besides kopf itself).
 
-Children are created first; a 409 means the object exists (another reconcile, or one interrupted by a
-restart), so it is read and compared, and only when a field we own differs is our manifest server-side
-applied (field manager `rlplace`, forced: the fields are ours). Never a duplicate, never a crash on a
-conflict with KubeRay's own writes, and re-applying an unchanged plan writes nothing.
+Children are written by server-side apply only (field manager `rlplace`, forced: the fields are ours), for
+create and update alike, so a key the operator stops writing (the ConfigMap's `plan.json` after a re-plan
+stores `plan.json.gz`) is removed by the API server. Job status is written as the merge patch from the status
+the operator saw to the one it wants: nothing when they agree, null for a field that became empty.
 """
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Callable
+from collections.abc import Mapping
 
+import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from rlplace_operator.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
 from rlplace_operator.models import GROUP, VERSION
 from rlplace_operator.names import (
     API_VERSION,
@@ -28,20 +31,6 @@ DISCOVERY_TTL_SECONDS = 60.0
 _APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
-def contains(live: object, wanted: object) -> bool:
-    """Whether `live` holds everything in `wanted` (the API server and KubeRay add defaults we never set)."""
-    if isinstance(wanted, dict):
-        return isinstance(live, dict) and all(k in live and contains(live[k], v) for k, v in wanted.items())
-    if isinstance(wanted, list):
-        return isinstance(live, list) and len(live) == len(wanted) and all(map(contains, live, wanted))
-    return live == wanted
-
-
-def _owned(body: dict, keys: tuple[str, ...]) -> dict:
-    metadata = body.get("metadata", {})
-    return {"labels": metadata.get("labels") or {}, **{k: body[k] for k in keys if k in body}}
-
-
 class Kube:
     """Thin typed wrappers over the official client, made once at operator start-up."""
 
@@ -53,44 +42,16 @@ class Kube:
 
     # -- children --------------------------------------------------------------------------------------------
 
-    def _apply(
-        self,
-        body: dict,
-        keys: tuple[str, ...],
-        create: Callable[[dict], object],
-        read: Callable[[], object],
-        apply: Callable[[dict], object],
-    ) -> dict:
-        try:
-            return self._as_dict(create(body))
-        except ApiException as err:
-            if err.status != 409:
-                raise
-        live = self._as_dict(read())
-        if contains(_owned(live, keys), _owned(body, keys)):
-            return live
-        return self._as_dict(apply(body))
-
     def apply_configmap(self, namespace: str, body: dict) -> dict:
         name = body["metadata"]["name"]
-        return self._apply(
-            body,
-            ("data", "binaryData"),
-            lambda b: self.core.create_namespaced_config_map(namespace, b),
-            lambda: self.core.read_namespaced_config_map(name, namespace),
-            lambda b: self.core.patch_namespaced_config_map(name, namespace, b, **_APPLY),
-        )
+        return self._as_dict(self.core.patch_namespaced_config_map(name, namespace, body, **_APPLY))
 
     def apply_raycluster(self, namespace: str, body: dict) -> dict:
         name = body["metadata"]["name"]
         args = (RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL)
-        return self._apply(
-            body,
-            ("spec",),
-            lambda b: self.custom.create_namespaced_custom_object(*args, b),
-            lambda: self.custom.get_namespaced_custom_object(*args, name),
-            lambda b: self.custom.patch_namespaced_custom_object(*args, name, b, **_APPLY),
-        )
+        # The client does not decode a custom object's reply to an apply patch (it returns None): read it here.
+        response = self.custom.patch_namespaced_custom_object(*args, name, body, _preload_content=False, **_APPLY)
+        return json.loads(response.data)
 
     def get_raycluster(self, namespace: str, name: str) -> dict | None:
         try:
@@ -109,6 +70,12 @@ class Kube:
                 return False
             raise
         return True
+
+    def worker_pod_nodes(self, namespace: str, cluster: str) -> list[str | None]:
+        """The node each worker pod of a RayCluster is bound to (None: not bound yet)."""
+        selector = f"ray.io/cluster={cluster},ray.io/node-type=worker"
+        pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
+        return [pod.spec.node_name for pod in pods if pod.metadata.deletion_timestamp is None]
 
     def raycluster_crd_installed(self) -> bool:
         """Whether the API serves ray.io/v1 RayClusters.
@@ -132,10 +99,45 @@ class Kube:
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
 
-    def patch_rljob_status(self, namespace: str, name: str, status: dict) -> None:
+    def patch_rljob_status(self, namespace: str, name: str, patch: dict) -> None:
         self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, RLJOB_PLURAL, name, {"apiVersion": API_VERSION, "status": status}
+            GROUP, VERSION, namespace, RLJOB_PLURAL, name, {"apiVersion": API_VERSION, "status": patch}
         )
+
+    def write_rljob_status(self, body: Mapping, before: Mapping, after: Mapping) -> bool:
+        """Patch the job's status from `before` to `after`; True when a request was sent.
+
+        A write the API server refuses as invalid (422: the object grew past its size limit, say) is not
+        retried as is: the job gets a short StatusWritten=False condition naming the refusal instead, and a
+        Warning Event when even that cannot be written.
+        """
+        patch = merge_patch(before, after)
+        if not patch:
+            return False
+        metadata = body["metadata"]
+        try:
+            self.patch_rljob_status(metadata["namespace"], metadata["name"], patch)
+        except ApiException as err:
+            if err.status == 404:  # the job was deleted meanwhile: nothing left to describe
+                return True
+            if err.status != 422:
+                raise
+            refusal = short(f"the API server refused the status update: {_message(err)}")
+            conditions = set_condition(before.get("conditions"), STATUS_WRITTEN, False, STATUS_REJECTED, refusal)
+            try:
+                self.patch_rljob_status(metadata["namespace"], metadata["name"], {"conditions": conditions})
+            except ApiException as again:
+                if again.status != 422:
+                    raise
+                kopf.warn(dict(body), reason=STATUS_REJECTED, message=refusal)
+        return True
 
     def _as_dict(self, obj: object) -> dict:
         return obj if isinstance(obj, dict) else self.api_client.sanitize_for_serialization(obj)
+
+
+def _message(err: ApiException) -> str:
+    try:
+        return str(json.loads(err.body).get("message", err.reason))
+    except (TypeError, ValueError):
+        return str(err.reason)

@@ -8,6 +8,7 @@ Field names are camelCase on the wire, as Kubernetes users expect.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,14 @@ _RANGE = r"[0-9]+(\s*-\s*[0-9]+)?"
 _PART = rf"\s*([aA][lL][lL]|{_RANGE})\s*(:\s*{_RANGE}\s*)?"
 PLACEMENT_PATTERN = rf"^{_PART}(,({_PART})?)*$"
 LABELS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
+#: Longest driver command (spec.entrypoint): it reaches the head pod as one environment variable.
+MAX_ENTRYPOINT_CHARS = 65536
+
+
+def cel(rule: str, message: str) -> dict[str, Any]:
+    """A CEL validation rule for the CRD, set beside the field or model it guards (`json_schema_extra`).
+    crdgen drops a field's regex `pattern` when it has a rule, so `kubectl apply` shows `message`."""
+    return {"x-kubernetes-validations": [{"rule": rule, "message": message}]}
 
 
 class _Camel(BaseModel):
@@ -38,23 +47,29 @@ class _Camel(BaseModel):
 # ---------------------------------------------------------------------------------------------------- NodeGroup
 
 
-class LabelSelectorRequirement(_Camel):
+class LabelSelectorRequirement(
+    _Camel,
+    json_schema_extra=cel(
+        "(self.operator in ['In', 'NotIn']) == (has(self.values) && size(self.values) > 0)",
+        "values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist",
+    ),
+):
     """A label selector requirement: a key, an operator and values."""
 
-    key: str
+    key: str = Field(max_length=317)
     """The label key the selector applies to."""
     operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
     """How the key relates to the values: In, NotIn, Exists or DoesNotExist."""
-    values: list[str] = []
+    values: list[Annotated[str, Field(max_length=63)]] = Field([], max_length=1024)
     """Values for In and NotIn; must be empty for Exists and DoesNotExist."""
 
 
 class LabelSelector(_Camel):
     """Which Kubernetes nodes belong to the group (the usual matchLabels/matchExpressions selector)."""
 
-    match_labels: dict[str, str] = {}
+    match_labels: dict[str, Annotated[str, Field(max_length=63)]] = {}
     """Labels a node must carry, all of them."""
-    match_expressions: list[LabelSelectorRequirement] = []
+    match_expressions: list[LabelSelectorRequirement] = Field([], max_length=64)
     """Requirements a node's labels must meet, all of them."""
 
 
@@ -72,20 +87,26 @@ class Hardware(_Camel):
 
     type: HardwareType = HardwareType.ACCELERATOR
     """Accelerator (GPUs) or a robot type (Franka, DualFranka, GimArm, DOSW1, Turtle2)."""
-    resource_name: str = Field("nvidia.com/gpu", pattern=r"^[A-Za-z0-9.-]+/[A-Za-z0-9_.-]+$")
+    resource_name: str = Field("nvidia.com/gpu", pattern=r"^[A-Za-z0-9.-]+/[A-Za-z0-9_.-]+$", max_length=317)
     """The extended resource in node.status.allocatable that counts the units on each node."""
 
 
 class EnvVar(_Camel):
     """An environment variable."""
 
-    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    name: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$", max_length=253)
     """Variable name."""
-    value: str = ""
+    value: str = Field("", max_length=32768)
     """Variable value."""
 
 
-class NodeGroupSpec(_Camel):
+class NodeGroupSpec(
+    _Camel,
+    json_schema_extra=cel(
+        "!(has(self.hardware) && has(self.ignoreHardware) && self.ignoreHardware)",
+        "hardware and ignoreHardware cannot both be set",
+    ),
+):
     """A named set of Kubernetes nodes with one kind of hardware: the Kubernetes form of cluster.node_groups."""
 
     node_selector: LabelSelector
@@ -95,7 +116,7 @@ class NodeGroupSpec(_Camel):
     """The hardware ranks count. Default: the nodes' GPUs (nvidia.com/gpu); without GPUs, the nodes."""
     ignore_hardware: bool = False
     """Count the nodes themselves, never their hardware (for CPU workers)."""
-    env: list[EnvVar] = []
+    env: list[EnvVar] = Field([], max_length=128)
     """Variables every worker on these nodes gets."""
 
 
@@ -154,17 +175,56 @@ class NodeGroupStatus(_Camel):
 class PlacementEntry(_Camel):
     """One key of cluster.component_placement: the components that share a strategy, and where they go."""
 
-    components: Annotated[str, Field(pattern=COMPONENTS_PATTERN, max_length=253)]
+    components: Annotated[
+        str,
+        Field(
+            pattern=COMPONENTS_PATTERN,
+            max_length=253,
+            json_schema_extra=cel(
+                f"self.matches(r'{COMPONENTS_PATTERN}')",
+                "components must be component names separated by commas, for example actor,rollout",
+            ),
+        ),
+    ]
     """Component names separated by commas, e.g. `actor,rollout`; they share one placement."""
-    placement: Annotated[str, Field(pattern=PLACEMENT_PATTERN, max_length=1024)]
+    placement: Annotated[
+        str,
+        Field(
+            pattern=PLACEMENT_PATTERN,
+            max_length=1024,
+            json_schema_extra=cel(
+                f"self.matches(r'{PLACEMENT_PATTERN}')",
+                "placement must be parts R[:P] separated by commas, where R is all, N or N-M and P is N or N-M "
+                "(for example 0-7, all, 0-3:0-7)",
+            ),
+        ),
+    ]
     """Resource ranks and optional process ranks: parts `R[:P]` separated by commas, where R is `all`, `N` or
     `N-M` and P is `N` or `N-M` (e.g. `0-7`, `all`, `0-3:0-7`, `0-1:0-3,3-5`)."""
-    node_group: Annotated[str | None, Field(pattern=LABELS_PATTERN, max_length=253)] = None
+    node_group: Annotated[
+        str | None,
+        Field(
+            pattern=LABELS_PATTERN,
+            max_length=253,
+            json_schema_extra=cel(
+                f"self.matches(r'{LABELS_PATTERN}')",
+                "nodeGroup must be NodeGroup names separated by commas, for example a800,4090",
+            ),
+        ),
+    ] = None
     """NodeGroups the ranks count over, comma-separated, in order (default: all of the job's node groups)."""
 
 
-class AppliedPlacementEntry(PlacementEntry):
-    """One key of the component placement the operator applied."""
+class AppliedPlacementEntry(_Camel):
+    """One key of the component placement the operator applied (written by the operator, so no CEL rules:
+    their cost would count against the CRD's validation budget for nothing)."""
+
+    components: str
+    """Component names separated by commas."""
+    placement: str
+    """Resource ranks and optional process ranks."""
+    node_group: str | None = None
+    """NodeGroups the ranks count over."""
 
 
 class PlacementMode(enum.StrEnum):
@@ -229,26 +289,40 @@ class Resources(_Camel):
 class RaySpec(_Camel):
     """The KubeRay RayCluster the job runs in."""
 
-    image: str = "rayproject/ray:2.60.0"
+    image: str = Field("rayproject/ray:2.60.0", max_length=1024)
     """Container image of every Ray pod."""
-    ray_version: str = "2.60.0"
+    ray_version: str = Field("2.60.0", max_length=64)
     """Ray version in the image (RayCluster.spec.rayVersion)."""
     head_resources: Resources = Resources()
     """CPU and memory of the head pod (it never requests or sees a GPU)."""
     worker_resources: Resources = Resources(cpu="4", memory="16Gi")
     """CPU and memory of each worker pod (GPUs are added from the plan)."""
-    service_account_name: str | None = None
+    service_account_name: str | None = Field(None, max_length=253)
     """Service account of the Ray pods."""
 
 
-class RLJobSpec(_Camel):
+class RLJobSpec(
+    _Camel,
+    json_schema_extra=cel(
+        "(has(self.autoPlacement) && self.autoPlacement) || "
+        "(has(self.componentPlacement) && size(self.componentPlacement) > 0)",
+        "componentPlacement needs at least one entry unless autoPlacement is true",
+    ),
+):
     """One RL training job: its node groups, its component placement, and the Ray cluster that runs it."""
 
     node_groups: Annotated[
-        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")]], Field(min_length=1)
+        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)]],
+        Field(min_length=1, max_length=64),
     ]
     """NodeGroups that form the job's cluster, in node-rank order."""
-    component_placement: Annotated[list[PlacementEntry], Field(max_length=64)] = []
+    component_placement: Annotated[
+        list[PlacementEntry],
+        Field(
+            max_length=64,
+            json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["components"]},
+        ),
+    ] = []
     """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement."""
     auto_placement: bool = False
     """Search the placement with the shortest predicted iteration time from `profile` (or the
@@ -265,19 +339,31 @@ class RLJobSpec(_Camel):
     """Each process sees only its own GPUs (CUDA_VISIBLE_DEVICES); false: all GPUs of its node."""
     ray: RaySpec = RaySpec()
     """The RayCluster."""
-    entrypoint: str | None = None
+    entrypoint: str | None = Field(None, max_length=MAX_ENTRYPOINT_CHARS)
     """Driver command, passed to the head pod as RLPLACE_ENTRYPOINT for `ray job submit`."""
     suspend: bool = False
     """Remove the RayCluster and keep the job; set back to false to start it again."""
+    priority: int = 0
+    """Queue order among jobs waiting for free nodes: higher first, then older first (creationTimestamp). A
+    waiting job is passed only by jobs of higher priority; running jobs are never stopped for it."""
 
 
 class JobPhase(enum.StrEnum):
     PENDING = "Pending"
-    PLACING = "Placing"
+    QUEUED = "Queued"
     PROVISIONING = "Provisioning"
     RUNNING = "Running"
     SUSPENDED = "Suspended"
     FAILED = "Failed"
+
+
+#: Phases in which a job's RayCluster exists and holds its planned nodes.
+LIVE_PHASES = frozenset({JobPhase.PROVISIONING, JobPhase.RUNNING})
+
+
+def is_live(status: Mapping[str, Any]) -> bool:
+    """Whether a job (by its status on the wire) runs: its RayCluster exists and holds the planned nodes."""
+    return status.get("phase") in LIVE_PHASES and bool(status.get("rayCluster"))
 
 
 class ComponentSummary(_Camel):
@@ -306,11 +392,15 @@ class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
     phase: JobPhase | None = None
-    """Pending, Placing, Provisioning, Running, Suspended or Failed."""
+    """Pending, Queued, Provisioning, Running, Suspended or Failed."""
     message: str | None = None
-    """Why the job is Pending or Failed."""
+    """Why the job is Pending, Queued or Failed, or why a change to a running job was not applied."""
+    queue_position: int | None = None
+    """Place in the queue of jobs waiting for free nodes (1: the next to start), while Queued."""
+    waiting_for: str | None = None
+    """What a Queued job waits for, e.g. `1 free node of 4090`."""
     conditions: list[Condition] = []
-    """Validated, Placed, RayClusterReady."""
+    """Validated, Placed, Admitted, RayClusterReady, NodeGroupChanged, StatusWritten."""
     placement: ResolvedPlacement | None = None
     """The resolved placement."""
     applied_placement: list[AppliedPlacementEntry] = []

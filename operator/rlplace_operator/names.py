@@ -12,6 +12,10 @@ NODE_RANK_LABEL = "rlplace.io/node-rank"
 #: Annotation with profiled costs (JSON: actor_cost, inference_cost, rollout_cost) that turns on auto placement.
 PROFILE_ANNOTATION = "rlplace.io/profile"
 
+#: RayCluster annotation: the nodes its worker pods are pinned to, comma-separated. The operator rebuilds which
+#: nodes admitted jobs hold from it after a restart (see docs/admission.md).
+NODES_ANNOTATION = "rlplace.io/nodes"
+
 RLJOB_PLURAL = "rljobs"
 NODEGROUP_PLURAL = "nodegroups"
 API_VERSION = f"{GROUP}/{VERSION}"

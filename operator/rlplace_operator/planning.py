@@ -7,9 +7,10 @@ placement_core's: `CapacityError` (more nodes could fix it) or `PlacementError` 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+
+from pydantic import ValidationError
 
 from placement_core.autoplace import autotune
 from placement_core.cluster import ACCELERATOR, Cluster
@@ -22,6 +23,7 @@ from rlplace_operator.builders.raycluster import WorkerNode
 from rlplace_operator.models import (
     ComponentSummary,
     PlacementMode,
+    Profile,
     ResolvedPlacement,
     RLJobSpec,
 )
@@ -47,16 +49,24 @@ def profile_of(spec: RLJobSpec, annotations: Mapping[str, str]) -> dict | None:
     """Profiled costs from the rlplace.io/profile annotation (JSON) or spec.profile, in autoplace's keys."""
     raw = annotations.get(PROFILE_ANNOTATION)
     if raw is not None:
+        # The same model as spec.profile, so the annotation refuses what the CRD refuses (zero or negative costs).
         try:
-            profile = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise PlacementError(f"annotation {PROFILE_ANNOTATION} is not valid JSON: {err.msg}") from None
-        if not isinstance(profile, dict):
-            raise PlacementError(f"annotation {PROFILE_ANNOTATION} must be a JSON object with actor_cost, ...")
-        return profile
+            return Profile.model_validate_json(raw).model_dump(exclude_none=True)
+        except ValidationError as err:
+            first = err.errors()[0]
+            where = ".".join(str(part) for part in first["loc"])
+            at = f" {where}:" if where else ""
+            raise PlacementError(
+                f"annotation {PROFILE_ANNOTATION}:{at} {first['msg']} (got {cond_quote(raw)})"
+            ) from None
     if spec.profile is not None:
         return spec.profile.model_dump(exclude_none=True)
     return None
+
+
+def cond_quote(text: str, limit: int = 80) -> str:
+    """`text` quoted for an error message, cut when long."""
+    return repr(text if len(text) <= limit else text[:limit] + "...")
 
 
 def wants_auto_placement(spec: RLJobSpec, annotations: Mapping[str, str]) -> bool:
@@ -95,6 +105,16 @@ def batch_settings(spec: RLJobSpec) -> BatchSettings:
 def placement_entries(entries: Sequence[SpecEntry]) -> list[PlacementEntry]:
     """The spec's entries as the placement grammar's (the same strings, no config mapping in between)."""
     return [PlacementEntry.of(e.components, e.placement, e.node_group) for e in entries]
+
+
+def ranked_across(spec: RLJobSpec) -> set[str]:
+    """NodeGroups whose ranks come before another group's in one placement entry (`nodeGroup: a800,4090`, or
+    an entry without nodeGroup in a job of several groups): all their nodes count, so none can be left out."""
+    leading: set[str] = set()
+    for entry in spec.component_placement or [None]:
+        names = entry.node_group.split(",") if entry is not None and entry.node_group else spec.node_groups
+        leading.update(name.strip() for name in names[:-1])
+    return leading
 
 
 def plan_job(

@@ -131,6 +131,7 @@ def fake_node(k8s) -> Iterator[Callable[..., object]]:
 
 # rlplace's own fixtures (CRDs, example NodeGroups, the operator process), shared by every e2e module.
 from rlplace_fixtures import (  # noqa: E402, F401
+    jobs,
     local_nodegroups,
     operator_kubeconfig,
     restart_operator,

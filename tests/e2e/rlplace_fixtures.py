@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shutil
 import socket
@@ -14,10 +16,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from placement_core.contract import plan_from_configmap
 
 from e2e_cluster import e2e_dir, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
+EXAMPLES = REPO / "examples"
+GROUP, VERSION = "rlplace.io", "v1alpha1"
 
 
 def tool_path(name: str) -> str:
@@ -200,3 +208,78 @@ def stop_operator(rlplace_operator: OperatorProcess) -> Iterator[Callable[[], No
     yield rlplace_operator.stop
     rlplace_operator.ensure_running()
     time.sleep(0.5)
+
+
+# RLJobs in a test namespace, shared by the e2e modules.
+
+
+def load_example(name: str) -> list[dict]:
+    return [doc for doc in yaml.safe_load_all((EXAMPLES / name).read_text()) if doc]
+
+
+class Jobs:
+    """RLJob helpers bound to one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def create(self, body: dict) -> dict:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", body)
+
+    def get(self, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
+
+    def patch(self, name: str, body: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name, body)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict:
+        def reached() -> dict | None:
+            job = self.get(name)
+            return job if (job.get("status") or {}).get("phase") == phase else None
+
+        try:
+            return wait_for(reached, timeout, f"RLJob {name} phase {phase}")
+        except Exception:
+            status = self.get(name).get("status") or {}
+            raise AssertionError(f"RLJob {name} never reached {phase}: status {json.dumps(status)[:1500]}") from None
+
+    def raycluster(self, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayclusters", name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def plan(self, name: str) -> dict:
+        cm = self.core.read_namespaced_config_map(f"{name}-placement", self.namespace)
+        return plan_from_configmap({"data": cm.data, "binaryData": cm.binary_data}).to_dict()
+
+    def pods(self, name: str) -> list[client.V1Pod]:
+        return self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={name}").items
+
+
+@pytest.fixture
+def jobs(k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object) -> Iterator[Jobs]:
+    """RLJobs in a fresh namespace; afterwards they are deleted and their Ray pods waited out, so the next
+    test finds every GPU free."""
+    helper = Jobs(k8s, namespace)
+    yield helper
+    for job in helper.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
+        with contextlib.suppress(ApiException):
+            helper.delete(job["metadata"]["name"])
+    wait_for(
+        lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
+        120,
+        f"Ray pods in {namespace} gone",
+    )
+
+
+def example_job(name: str) -> dict:
+    (job,) = load_example(name)
+    return job

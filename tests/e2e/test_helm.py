@@ -87,6 +87,8 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
         ("list", "secrets", False),
         ("delete", "nodes", False),
         ("create", "pods", False),
+        ("delete", "pods", False),
+        ("list", "pods", True),
         ("list", "nodes", True),
         ("patch", "rljobs.rlplace.io", True),
         ("create", "rayclusters.ray.io", True),

@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,89 +22,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from placement_core.components import component_placement
-from placement_core.contract import plan_from_configmap
 from placement_core.plan import build_plan
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import run_tool
+from rlplace_fixtures import GROUP, VERSION, Jobs, example_job, run_tool
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-EXAMPLES = REPO / "examples"
-GROUP, VERSION = "rlplace.io", "v1alpha1"
-
-
-def load_example(name: str) -> list[dict]:
-    return [doc for doc in yaml.safe_load_all((EXAMPLES / name).read_text()) if doc]
-
-
-class Jobs:
-    """RLJob helpers bound to one namespace."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-
-    def create(self, body: dict) -> dict:
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", body)
-
-    def get(self, name: str) -> dict:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
-
-    def patch(self, name: str, body: dict) -> dict:
-        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name, body)
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
-
-    def wait_phase(self, name: str, phase: str, timeout: float = 60) -> dict:
-        def reached() -> dict | None:
-            job = self.get(name)
-            return job if (job.get("status") or {}).get("phase") == phase else None
-
-        try:
-            return wait_for(reached, timeout, f"RLJob {name} phase {phase}")
-        except Exception:
-            status = self.get(name).get("status") or {}
-            raise AssertionError(f"RLJob {name} never reached {phase}: status {json.dumps(status)[:1500]}") from None
-
-    def raycluster(self, name: str) -> dict | None:
-        try:
-            return self.custom.get_namespaced_custom_object("ray.io", "v1", self.namespace, "rayclusters", name)
-        except ApiException as err:
-            if err.status == 404:
-                return None
-            raise
-
-    def plan(self, name: str) -> dict:
-        cm = self.core.read_namespaced_config_map(f"{name}-placement", self.namespace)
-        return plan_from_configmap({"data": cm.data, "binaryData": cm.binary_data}).to_dict()
-
-    def pods(self, name: str) -> list[client.V1Pod]:
-        return self.core.list_namespaced_pod(self.namespace, label_selector=f"ray.io/cluster={name}").items
-
-
-@pytest.fixture
-def jobs(k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object) -> Iterator[Jobs]:
-    """RLJobs in a fresh namespace; afterwards they are deleted and their Ray pods waited out, so the next
-    test finds every GPU free."""
-    helper = Jobs(k8s, namespace)
-    yield helper
-    for job in helper.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
-        with contextlib.suppress(ApiException):
-            helper.delete(job["metadata"]["name"])
-    wait_for(
-        lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
-        120,
-        f"Ray pods in {namespace} gone",
-    )
-
-
-def example_job(name: str) -> dict:
-    (job,) = load_example(name)
-    return job
 
 
 @pytest.mark.parametrize("example", ["rljob-collocated.yaml", "rljob-disaggregated.yaml", "rljob-heterogeneous.yaml"])
@@ -115,6 +43,7 @@ def test_example_reaches_running_with_pods_on_its_nodes(jobs: Jobs, example: str
     assert {c["type"]: c["status"] for c in status["conditions"]} == {
         "Validated": "True",
         "Placed": "True",
+        "Admitted": "True",
         "RayClusterReady": "True",
     }
     plan = jobs.plan(name)
@@ -290,6 +219,19 @@ def test_nodegroup_status_follows_nodes(
     assert [n["name"] for n in status()["nodes"]] == ["a800-0", "a800-1", "a800-9"]
 
 
+def test_nodegroup_whose_gpu_nodes_left_drops_its_hardware_type(k8s: client.ApiClient, fake_node) -> None:
+    fake_node("fleeting-0", labels={"rlplace.io/gpu-type": "fleeting"}, gpus=8)
+    with temporary_nodegroup(k8s, "fleeting", "fleeting") as custom:
+
+        def status() -> dict:
+            return custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "fleeting").get("status") or {}
+
+        wait_for(lambda: status().get("hardwareType") == "Accelerator", 30, "an Accelerator group")
+        client.CoreV1Api(k8s).delete_node("fleeting-0")
+        wait_for(lambda: status().get("totalNodes") == 0, 30, "the node gone from the group")
+        assert "hardwareType" not in status() and status()["nodes"] == []
+
+
 def test_restarting_the_operator_mid_reconcile_makes_no_duplicates(
     jobs: Jobs, restart_operator: Callable[[], None]
 ) -> None:
@@ -303,14 +245,23 @@ def test_restarting_the_operator_mid_reconcile_makes_no_duplicates(
     assert [c.metadata.name for c in configmaps] == ["collocated-placement"]
 
 
-def test_delete_does_not_hang_when_the_operator_is_down(jobs: Jobs, stop_operator: Callable[[], None]) -> None:
+def test_delete_does_not_need_the_operator(jobs: Jobs, stop_operator: Callable[[], None]) -> None:
+    """Jobs carry no kopf finalizer (the operator has nothing to clean up that the garbage collector does not),
+    Running or still Provisioning: with the operator down both go, and their RayClusters with them."""
     jobs.create(example_job("rljob-disaggregated.yaml"))
+    stuck = example_job("rljob-collocated.yaml")
+    stuck["spec"]["ray"] = {"workerResources": {"cpu": "1000", "memory": "1Gi"}}  # no node has 1000 CPUs
+    jobs.create(stuck)
     jobs.wait_phase("disaggregated", "Running", timeout=90)
+    jobs.wait_phase("collocated", "Provisioning", timeout=60)
+    for name in ("disaggregated", "collocated"):
+        assert not jobs.get(name)["metadata"].get("finalizers"), jobs.get(name)["metadata"]
     stop_operator()
-    started = time.monotonic()
-    jobs.delete("disaggregated")
-    wait_for(lambda: _missing(lambda: jobs.get("disaggregated")), 20, "RLJob deleted without the operator")
-    assert time.monotonic() - started < 20
+    for name in ("disaggregated", "collocated"):
+        jobs.delete(name)
+    for name in ("disaggregated", "collocated"):
+        wait_for(lambda name=name: _missing(lambda: jobs.get(name)), 20, f"RLJob {name} deleted without the operator")
+        wait_for(lambda name=name: jobs.raycluster(name) is None, 60, f"RayCluster {name} garbage-collected")
 
 
 def _missing(read: Callable[[], object]) -> bool:
@@ -377,3 +328,199 @@ def test_profile_annotation_on_a_job_whose_entries_name_node_groups(jobs: Jobs) 
     applied = {e["components"] for e in status["appliedPlacement"]}
     assert any("actor" in key for key in applied) and any("rollout" in key for key in applied)
     assert {c["type"]: c["status"] for c in status["conditions"]}["Placed"] == "True"
+
+
+@contextlib.contextmanager
+def temporary_nodegroup(k8s: client.ApiClient, name: str, gpu_type: str) -> Iterator[client.CustomObjectsApi]:
+    """A NodeGroup of the nodes labelled rlplace.io/gpu-type=`gpu_type`, deleted afterwards."""
+    custom = client.CustomObjectsApi(k8s)
+    group = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": gpu_type}}},
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+    try:
+        yield custom
+    finally:
+        with contextlib.suppress(ApiException):
+            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", name)
+
+
+def _events(jobs: Jobs, name: str, reason: str) -> list[client.CoreV1Event]:
+    items = jobs.core.list_namespaced_event(jobs.namespace, field_selector=f"involvedObject.name={name}").items
+    return [e for e in items if e.reason == reason]
+
+
+def _versions(jobs: Jobs, name: str) -> tuple[str, str, str]:
+    configmap = jobs.core.read_namespaced_config_map(f"{name}-placement", jobs.namespace)
+    return (
+        jobs.get(name)["metadata"]["resourceVersion"],
+        configmap.metadata.resource_version,
+        jobs.raycluster(name)["metadata"]["resourceVersion"],
+    )
+
+
+def _worker_nodes(jobs: Jobs, name: str) -> list[str]:
+    groups = jobs.raycluster(name)["spec"]["workerGroupSpecs"]
+    return [
+        g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]["matchFields"][0]["values"][0]
+        for g in groups
+    ]
+
+
+def test_restart_with_an_unchanged_running_job_writes_nothing(jobs: Jobs, restart_operator: Callable[[], None]) -> None:
+    jobs.create(example_job("rljob-collocated.yaml"))
+    jobs.wait_phase("collocated", "Running", timeout=90)
+    time.sleep(2)
+    before = _versions(jobs, "collocated")
+    placed_events = len(_events(jobs, "collocated", "Placed"))
+    restart_operator()
+    time.sleep(8)
+    assert _versions(jobs, "collocated") == before
+    assert len(_events(jobs, "collocated", "Placed")) == placed_events
+
+
+def test_nodegroup_change_under_a_running_job_is_reported_and_the_job_keeps_its_nodes(
+    jobs: Jobs, k8s: client.ApiClient, restart_operator: Callable[[], None]
+) -> None:
+    with temporary_nodegroup(k8s, "moving-4090", "4090") as custom:
+        body = example_job("rljob-disaggregated.yaml")
+        body["spec"]["nodeGroups"] = ["moving-4090"]
+        jobs.create(body)
+        job = jobs.wait_phase("disaggregated", "Running", timeout=90)
+        nodes = _worker_nodes(jobs, "disaggregated")
+        placement = job["status"]["placement"]
+        # The selector no longer matches the job's node: the job keeps it and says so, once.
+        custom.patch_cluster_custom_object(
+            GROUP,
+            VERSION,
+            "nodegroups",
+            "moving-4090",
+            {"spec": {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "none"}}}},
+        )
+
+        def changed() -> dict | None:
+            status = jobs.get("disaggregated")["status"]
+            condition = next((c for c in status["conditions"] if c["type"] == "NodeGroupChanged"), None)
+            return condition if condition and condition["status"] == "True" else None
+
+        condition = wait_for(changed, 30, "NodeGroupChanged on the job")
+        assert condition["reason"] == "NodesLeftNodeGroup" and nodes[0] in condition["message"]
+        wait_for(lambda: _events(jobs, "disaggregated", "NodesLeftNodeGroup"), 20, "a NodesLeftNodeGroup Event")
+        restart_operator()
+        time.sleep(6)
+        status = jobs.get("disaggregated")["status"]
+        assert status["phase"] == "Running" and status["placement"] == placement
+        assert _worker_nodes(jobs, "disaggregated") == nodes
+        assert len(_events(jobs, "disaggregated", "NodesLeftNodeGroup")) == 1
+        # Deleting the group waits while the job runs, and completes once the job is gone.
+        custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", "moving-4090")
+        time.sleep(4)
+        live = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "moving-4090")
+        assert live["metadata"].get("deletionTimestamp")
+        wait_for(lambda: (changed() or {}).get("reason") == "NodeGroupDeleting", 30, "NodeGroupDeleting on the job")
+        jobs.delete("disaggregated")
+        wait_for(
+            lambda: _missing(lambda: custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "moving-4090")),
+            60,
+            "the NodeGroup deleted once no job uses it",
+        )
+
+
+def test_invalid_profile_annotation_on_a_running_job_keeps_it_running(jobs: Jobs) -> None:
+    body = example_job("rljob-collocated.yaml")
+    jobs.create(body)
+    job = jobs.wait_phase("collocated", "Running", timeout=90)
+    placement, versions = job["status"]["placement"], _versions(jobs, "collocated")[1:]
+    bad = json.dumps({"actor_cost": 0, "inference_cost": 8, "rollout_cost": 60})
+    jobs.patch("collocated", {"metadata": {"annotations": {"rlplace.io/profile": bad}}})
+
+    def refused() -> dict | None:
+        status = jobs.get("collocated")["status"]
+        placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+        return status if placed["status"] == "False" else None
+
+    status = wait_for(refused, 30, "the change refused")
+    placed = next(c for c in status["conditions"] if c["type"] == "Placed")
+    assert placed["reason"] == "PlacementInvalid" and "greater than 0" in placed["message"]
+    assert status["phase"] == "Running" and status["placement"] == placement
+    assert "keeps running its last plan" in status["message"]
+    assert _versions(jobs, "collocated")[1:] == versions  # ConfigMap and RayCluster untouched
+    wait_for(lambda: _events(jobs, "collocated", "PlacementInvalid"), 20, "a PlacementInvalid Event")
+
+
+def test_free_text_has_a_length_limit(kubeconfig: str, namespace: str, local_nodegroups: None) -> None:
+    body = example_job("rljob-collocated.yaml")
+    body["metadata"]["namespace"] = namespace
+    body["spec"]["entrypoint"] = "python train.py " + "x" * 280_000
+    result = run_tool("kubectl", kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
+    assert result.returncode != 0 and "spec.entrypoint: Too long" in result.stderr, result.stderr
+
+
+def test_replan_across_the_plan_size_boundary_keeps_one_key(
+    jobs: Jobs, k8s: client.ApiClient, fake_node: Callable[..., object]
+) -> None:
+    """Server-side apply only: a re-plan that moves the plan between data/plan.json and binaryData/plan.json.gz
+    (over 512 KiB) leaves exactly one of them, both ways."""
+    fake_node("big-0", labels={"rlplace.io/gpu-type": "big"}, gpus=512)
+    with temporary_nodegroup(k8s, "big", "big"):
+        body = example_job("rljob-collocated.yaml")
+        body["spec"].update(
+            nodeGroups=["big"],
+            placementMode="hybrid",
+            componentPlacement=[{"components": "actor,rollout", "placement": "0-511"}],
+        )
+        body["spec"].pop("modelParallel", None)
+        jobs.create(body)
+
+        def keys() -> tuple[set[str], set[str]]:
+            cm = jobs.core.read_namespaced_config_map("collocated-placement", jobs.namespace)
+            return set(cm.data or {}), set(cm.binary_data or {})
+
+        def has_keys(expected: tuple[set[str], set[str]]) -> bool:
+            with contextlib.suppress(ApiException):
+                return keys() == expected
+            return False
+
+        gzipped, text = (set(), {"plan.json.gz"}), ({"plan.json"}, set())
+        wait_for(lambda: has_keys(gzipped), 90, "a gzipped plan only")
+        for placement, expected in (("0-7", text), ("0-511", gzipped)):
+            jobs.patch(
+                "collocated",
+                {"spec": {"componentPlacement": [{"components": "actor,rollout", "placement": placement}]}},
+            )
+            wait_for(lambda expected=expected: has_keys(expected), 60, f"only {expected} after re-plan to {placement}")
+        assert len(jobs.plan("collocated")["components"]["actor"]["processes"]) == 512
+
+
+def test_operator_exits_with_a_message_until_the_crds_are_installed(
+    kubeconfig: str, operator_kubeconfig: str, restart_operator: Callable[[], None]
+) -> None:
+    """kopf watches only the kinds served when it starts, so without rlplace's CRDs the operator exits (and
+    Kubernetes restarts it) instead of running without ever serving RLJobs. Last in this file: it removes
+    the RLJob CRD for a moment, and restarts the session's operator after putting it back."""
+    run_tool("kubectl", kubeconfig, "delete", "crd", "rljobs.rlplace.io", "--wait=true")
+    try:
+        wait_for(
+            lambda: run_tool("kubectl", kubeconfig, "get", "rljobs", check=False).returncode != 0,
+            30,
+            "rljobs no longer served",
+        )
+        started = subprocess.run(
+            [sys.executable, "-m", "rlplace_operator.main"],
+            env={**os.environ, "KUBECONFIG": operator_kubeconfig},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert started.returncode == 1
+        assert "error: the API server does not serve rljobs.rlplace.io" in started.stderr
+        assert "Traceback" not in started.stderr
+    finally:
+        run_tool("kubectl", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+        run_tool("kubectl", kubeconfig, "wait", "--for=condition=Established", "crd/rljobs.rlplace.io")
+        restart_operator()

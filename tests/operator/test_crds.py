@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
+from pathlib import Path
 
+import pytest
+
+from rlplace_operator import crdgen
 from rlplace_operator.crdgen import OUTPUT_DIRS, build_crds, render
 
 
@@ -14,11 +16,34 @@ def test_generated_crds_are_current() -> None:
             assert (directory / name).read_text() == render(crd), f"{directory / name} is stale: run `make crds`"
 
 
-def test_check_mode_reports_stale_files() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "rlplace_operator.crdgen", "--check"], capture_output=True, text=True
-    )
-    assert result.returncode == 0, result.stderr
+def test_check_mode_reports_stale_and_missing_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fresh, stale = tmp_path / "fresh", tmp_path / "stale"
+    assert crdgen.main([], output_dirs=(fresh, stale)) == 0
+    assert crdgen.main(["--check"], output_dirs=(fresh, stale)) == 0
+    edited = stale / "rlplace.io_rljobs.yaml"
+    edited.write_text(edited.read_text().replace("maxLength: 1024", "maxLength: 2048", 1))
+    (stale / "rlplace.io_nodegroups.yaml").unlink()
+    capsys.readouterr()
+    assert crdgen.main(["--check"], output_dirs=(fresh, stale)) == 1
+    reported = capsys.readouterr().err
+    assert str(edited) in reported and str(stale / "rlplace.io_nodegroups.yaml") in reported
+    assert str(fresh) not in reported
+
+
+def test_cel_rules_sit_beside_their_fields() -> None:
+    """Each rule comes from the field or model it guards (json_schema_extra) and replaces the field's regex."""
+    spec = build_crds()["rlplace.io_rljobs.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    entry = spec["spec"]["properties"]["componentPlacement"]["items"]["properties"]
+    for field in ("components", "placement", "nodeGroup"):
+        assert "pattern" not in entry[field]
+        assert entry[field]["x-kubernetes-validations"][0]["message"].startswith(field)
+    assert "autoPlacement is true" in spec["spec"]["x-kubernetes-validations"][0]["message"]
+    group = build_crds()["rlplace.io_nodegroups.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    group_spec = group["properties"]["spec"]
+    assert "cannot both be set" in group_spec["x-kubernetes-validations"][0]["message"]
+    requirement = group_spec["properties"]["nodeSelector"]["properties"]["matchExpressions"]["items"]
+    assert "values must be non-empty" in requirement["x-kubernetes-validations"][0]["message"]
+    assert spec["spec"]["properties"]["entrypoint"]["maxLength"] == 65536
 
 
 def test_schema_is_structural_and_documented() -> None:
@@ -42,8 +67,10 @@ def test_schema_is_structural_and_documented() -> None:
     assert "pattern" not in entry["items"]["properties"]["placement"]
     assert version["subresources"] == {"status": {}}
     assert rljob["spec"]["names"]["shortNames"] == ["rlj"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:6] == [
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:8] == [
         "Phase",
+        "Queue",
+        "Waiting For",
         "Mode",
         "GPUs",
         "Nodes",

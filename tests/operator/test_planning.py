@@ -50,9 +50,10 @@ def test_too_few_gpus_is_a_capacity_error_and_bad_ranks_are_not() -> None:
 
 def test_profile_comes_from_the_annotation_first() -> None:
     spec = job(autoPlacement=True, profile={"actorCost": 1, "rolloutCost": 2, "inferenceCost": 3})
-    assert profile_of(spec, {"rlplace.io/profile": '{"actor_cost": 9}'}) == {"actor_cost": 9}
+    annotation = '{"actor_cost": 9, "rollout_cost": 4}'
+    assert profile_of(spec, {"rlplace.io/profile": annotation}) == {"actor_cost": 9.0, "rollout_cost": 4.0}
     assert profile_of(spec, {}) == {"actor_cost": 1.0, "inference_cost": 3.0, "rollout_cost": 2.0}
-    with pytest.raises(PlacementError, match="not valid JSON"):
+    with pytest.raises(PlacementError, match="Invalid JSON"):
         profile_of(spec, {"rlplace.io/profile": "{"})
 
 
@@ -88,3 +89,38 @@ def test_auto_placement_of_a_job_whose_entries_name_node_groups() -> None:
     assert planned.predicted_iteration_time is not None
     assert planned.applied[0].components.startswith(("actor", "rollout"))
     assert sum(c.gpus for c in planned.summary.components if c.name != "reward") >= 16
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ('{"actor_cost": 0, "rollout_cost": 1}', "actor_cost: Input should be greater than 0"),
+        ('{"actor_cost": 1, "rollout_cost": -2}', "rollout_cost: Input should be greater than 0"),
+        ('{"actor_cost": 1, "rollout_cost": 2, "bogus": 1}', "bogus: Extra inputs are not permitted"),
+        ("not json", "Invalid JSON"),
+    ],
+)
+def test_profile_annotation_is_checked_like_spec_profile(raw: str, expected: str) -> None:
+    from placement_core.errors import PlacementError
+    from rlplace_operator.models import RLJobSpec
+    from rlplace_operator.planning import profile_of
+
+    spec = RLJobSpec(node_groups=["a800"], auto_placement=True)
+    with pytest.raises(PlacementError, match=expected):
+        profile_of(spec, {"rlplace.io/profile": raw})
+    assert profile_of(spec, {"rlplace.io/profile": '{"actorCost": 2, "rollout_cost": 3}'}) == {
+        "actor_cost": 2.0,
+        "rollout_cost": 3.0,
+    }
+
+
+def test_profile_changed_reads_kopf_diffs_at_any_depth() -> None:
+    from rlplace_operator.handlers.rljob import profile_changed
+
+    key = "rlplace.io/profile"
+    assert profile_changed([("add", ("metadata", "annotations"), None, {key: "{}"})])
+    assert profile_changed([("change", ("metadata", "annotations", key), "a", "b")])
+    assert profile_changed([("add", ("metadata",), None, {"annotations": {key: "{}"}})])
+    assert not profile_changed([("change", ("metadata", "annotations"), {"other": "1"}, {"other": "2"})])
+    assert not profile_changed([("change", ("metadata", "labels", "team"), "a", "b")])
+    assert not profile_changed(None)

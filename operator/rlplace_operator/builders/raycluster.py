@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from placement_core import contract
 from rlplace_operator.models import RLJobSpec
 from rlplace_operator.names import (
+    NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
     child_labels,
@@ -114,7 +115,11 @@ def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
     return {
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayCluster",
-        "metadata": {"name": raycluster_name(job), "labels": child_labels(job)},
+        "metadata": {
+            "name": raycluster_name(job),
+            "labels": child_labels(job),
+            "annotations": {NODES_ANNOTATION: ",".join(node.name for node in nodes)},
+        },
         "spec": {
             "rayVersion": spec.ray.ray_version,
             "headGroupSpec": build_head_group(job, spec),

@@ -5,11 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator.conditions import is_true, set_condition
+from rlplace_operator.conditions import (
+    RAYCLUSTER_IS_READY,
+    RAYCLUSTER_PROVISIONING,
+    RAYCLUSTER_READY,
+    is_true,
+    set_condition,
+)
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, JobPhase
+from rlplace_operator.models import GROUP, LIVE_PHASES, VERSION, JobPhase
 from rlplace_operator.names import (
     JOB_LABEL,
     MANAGED_BY,
@@ -21,16 +28,14 @@ from rlplace_operator.names import (
     raycluster_name,
 )
 
-#: How often a job still Provisioning re-reads its RayCluster (see rljob_provisioning_recheck).
-PROVISIONING_RECHECK_SECONDS = 10.0
-#: Phases in which the RayCluster's state decides between Provisioning and Running.
-_LIVE_PHASES = {JobPhase.PROVISIONING, JobPhase.RUNNING}
+#: KubeRay's condition type on a RayCluster whose pods all came up.
+KUBERAY_PROVISIONED = "RayClusterProvisioned"
 
 
 def raycluster_ready(body: dict) -> bool:
     """KubeRay marks a cluster ready with state `ready` or the RayClusterProvisioned condition."""
     status = body.get("status") or {}
-    return status.get("state") == "ready" or is_true(status.get("conditions"), "RayClusterProvisioned")
+    return status.get("state") == "ready" or is_true(status.get("conditions"), KUBERAY_PROVISIONED)
 
 
 def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> dict:
@@ -39,21 +44,13 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
         "phase": JobPhase.RUNNING if ready else JobPhase.PROVISIONING,
         "conditions": set_condition(
             job_status.get("conditions"),
-            "RayClusterReady",
+            RAYCLUSTER_READY,
             ready,
-            "RayClusterReady" if ready else "RayClusterProvisioning",
+            RAYCLUSTER_IS_READY if ready else RAYCLUSTER_PROVISIONING,
             "all Ray pods are ready" if ready else "waiting for the Ray pods",
             generation,
         ),
     }
-
-
-@kopf.index(GROUP, VERSION, RLJOB_PLURAL)
-def rljob_index(
-    namespace: str, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **_: Any
-) -> dict[tuple[str, str], dict]:
-    """Every RLJob's uid, generation and status, so mirroring a RayCluster costs no read of its job."""
-    return {(namespace, name): {"uid": uid, "generation": meta.get("generation"), "status": dict(status)}}
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -67,28 +64,36 @@ def raycluster_mirror(
         return
     owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
     status = job["status"]
-    if job["uid"] not in owners or status.get("phase") not in _LIVE_PHASES:
+    if job["uid"] not in owners or status.get("phase") not in LIVE_PHASES:
         return
     new = mirrored_status(status, raycluster_ready(dict(body)), job["generation"])
     if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
-        kube: Kube = memo.kube
-        kube.patch_rljob_status(namespace, labels[JOB_LABEL], new)
+        _patch_job(memo.kube, namespace, labels[JOB_LABEL], new)
 
 
-def _provisioning(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") == JobPhase.PROVISIONING
-
-
-@kopf.timer(GROUP, VERSION, RLJOB_PLURAL, interval=PROVISIONING_RECHECK_SECONDS, when=_provisioning)
+@kopf.on.event(GROUP, VERSION, RLJOB_PLURAL)
 def rljob_provisioning_recheck(
-    name: str, namespace: str, meta: kopf.Meta, status: kopf.Status, patch: kopf.Patch, memo: kopf.Memo, **_: Any
+    type: str, name: str, namespace: str, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any
 ) -> None:
-    """A safety net for the event mirror: a RayCluster that became ready in the moment between the job's
-    reconcile and its status write sends no further event, so Provisioning jobs look at it now and then."""
+    """Closes the one gap of the RayCluster mirror: a RayCluster that became ready in the moment between the
+    job's reconcile and its status write sends no further event, so each event of a Provisioning job (its own
+    status write among them) looks at the RayCluster once. An event handler, not a timer: kopf would put a
+    finalizer on every job for a timer, and deleting a job must not need the operator."""
+    if type == "DELETED" or status.get("phase") != JobPhase.PROVISIONING:
+        return
     kube: Kube = memo.kube
     live = kube.get_raycluster(namespace, raycluster_name(name))
     if live is None:
         return
     new = mirrored_status(dict(status), raycluster_ready(live), meta.get("generation"))
     if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
-        patch.status.update(new)
+        _patch_job(kube, namespace, name, new)
+
+
+def _patch_job(kube: Kube, namespace: str, name: str, patch: dict) -> None:
+    """Patch a job's status; a job deleted meanwhile has nothing left to update."""
+    try:
+        kube.patch_rljob_status(namespace, name, patch)
+    except ApiException as err:
+        if err.status != 404:
+            raise

@@ -1,0 +1,214 @@
+"""Which queued RLJobs start now, on which free nodes: all or nothing, in queue order, no starvation.
+
+Pure: plain dataclasses in, decisions out (no kopf, no API client), so the rules are unit-tested on plain data
+and the handlers only gather the inputs and apply the result.
+
+Words used here:
+- A node is **busy** when a pod bound to it (any owner) requests its units, or an admitted RLJob holds it.
+  Every other ready node of a group is **free**.
+- A job's **demand** per NodeGroup: how many of the group's nodes its cluster has (positions 0..n-1, in the
+  group's rank order) and which of those positions run a worker pod. Only those need to be free: a position
+  no process uses may be filled by a busy node, so two jobs that use different nodes of one group (ranks 0-7
+  and 8-15 of a800) run side by side.
+- **Admission** picks, for each group, the earliest nodes in rank order that fit the demand (a free node for
+  every used position) and reserves the used ones together; a job that does not fit gets nothing.
+
+Queue order: higher `spec.priority` first, then older `creationTimestamp`, then namespace/name.
+No starvation: the first job in the queue that does not fit (the head) claims the free nodes it would use, so
+jobs behind it can only take nodes the head does not need (backfill). The head's claim only grows as nodes
+are freed, so it starts once the jobs that hold its nodes end; then the next waiting job becomes the head.
+Only a job of higher priority can pass a waiting job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+
+JobKey = tuple[str, str]
+"""(namespace, name) of an RLJob."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDemand:
+    """What a job needs of one NodeGroup."""
+
+    group: str
+    nodes: int
+    """How many of the group's nodes the job's cluster has (positions 0..nodes-1 in rank order)."""
+    used: frozenset[int]
+    """Positions that run a worker pod and so must be free nodes."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedJob:
+    """A job that waits for admission."""
+
+    key: JobKey
+    priority: int
+    created: str
+    """metadata.creationTimestamp (RFC 3339 in UTC, so it sorts as text)."""
+    demand: tuple[GroupDemand, ...] | None
+    """None while the operator has not planned the job yet (just after a restart)."""
+
+    def order(self) -> tuple[int, str, JobKey]:
+        return (-self.priority, self.created, self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """The nodes jobs can get: each group's ready nodes in rank order, and who keeps which node busy."""
+
+    groups: Mapping[str, Sequence[str]]
+    busy: Mapping[str, str] = field(default_factory=dict)
+    """Busy node -> what holds it, e.g. `job ns/name` or `pod ns/name`."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """The job starts now on these nodes."""
+
+    key: JobKey
+    cluster: tuple[tuple[str, tuple[str, ...]], ...]
+    """Per group in the job's order: the nodes of the job's cluster in rank order (used or not)."""
+    nodes: frozenset[str]
+    """The nodes that run the job's worker pods: reserved together."""
+
+
+@dataclass(frozen=True, slots=True)
+class Waiting:
+    """The job stays queued."""
+
+    key: JobKey
+    position: int
+    """1 for the head of the queue."""
+    shortfall: tuple[tuple[str, int], ...]
+    """(group, how many more free nodes it needs), in the job's group order."""
+
+    @property
+    def reason(self) -> str:
+        """What the job waits for, e.g. `1 free node of 4090`."""
+        if not self.shortfall:
+            return "the jobs ahead of it in the queue"
+        parts = [f"{count} free node{'s' if count != 1 else ''} of {group}" for group, count in self.shortfall]
+        return ", ".join(parts)
+
+
+Decision = Admitted | Waiting
+
+
+def _match(demand: GroupDemand, ranked: Sequence[str], taken: Collection[str]) -> list[str | None]:
+    """Nodes for positions 0..n-1, earliest first; a used position needs a node not in `taken`.
+
+    Earliest-first is optimal for matching a sequence of position rules in rank order (taking a later node
+    never leaves more room for the positions after it). None marks a position left unmatched.
+    """
+    chosen: list[str | None] = []
+    index = 0
+    for position in range(demand.nodes):
+        needs_free = position in demand.used
+        while index < len(ranked) and needs_free and ranked[index] in taken:
+            index += 1
+        if index >= len(ranked):
+            chosen.append(None)
+            continue
+        chosen.append(ranked[index])
+        index += 1
+    return chosen
+
+
+def fit(job: QueuedJob, pool: Pool, taken: Collection[str]) -> Admitted | tuple[tuple[str, int], ...]:
+    """The job's cluster on the nodes not in `taken`, or per group how many more free nodes it needs."""
+    assert job.demand is not None
+    cluster, nodes, shortfall = [], set(), []
+    for demand in job.demand:
+        chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
+        missing = sum(1 for position in demand.used if chosen[position] is None)
+        if missing:
+            shortfall.append((demand.group, missing))
+            continue
+        cluster.append((demand.group, tuple(n for n in chosen if n is not None)))
+        nodes.update(chosen[position] for position in demand.used)
+    if shortfall:
+        return tuple(shortfall)
+    return Admitted(job.key, tuple(cluster), frozenset(n for n in nodes if n is not None))
+
+
+def _claim(job: QueuedJob, pool: Pool, taken: Collection[str]) -> set[str]:
+    """The free nodes the head of the queue would use now: kept from the jobs behind it."""
+    assert job.demand is not None
+    claimed: set[str] = set()
+    for demand in job.demand:
+        chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
+        claimed.update(n for position, n in enumerate(chosen) if position in demand.used and n is not None)
+    return claimed
+
+
+def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
+    """One pass over the queue: which jobs start (and where) and which wait (position, what for).
+
+    A job whose demand is not known yet (the operator restarted and has not planned it) blocks every job
+    behind it for this pass, so a restart never lets a later job take an earlier one's place.
+    """
+    taken: set[str] = set(pool.busy)
+    decisions: dict[JobKey, Decision] = {}
+    position = 0
+    blocked = False
+    for job in sorted(queue, key=QueuedJob.order):
+        if job.demand is None or blocked:
+            position += 1
+            decisions[job.key] = Waiting(job.key, position, ())
+            blocked = True
+            continue
+        result = fit(job, pool, taken)
+        if isinstance(result, Admitted):
+            decisions[job.key] = result
+            taken.update(result.nodes)
+            continue
+        position += 1
+        decisions[job.key] = Waiting(job.key, position, result)
+        if position == 1:
+            taken.update(_claim(job, pool, taken))
+    return decisions
+
+
+def busy_nodes(
+    pod_units: Mapping[str, Mapping[str, Mapping[str, int]]],
+    unit_resources: set[str],
+    held: Mapping[str, JobKey],
+) -> dict[str, str]:
+    """Busy node -> what holds it, from the pods bound to each node and the nodes admitted jobs hold.
+
+    `pod_units` maps node -> pod ("ns/name") -> the extended resources it requests. A pod makes its node busy
+    when it requests any unit resource the groups count (nvidia.com/gpu, a robot resource); our worker pods
+    request all of a node's units, so a node with some units taken cannot host one.
+    """
+    busy = {node: f"job {key[0]}/{key[1]}" for node, key in held.items()}
+    for node, pods in pod_units.items():
+        if node in busy:
+            continue
+        for pod, requests in pods.items():
+            if any(requests.get(resource, 0) > 0 for resource in unit_resources):
+                busy[node] = f"pod {pod}"
+                break
+    return busy
+
+
+def demand_from_workers(
+    groups: Sequence[tuple[str, Sequence[str]]], worker_nodes: set[str], keep_whole: set[str]
+) -> tuple[GroupDemand, ...]:
+    """A job's demand from the nodes its plan on the groups' ready nodes uses.
+
+    `groups` are the job's groups in order with their ready nodes in rank order. A node in two of the job's
+    groups counts in the first (as in the job's cluster). Groups in `keep_whole` keep all their nodes: a
+    placement that counts ranks across several groups (`nodeGroup: a800,4090`) numbers the later group's
+    ranks after all of the earlier group's, so the earlier group cannot be cut short.
+    """
+    seen: set[str] = set()
+    demands = []
+    for group, ranked in groups:
+        used = frozenset(i for i, node in enumerate(ranked) if node in worker_nodes and node not in seen)
+        seen.update(ranked)
+        count = len(ranked) if group in keep_whole else (max(used) + 1 if used else 0)
+        demands.append(GroupDemand(group, count, used))
+    return tuple(demands)

@@ -1,0 +1,98 @@
+"""The operator side of admission on plain index contents: reservations, restarts, concurrent admissions."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+from rlplace_operator.admission import Admitted, GroupDemand, QueuedJob, Waiting
+from rlplace_operator.handlers.queue import Ledger, PlannedDemand, PodUse, World, admit, pod_unit_requests
+from rlplace_operator.models import RLJobSpec
+
+NODES = [f"n{i}" for i in range(8)]
+
+
+def one_node_job(name: str, created: str = "2026-01-01T00:00:00Z") -> QueuedJob:
+    return QueuedJob(("ns", name), 0, created, (GroupDemand("gpu", 1, frozenset({0})),))
+
+
+def planned(job: QueuedJob) -> PlannedDemand:
+    assert job.demand is not None
+    return PlannedDemand(job.demand, RLJobSpec(node_groups=["gpu"]), None)
+
+
+def world(
+    jobs: dict[tuple[str, str], str | None],
+    rayclusters: dict[tuple[str, str], frozenset[str]] | None = None,
+    pods: dict[str, list[PodUse]] | None = None,
+) -> World:
+    """kopf indexes map a key to a store of values; plain dicts of one-item lists behave the same."""
+    rljobs = {
+        key: [{"status": {"phase": phase} if phase else {}, "priority": 0, "created": "2026-01-01T00:00:00Z"}]
+        for key, phase in jobs.items()
+    }
+    clusters = {key: [nodes] for key, nodes in (rayclusters or {}).items()}
+    return World(rljobs, clusters, pods or {}, {"gpu": NODES}, {"nvidia.com/gpu"})
+
+
+def test_pod_requests_count_extended_resources_from_limits_and_requests() -> None:
+    spec = {
+        "containers": [
+            {"resources": {"limits": {"nvidia.com/gpu": "2", "cpu": "4"}}},
+            {"resources": {"requests": {"rlplace.io/franka": "1"}, "limits": {"memory": "1Gi"}}},
+            {"resources": {"limits": {"nvidia.com/gpu": "0"}}},
+        ]
+    }
+    assert pod_unit_requests(spec) == {"nvidia.com/gpu": 2, "rlplace.io/franka": 1}
+
+
+def test_after_a_restart_running_jobs_keep_their_nodes_from_their_rayclusters() -> None:
+    # A fresh ledger (the operator just started): only the RayCluster index says what is held.
+    ledger = Ledger()
+    running = {("ns", f"r{i}"): frozenset({f"n{i}"}) for i in range(7)}
+    state = world({**dict.fromkeys(running, "Running"), ("ns", "new"): None}, running)
+    decision = admit(ledger, state, one_node_job("new"))
+    assert decision == Admitted(("ns", "new"), (("gpu", ("n7",)),), frozenset({"n7"}))
+    # The running job keeps its own node on resume.
+    assert admit(ledger, state, one_node_job("r3")).nodes == {"n3"}
+
+
+def test_a_foreign_pod_makes_its_node_busy_but_a_jobs_own_pods_do_not() -> None:
+    pods = {
+        "n0": [PodUse("other/train", None, {"nvidia.com/gpu": 8})],
+        "n1": [PodUse("ns/mine-worker", ("ns", "mine"), {"nvidia.com/gpu": 8})],
+    }
+    ledger = Ledger()
+    state = world({("ns", "mine"): "Queued"}, pods=pods)
+    assert admit(ledger, state, one_node_job("mine")).nodes == {"n1"}
+
+
+def test_jobs_admitted_at_the_same_moment_never_share_a_node() -> None:
+    ledger = Ledger()
+    jobs = {("ns", f"j{i}"): None for i in range(12)}
+    state = world(jobs)
+    for key in jobs:  # as each handler does before it asks for admission
+        ledger.remember_demand(key, (), planned(one_node_job(key[1])))
+    with ThreadPoolExecutor(12) as pool:
+        decisions = list(pool.map(lambda i: admit(ledger, state, one_node_job(f"j{i}")), range(12)))
+    admitted = [d for d in decisions if isinstance(d, Admitted)]
+    assert len(admitted) == 8
+    assert len(set().union(*(d.nodes for d in admitted))) == 8
+    assert sorted(d.position for d in decisions if isinstance(d, Waiting)) == [1, 2, 3, 4]
+
+
+def test_new_jobs_not_planned_yet_keep_their_place() -> None:
+    ledger = Ledger()
+    state = world({("ns", "a-first"): None, ("ns", "b-second"): None})
+    assert admit(ledger, state, one_node_job("b-second")) == Waiting(("ns", "b-second"), 2, ())
+    ledger.remember_demand(("ns", "a-first"), (), planned(one_node_job("a-first")))
+    assert admit(ledger, state, one_node_job("b-second")).nodes == {"n1"}
+
+
+def test_a_deleted_jobs_reservation_is_given_back() -> None:
+    ledger = Ledger()
+    full = {("ns", f"j{i}"): None for i in range(8)}
+    for i in range(8):
+        admit(ledger, world(full), one_node_job(f"j{i}"))
+    assert isinstance(admit(ledger, world({**full, ("ns", "late"): None}), one_node_job("late")), Waiting)
+    del full[("ns", "j5")]
+    assert admit(ledger, world({**full, ("ns", "late"): None}), one_node_job("late")).nodes == {"n5"}
