@@ -3,6 +3,7 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import subprocess
@@ -379,3 +380,51 @@ def test_read_plan_reads_either_configmap_key(tmp_path) -> None:
     assert launcher.read_plan(tmp_path).plan == plan
     with pytest.raises(LaunchError, match=r"no plan in '.*empty' \(expected plan.json or plan.json.gz"):
         launcher.read_plan(tmp_path / "empty")
+
+
+# -- binding verification inside real actors -------------------------------------------------------------
+
+
+def tampered(plan: Plan, component: str, rank: int, **env: str) -> Plan:
+    """`plan` with one process's environment changed, as a wrong value injected into the stored plan."""
+    comps = []
+    for c in plan.components:
+        procs = tuple(
+            dataclasses.replace(p, env={**p.env, **env}) if (c.name, p.rank) == (component, rank) else p
+            for p in c.processes
+        )
+        comps.append(dataclasses.replace(c, processes=procs))
+    return dataclasses.replace(plan, components=tuple(comps))
+
+
+def test_every_launched_process_is_verified(main_groups) -> None:
+    report = launcher.binding_report(main_groups)
+    assert report.ok
+    assert report.verified() == {"actor": 4, "rollout": 4, "reward": 2, "critic": 1}
+    assert [(c.component, c.rank, c.node_name) for c in report.checks[:2]] == [
+        ("actor", 0, "node-0"),
+        ("actor", 1, "node-0"),
+    ]
+
+
+@pytest.mark.parametrize("env_via", ["runtime_env", "constructor"])
+def test_a_tampered_plan_entry_fails_the_launch_naming_the_rank(ray_cluster, tmp_path, env_via) -> None:
+    plan = tampered(plan_of({"actor": "5-6", "reward": "13"}), "actor", 1, CUDA_VISIBLE_DEVICES="0")
+    with pytest.raises(launcher.BindingError) as err:
+        launcher.launch_all(
+            plan, {"actor": Probe, "reward": Probe}, args=(str(tmp_path),), options=LaunchOptions(env_via=env_via)
+        )
+    assert str(err.value) == (
+        "binding check failed: component 'actor' rank 1 on node 'node-0': CUDA_VISIBLE_DEVICES='0', planned '6' "
+        "(verified actor 1/2, reward 1/1)"
+    )
+    assert (err.value.component, err.value.rank) == ("actor", 1)
+    # The misbound process never ran the worker's constructor; the two good ones did, and all were stopped.
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_verification_can_be_turned_off(ray_cluster) -> None:
+    plan = tampered(plan_of({"loose": "5"}), "loose", 0, CUDA_VISIBLE_DEVICES="0")
+    with launcher.launch(plan, "loose", Probe, options=LaunchOptions(verify=False)) as group:
+        assert group.run("report")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert group.checks == [None]
