@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import placement_core
 from placement_core.contract import node_resource, parse_node_resource
 from placement_core.launcher.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.plan import LaunchPlan, load_plan
@@ -180,6 +181,9 @@ class LaunchOptions:
     reads them when its module is imported."""
     actor_options: Mapping[str, Any] = field(default_factory=dict)
     """Further Ray actor options (max_concurrency, memory, ...); placement ones are the launcher's."""
+    ship_code: bool = True
+    """Send placement_core to the workers through Ray's runtime_env (`py_modules`), so images without rlplace
+    (a stock Ray image) run the launcher's actors; a worker image with rlplace can turn it off."""
     verify: bool = True
     """Every actor checks at start that its environment, node and GPUs are its plan entry's (see
     `placement_core.launcher.verify`); a mismatch stops the launch with BindingError naming the rank."""
@@ -286,6 +290,9 @@ def _start_group(
     return WorkerGroup(component, actors, processes)
 
 
+#: placement_core's own directory, what `ship_code` sends (Ray zips it once and caches it by content hash).
+_PACKAGE_DIR = os.path.dirname(placement_core.__file__)
+
 #: Actor options the placement decides; LaunchOptions.actor_options may not set them.
 PLACEMENT_OPTIONS = ("num_cpus", "num_gpus", "resources", "label_selector", "scheduling_strategy")
 
@@ -294,9 +301,12 @@ def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[s
     """The user's actor options plus the placement's; planned variables win over a user runtime_env's."""
     options: dict[str, Any] = {"max_restarts": 0, **opts.actor_options}
     options.update(num_cpus=opts.num_cpus, num_gpus=0, resources=resources)
+    runtime_env = dict(options.get("runtime_env") or {})
     if env is not None:
-        runtime_env = dict(options.get("runtime_env") or {})
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
+    if opts.ship_code:
+        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), _PACKAGE_DIR]
+    if runtime_env:
         options["runtime_env"] = runtime_env
     return options
 
