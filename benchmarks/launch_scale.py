@@ -1,10 +1,11 @@
 """Time to start 64 workers on 4 simulated nodes: the rlplace launcher against plain Ray `num_gpus=1` actors.
 
 The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
-with custom resources, ships a per-process environment and placement_core itself, verifies every process's
-binding), so this measures what that costs, for both ways of shipping the environment (LaunchOptions.env_via),
-with and without shipping the code (LaunchOptions.ship_code; off for images that have rlplace). All sides run in the same simulated cluster, in a
-palindrome order (plain, ..., plain) so none gets the warm
+with custom resources, ships a per-process environment and placement_core itself, verifies each process's
+binding), so this measures what that costs: both ways of shipping the environment (LaunchOptions.env_via), both
+ways of holding an actor to its node (pin_node_by: Ray's label selector or the node's custom resource), with
+and without shipping the code (ship_code, off for images that have rlplace). All sides run in the same
+simulated cluster, in a palindrome order (plain, runtime_env, ..., runtime_env, plain) so none gets the warm
 caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
 
     .venv/bin/python benchmarks/launch_scale.py [--nodes 4] [--workers 64] [--rounds 1]
@@ -22,13 +23,14 @@ from placement_core.components import component_placement
 from placement_core.plan import Plan, build_plan
 
 TARGET_RATIO = 1.5
-#: Side -> (label, LaunchOptions.env_via, LaunchOptions.ship_code); plain Ray has neither.
-SIDES: dict[str, tuple[str, str, bool]] = {
-    "plain": ("plain Ray actors (num_gpus=1)", "", False),
-    "runtime_env": ("launcher, runtime_env, ships code (default)", "runtime_env", True),
-    "runtime_env-noship": ("launcher, runtime_env, image has rlplace", "runtime_env", False),
-    "constructor": ("launcher, constructor, ships code", "constructor", True),
-    "constructor-noship": ("launcher, constructor, image has rlplace", "constructor", False),
+#: Side -> (label, LaunchOptions fields); plain Ray uses none.
+SIDES: dict[str, tuple[str, dict[str, object]]] = {
+    "plain": ("plain Ray actors (num_gpus=1)", {}),
+    "runtime_env": ("launcher (default: runtime_env, node label, ships code)", {}),
+    "constructor": ("launcher, env_via=constructor", {"env_via": "constructor"}),
+    "resource": ("launcher, pinned by node resource", {"pin_node_by": "resource"}),
+    "noship": ("launcher, image has rlplace (no ship_code)", {"ship_code": False}),
+    "noship-constructor": ("launcher, constructor, no ship_code", {"env_via": "constructor", "ship_code": False}),
 }
 
 
@@ -61,10 +63,10 @@ def time_plain(workers: int) -> float:
     return elapsed
 
 
-def time_launcher(plan: Plan, env_via: str, ship_code: bool) -> float:
+def time_launcher(plan: Plan, side: str) -> float:
     """The launcher, from the stored plan to every actor up and verified (plan parsing and cluster check
     included)."""
-    options = launcher.LaunchOptions(free_timeout_s=60, env_via=env_via, ship_code=ship_code)
+    options = launcher.LaunchOptions(free_timeout_s=60, **SIDES[side][1])
     start = time.perf_counter()
     group = launcher.launch(plan, "actor", Worker, options=options)
     elapsed = time.perf_counter() - start
@@ -101,18 +103,17 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(args.rounds):
             for side in (*SIDES, *reversed(SIDES)):
                 wait_idle(args.workers)
-                _, env_via, ship = SIDES[side]
-                times[side].append(time_plain(args.workers) if side == "plain" else time_launcher(plan, env_via, ship))
+                times[side].append(time_plain(args.workers) if side == "plain" else time_launcher(plan, side))
     medians = {side: statistics.median(runs) for side, runs in times.items()}
     print(
         f"{args.workers} workers on {args.nodes} simulated nodes ({gpus} fake GPUs each), median of {2 * args.rounds}"
     )
-    for side, (label, _, _) in SIDES.items():
+    for side, (label, _) in SIDES.items():
         runs = ", ".join(f"{t:.2f}" for t in times[side])
         ratio = (
             "" if side == "plain" else f"   {medians[side] / medians['plain']:.2f}x plain (target <= {TARGET_RATIO}x)"
         )
-        print(f"  {label:<40} {medians[side]:6.2f} s{ratio}   runs: {runs}")
+        print(f"  {label:<58} {medians[side]:6.2f} s{ratio}   runs: {runs}")
     return 0
 
 

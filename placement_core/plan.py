@@ -10,7 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
@@ -211,7 +211,7 @@ _PLACEMENT_TYPES: dict[str, type] = {
     "local_hardware_ranks": int,
     "node_group_label": str,
 }
-assert set(_PLACEMENT_TYPES) == {f.name for f in fields(Placement)}
+assert tuple(_PLACEMENT_TYPES) == Placement._fields
 _LIST_FIELDS = {"visible_accelerators", "local_hardware_ranks"}
 
 

@@ -126,17 +126,17 @@ def _placements_of(cluster: Cluster, rows: Sequence[_Row], isolate: bool) -> lis
         seen[node] = local_rank + 1
         placements.append(
             Placement(
-                rank=process,
-                cluster_node_rank=node,
-                placement_node_rank=placement_node.setdefault(node, len(placement_node)),
-                local_accelerator_rank=accel_rank,
-                accelerator_type=cluster.nodes[node].accelerator_type,
-                local_rank=local_rank,
-                local_world_size=per_node[node],
-                visible_accelerators=visible,
-                isolate_accelerator=isolate,
-                local_hardware_ranks=local,
-                node_group_label=label,
+                process,
+                node,
+                placement_node.setdefault(node, len(placement_node)),
+                accel_rank,
+                cluster.nodes[node].accelerator_type,
+                local_rank,
+                per_node[node],
+                visible,
+                isolate,
+                local,
+                label,
             )
         )
     return placements

@@ -1,6 +1,5 @@
 """plan.py and cli/plan.py: the plan as data, process environments, and `rlplace plan`."""
 
-import dataclasses
 import json
 import shlex
 import textwrap
@@ -15,7 +14,7 @@ from placement_core.components import component_placement
 from placement_core.jobconfig import default_placement_kind
 from placement_core.plan import build_plan, shared_with
 
-PLACEMENT_FIELDS = [f.name for f in dataclasses.fields(Placement)]
+PLACEMENT_FIELDS = list(Placement._fields)
 
 COLLOCATED = """\
 cluster:

@@ -177,21 +177,29 @@ def test_composite_groups_concatenate_in_listed_order(cluster_and_order, isolate
 
 
 @VALID
-@given(
-    gpu_cluster(),
-    st.integers(0, 31),
-    st.integers(0, 31),
-    st.integers(1, 4),
-    st.integers(1, 4),
-    st.booleans(),
-)
-def test_packed_invariants(cluster_config, start, end, n, stride, isolate):
+@given(gpu_cluster(), st.integers(1, 4), st.integers(1, 4), st.booleans(), st.data())
+def test_packed_invariants(cluster_config, n, stride, isolate, data):
     cluster = Cluster.from_config(cluster_config)
+    gpu_node = [node.rank for node in cluster.nodes for _ in range(node.num_accelerators)]
+    # Ranks around the cluster's size, so that both placements that fit and ones that do not are common.
+    start = data.draw(st.integers(0, len(gpu_node)), label="start")
+    end = data.draw(st.integers(max(0, start - 1), len(gpu_node) + 1), label="end")
+    # When the strategy must place, worked out independently of it: the ranks exist, divide into blocks, and
+    # every process (s, s+stride, ..., s+(n-1)*stride) stays on one node.
+    block = n * stride
+    fits = start <= end < len(gpu_node) and (end - start + 1) % block == 0
+    if fits:
+        firsts = [b + j for b in range(start, end + 1, block) for j in range(stride)]
+        fits = all(gpu_node[s] == gpu_node[s + (n - 1) * stride] for s in firsts)
     try:
         strategy = PackedPlacementStrategy(start, end, n, stride)
         placements = strategy.get_placement(cluster, isolate)
-    except PlacementError:
+    except PlacementError as err:
+        assert not fits, f"refused a packed placement that fits: {err}"
+        event("refused")
         return
+    assert fits, "placed a packed placement that does not fit"
+    event("placed")
     assert len(placements) == (end - start + 1) // n
     space = cluster.rank_space(["cluster"])
     used = []

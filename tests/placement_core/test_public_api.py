@@ -1,4 +1,6 @@
-"""placement_core/__init__.py: the import line of the issue, and the docstring's three-line usage."""
+"""placement_core/__init__.py: the documented import line, and the docstring's three-line usage."""
+
+import pytest
 
 
 def test_issue_import_line():
@@ -19,10 +21,30 @@ def test_issue_import_line():
     assert issubclass(ModelParallelComponentPlacement, ComponentPlacement)
     assert issubclass(PlacementError, ValueError)
     assert {m.value for m in PlacementMode} == {"collocated", "disaggregated", "hybrid", "auto"}
-    for strategy in (FlexiblePlacementStrategy, PackedPlacementStrategy, NodePlacementStrategy):
-        assert callable(strategy.get_placement)
-    assert Placement.__dataclass_fields__
-    assert Cluster.from_config
+    # Each strategy, called as the placement interface documents it, places on a 2 x 4-GPU cluster.
+    cluster = Cluster.from_config({"num_nodes": 2, "accelerators_per_node": 4})
+    flexible = FlexiblePlacementStrategy([[0, 1], [5]]).get_placement(cluster)
+    assert [(p.cluster_node_rank, p.visible_accelerators) for p in flexible] == [(0, ("0", "1")), (1, ("1",))]
+    packed = PackedPlacementStrategy(0, 7, 2, 2).get_placement(cluster)
+    assert [p.local_hardware_ranks for p in packed] == [(0, 2), (1, 3), (0, 2), (1, 3)]
+    node = NodePlacementStrategy([1]).get_placement(cluster)
+    assert [(p.cluster_node_rank, p.local_accelerator_rank, p.node_group_label) for p in node] == [(1, 0, "cluster")]
+    # The Placement record has the documented fields, in order, and cannot be changed.
+    assert list(Placement._fields) == [
+        "rank",
+        "cluster_node_rank",
+        "placement_node_rank",
+        "local_accelerator_rank",
+        "accelerator_type",
+        "local_rank",
+        "local_world_size",
+        "visible_accelerators",
+        "isolate_accelerator",
+        "local_hardware_ranks",
+        "node_group_label",
+    ]
+    with pytest.raises(AttributeError):
+        flexible[0].rank = 1  # type: ignore[misc]
 
 
 def test_module_docstring_usage():

@@ -1,8 +1,6 @@
 """strategies.py and placement.py: Flexible, Packed and Node strategies, the Placement record, placement_env
 (spec §3)."""
 
-import dataclasses
-
 import pytest
 
 from placement_core import (
@@ -48,7 +46,7 @@ HETEROGENEOUS = [
 
 
 def test_placement_record_fields_in_spec_order():
-    assert [f.name for f in dataclasses.fields(Placement)] == PLACEMENT_FIELDS
+    assert list(Placement._fields) == PLACEMENT_FIELDS
 
 
 # -- Flexible ---------------------------------------------------------------------------------------------------
@@ -190,7 +188,7 @@ def test_placements_are_immutable():
     cluster = gpus()
     strategy = FlexiblePlacementStrategy([[0]])
     first = strategy.get_placement(cluster)
-    with pytest.raises(dataclasses.FrozenInstanceError):
+    with pytest.raises(AttributeError):
         first[0].rank = 99  # type: ignore[misc]
     assert isinstance(first[0].visible_accelerators, tuple)
     assert isinstance(first[0].local_hardware_ranks, tuple)
