@@ -1,10 +1,10 @@
 """Time to start 64 workers on 4 simulated nodes: the rlplace launcher against plain Ray `num_gpus=1` actors.
 
 The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
-with custom resources, ships a per-process environment and placement_core itself, verifies each process's
-binding), so this measures what that costs: both ways of shipping the environment (LaunchOptions.env_via), both
-ways of holding an actor to its node (pin_node_by: Ray's label selector or the node's custom resource), with
-and without shipping the code (ship_code, off for images that have rlplace). All sides run in the same
+with custom resources, ships a per-process environment, verifies each process's binding), so this measures
+what that costs: both ways of shipping the environment (LaunchOptions.env_via) and both ways of holding an
+actor to its node (pin_node_by: Ray's label selector or the node's custom resource). `--ship-code` runs every
+side with placement_core sent to the workers as `launcher.connect` does for stock Ray images. All sides run in the same
 simulated cluster, in a palindrome order (plain, runtime_env, ..., runtime_env, plain) so none gets the warm
 caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
 
@@ -26,11 +26,9 @@ TARGET_RATIO = 1.5
 #: Side -> (label, LaunchOptions fields); plain Ray uses none.
 SIDES: dict[str, tuple[str, dict[str, object]]] = {
     "plain": ("plain Ray actors (num_gpus=1)", {}),
-    "runtime_env": ("launcher (default: runtime_env, node label, ships code)", {}),
+    "runtime_env": ("launcher (default: runtime_env, node label)", {}),
     "constructor": ("launcher, env_via=constructor", {"env_via": "constructor"}),
     "resource": ("launcher, pinned by node resource", {"pin_node_by": "resource"}),
-    "noship": ("launcher, image has rlplace (no ship_code)", {"ship_code": False}),
-    "noship-constructor": ("launcher, constructor, no ship_code", {"env_via": "constructor", "ship_code": False}),
 }
 
 
@@ -92,6 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--ship-code", action="store_true", help="send placement_core in the job's runtime_env")
     parser.add_argument("--rounds", type=int, default=1, help="pairs of runs per side")
     args = parser.parse_args(argv)
     if args.workers % args.nodes:
@@ -99,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus = args.workers // args.nodes
     plan = make_plan(args.nodes, gpus)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
-    with launcher.simulated_cluster([gpus] * args.nodes):
+    with launcher.simulated_cluster([gpus] * args.nodes, ship_code=args.ship_code):
         for _ in range(args.rounds):
             for side in (*SIDES, *reversed(SIDES)):
                 wait_idle(args.workers)
@@ -107,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     medians = {side: statistics.median(runs) for side, runs in times.items()}
     print(
         f"{args.workers} workers on {args.nodes} simulated nodes ({gpus} fake GPUs each), median of {2 * args.rounds}"
+        + (", placement_core shipped in the job's runtime_env" if args.ship_code else "")
     )
     for side, (label, _) in SIDES.items():
         runs = ", ".join(f"{t:.2f}" for t in times[side])

@@ -38,6 +38,20 @@ def _ray() -> Any:
     return ray
 
 
+def connect(address: str = "auto", ship_code: bool = True, **init_kwargs: Any) -> None:
+    """`ray.init` for a driver. With `ship_code`, placement_core travels to every worker of the job in Ray's
+    job-level runtime_env (`py_modules`; Ray accepts local code only there, and actors inherit it), so workers
+    on a stock Ray image without rlplace run the launcher's actors. Measured in benchmarks/launch_scale.py."""
+    try:
+        import ray
+    except ImportError as err:
+        raise LaunchError("Ray is not installed; install the extra: pip install 'rlplace[ray]'") from err
+    runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
+    if ship_code:
+        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), placement_core]
+    ray.init(address=address, runtime_env=runtime_env or None, **init_kwargs)
+
+
 def ray_node_addresses() -> dict[int, str]:
     """Node rank -> IP of each live Ray node that declares a node resource."""
     ray = _ray()
@@ -186,9 +200,6 @@ class LaunchOptions:
     1.04x on 32 workers). GPUs are held through the per-GPU resources either way."""
     actor_options: Mapping[str, Any] = field(default_factory=dict)
     """Further Ray actor options (max_concurrency, memory, ...); placement ones are the launcher's."""
-    ship_code: bool = True
-    """Send placement_core to the workers through Ray's runtime_env (`py_modules`), so images without rlplace
-    (a stock Ray image) run the launcher's actors; a worker image with rlplace can turn it off."""
     verify: bool = True
     """Every actor checks at start that its environment, node and GPUs are its plan entry's (see
     `placement_core.launcher.verify`); a mismatch stops the launch with BindingError naming the rank."""
@@ -300,9 +311,6 @@ def _start_group(
     return WorkerGroup(component, actors, processes)
 
 
-#: placement_core's own directory, what `ship_code` sends (Ray zips it once and caches it by content hash).
-_PACKAGE_DIR = os.path.dirname(placement_core.__file__)
-
 #: Actor options the placement decides; LaunchOptions.actor_options may not set them.
 PLACEMENT_OPTIONS = ("num_cpus", "num_gpus", "resources", "label_selector", "scheduling_strategy")
 
@@ -311,12 +319,9 @@ def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[s
     """The user's actor options plus the placement's; planned variables win over a user runtime_env's."""
     options: dict[str, Any] = {"max_restarts": 0, **opts.actor_options}
     options.update(num_cpus=opts.num_cpus, num_gpus=0, resources=resources)
-    runtime_env = dict(options.get("runtime_env") or {})
     if env is not None:
+        runtime_env = dict(options.get("runtime_env") or {})
         runtime_env["env_vars"] = {**runtime_env.get("env_vars", {}), **env}
-    if opts.ship_code:
-        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), _PACKAGE_DIR]
-    if runtime_env:
         options["runtime_env"] = runtime_env
     return options
 

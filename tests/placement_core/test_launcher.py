@@ -210,6 +210,15 @@ class Probe:
             "labels": context.get_node_labels(),
         }
 
+    def shipped_code(self) -> str:
+        """Where placement_core comes from with nothing but the standard library and what Ray shipped to this
+        worker on the path: what a stock Ray image without rlplace has (`python -S`: no site-packages)."""
+        shipped = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+        code = "import placement_core.launcher.verify, placement_core; print(placement_core.__file__)"
+        env = {"PYTHONPATH": shipped, "PATH": os.environ["PATH"]}
+        done = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd="/", capture_output=True, text=True)
+        return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
     def span(self, seconds: float) -> tuple[float, float]:
         start = time.time()
         time.sleep(seconds)
@@ -226,11 +235,12 @@ class Broken:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each."""
+    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each; placement_core is shipped
+    to the workers as for a stock Ray image, so every test here runs the shipped copy."""
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with launcher.simulated_cluster([8, 8]):
+    with launcher.simulated_cluster([8, 8], ship_code=True):
         yield
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
@@ -428,3 +438,13 @@ def test_verification_can_be_turned_off(ray_cluster) -> None:
     with launcher.launch(plan, "loose", Probe, options=LaunchOptions(verify=False)) as group:
         assert group.run("report")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
         assert group.checks == [None]
+
+
+def test_workers_get_placement_core_from_the_driver(main_groups) -> None:
+    """`connect(ship_code=True)` sends placement_core in the job's runtime_env (inherited by the launcher's
+    actors, which set their own env_vars): each worker's path starts with Ray's unpacked copy, and that copy
+    alone (no site-packages) imports the launcher and its verification."""
+    paths = main_groups["reward"].run("shipped_code")
+    assert all(
+        p.endswith("/placement_core/__init__.py") and "/runtime_resources/py_modules_files/" in p for p in paths
+    ), paths
