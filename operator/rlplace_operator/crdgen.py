@@ -58,7 +58,13 @@ _OBJECT_RULES: dict[str, list[dict[str, str]]] = {
             "rule": "(has(self.autoPlacement) && self.autoPlacement) || "
             "(has(self.componentPlacement) && size(self.componentPlacement) > 0)",
             "message": "componentPlacement needs at least one entry unless autoPlacement is true",
-        }
+        },
+        {
+            # KubeRay suspends only a RayJob that deletes its cluster; the default (true) applies when unset.
+            "rule": "!(has(self.suspend) && self.suspend) || !has(self.entrypoint) || !has(self.run) || "
+            "!has(self.run.shutdownAfterJobFinishes) || self.run.shutdownAfterJobFinishes",
+            "message": "a job with an entrypoint can be suspended only with run.shutdownAfterJobFinishes true",
+        },
     ],
     "LabelSelectorRequirement": [
         {
@@ -215,16 +221,28 @@ def build_crds() -> dict[str, dict[str, Any]]:
         "rlj",
         "Namespaced",
         "RLJob is one reinforcement-learning training job: rlplace places its components on the GPUs of its "
-        "NodeGroups and runs them in a KubeRay RayCluster whose processes see exactly the planned GPUs.",
+        "NodeGroups and runs them in a KubeRay RayCluster whose processes see exactly the planned GPUs; with an "
+        "entrypoint, a KubeRay RayJob runs its driver and the job ends Succeeded or Failed.",
         models.RLJobSpec,
         models.RLJobStatus,
         [
-            _column("Phase", ".status.phase", description="Pending, Placing, Provisioning, Running, Suspended, Failed"),
+            _column(
+                "Phase",
+                ".status.phase",
+                description="Pending, Placing, Provisioning, Running, Suspended, Succeeded, Failed",
+            ),
             _column("Mode", ".status.placement.mode", description="Placement mode"),
             _column("GPUs", ".status.gpus", "integer", "GPUs the job uses"),
             _column("Nodes", ".status.nodes", "integer", "Nodes the job uses"),
             _column("RayCluster", ".status.rayCluster", description="The job's RayCluster"),
+            _column(
+                "Verified",
+                '.status.conditions[?(@.type=="BindingVerified")].status',
+                description="Every launched process checked its own placement from inside (True/False)",
+            ),
             age,
+            _column("RayJob", ".status.rayJob", description="The RayJob running the entrypoint", priority=1),
+            _column("Driver log", ".status.driverLog", description="Command that prints the driver's log", priority=1),
             _column("Predicted", ".status.predictedIterationTime", "number", "Predicted s/iteration", priority=1),
             _column("Message", ".status.message", description="Why Pending or Failed", priority=1),
         ],

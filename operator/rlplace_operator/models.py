@@ -230,7 +230,10 @@ class RaySpec(_Camel):
     """The KubeRay RayCluster the job runs in."""
 
     image: str = "rayproject/ray:2.60.0"
-    """Container image of every Ray pod."""
+    """Container image of every Ray pod (the head runs the driver, so with an entrypoint it needs rlplace)."""
+    worker_image: str | None = None
+    """Container image of the worker pods (default: `image`). Any Ray image of the same Ray version works,
+    one without rlplace too: the launcher ships placement_core to the workers in Ray's runtime_env."""
     ray_version: str = "2.60.0"
     """Ray version in the image (RayCluster.spec.rayVersion)."""
     head_resources: Resources = Resources()
@@ -239,6 +242,28 @@ class RaySpec(_Camel):
     """CPU and memory of each worker pod (GPUs are added from the plan)."""
     service_account_name: str | None = None
     """Service account of the Ray pods."""
+
+
+class SubmissionMode(enum.StrEnum):
+    K8S_JOB = "K8sJobMode"
+    SIDECAR = "SidecarMode"
+
+
+class RunSpec(_Camel):
+    """How the driver runs: the settings of the KubeRay RayJob that submits spec.entrypoint."""
+
+    submission_mode: SubmissionMode = SubmissionMode.K8S_JOB
+    """K8sJobMode: a Kubernetes Job named after the RLJob runs `ray job submit` and streams the driver's log
+    (`kubectl logs job/<name>`); SidecarMode: a container in the head pod does (no extra pod)."""
+    shutdown_after_job_finishes: bool = True
+    """Delete the RayCluster when the driver ends, freeing its GPUs (the RLJob and its status stay)."""
+    ttl_seconds_after_finished: int = Field(60, ge=0)
+    """Seconds the RayCluster is kept after the driver ends (to read Ray's own logs) before it is deleted;
+    only with shutdownAfterJobFinishes."""
+    backoff_limit: int = Field(0, ge=0, le=100)
+    """How many times a failed driver is retried, each time on a new RayCluster."""
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    """Seconds the driver may run; then it is stopped and the job Failed with reason DeadlineExceeded."""
 
 
 class RLJobSpec(_Camel):
@@ -266,9 +291,14 @@ class RLJobSpec(_Camel):
     ray: RaySpec = RaySpec()
     """The RayCluster."""
     entrypoint: str | None = None
-    """Driver command, passed to the head pod as RLPLACE_ENTRYPOINT for `ray job submit`."""
+    """Driver command. With it the job runs as a KubeRay RayJob that submits this command (it runs on the Ray
+    head, where the plan is mounted) and the job ends Succeeded or Failed with the driver; without it the job
+    is a long-lived RayCluster for interactive use."""
+    run: RunSpec = RunSpec()
+    """How the driver runs (KubeRay RayJob settings); used only with an entrypoint."""
     suspend: bool = False
-    """Remove the RayCluster and keep the job; set back to false to start it again."""
+    """Stop the job and free its GPUs, keeping the job: the RayCluster is removed (with an entrypoint the
+    RayJob is suspended, which stops the driver). Set back to false to start it again (the driver starts over)."""
 
 
 class JobPhase(enum.StrEnum):
@@ -277,6 +307,7 @@ class JobPhase(enum.StrEnum):
     PROVISIONING = "Provisioning"
     RUNNING = "Running"
     SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
 
@@ -302,15 +333,26 @@ class ResolvedPlacement(_Camel):
     """Per component: processes, GPUs, nodes."""
 
 
+class ComponentBinding(_Camel):
+    """How many of a component's processes checked, from inside, that they run as planned."""
+
+    name: str
+    """Component name."""
+    verified: int
+    """Processes whose environment, node and GPUs matched their plan entry."""
+    processes: int
+    """Processes the driver launched."""
+
+
 class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
     phase: JobPhase | None = None
-    """Pending, Placing, Provisioning, Running, Suspended or Failed."""
+    """Pending, Placing, Provisioning, Running, Suspended, Succeeded or Failed."""
     message: str | None = None
-    """Why the job is Pending or Failed."""
+    """Why the job is Pending or Failed, or how its driver ended."""
     conditions: list[Condition] = []
-    """Validated, Placed, RayClusterReady."""
+    """Validated, Placed, RayClusterReady; with an entrypoint also DriverSucceeded and BindingVerified."""
     placement: ResolvedPlacement | None = None
     """The resolved placement."""
     applied_placement: list[AppliedPlacementEntry] = []
@@ -323,6 +365,16 @@ class RLJobStatus(_Camel):
     """Nodes the job uses."""
     ray_cluster: str | None = None
     """Name of the RayCluster."""
+    ray_job: str | None = None
+    """Name of the RayJob that runs the entrypoint."""
+    driver_log: str | None = None
+    """The command that prints the driver's log."""
+    driver_start_time: str | None = None
+    """When the driver started (RFC 3339)."""
+    driver_end_time: str | None = None
+    """When the driver ended (RFC 3339)."""
+    binding: list[ComponentBinding] = []
+    """Per component: processes that verified their own placement from inside, as the driver reported."""
     observed_generation: int | None = None
     """The metadata.generation this status describes."""
 

@@ -18,6 +18,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"
 RAYCLUSTER_PLURAL = "rayclusters"
+RAYJOB_PLURAL = "rayjobs"
+#: KubeRay's name for the container that runs `ray job submit` (the submitter Job's pod, or the head's sidecar).
+SUBMITTER_CONTAINER = "ray-job-submitter"
 
 
 def placement_configmap_name(job: str) -> str:
@@ -25,6 +28,11 @@ def placement_configmap_name(job: str) -> str:
 
 
 def raycluster_name(job: str) -> str:
+    return job
+
+
+def rayjob_name(job: str) -> str:
+    """The RayJob of a job with an entrypoint; KubeRay names its submitter Job the same."""
     return job
 
 

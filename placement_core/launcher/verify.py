@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from placement_core.contract import KUBE_NODE_ENV
+from placement_core.contract import BINDING_REPORT_PREFIX, KUBE_NODE_ENV
 from placement_core.launcher.errors import LaunchError
 from placement_core.placement import placement_env
 from placement_core.plan import ProcessPlan
@@ -316,6 +316,24 @@ def _shared_uuid_problems(pairs: list[tuple[ProcessCheck, ProcessPlan]]) -> dict
 
 def _gpus(gpus: frozenset[int]) -> str:
     return ",".join(map(str, sorted(gpus)))
+
+
+def report_line(report: BindingReport) -> str:
+    """The log line a driver prints so the operator can read the report from the driver's log."""
+    return BINDING_REPORT_PREFIX + report.to_json()
+
+
+def find_report(log: str) -> BindingReport | None:
+    """The last binding report printed in a driver's log (a retried driver prints a new one), or None."""
+    for line in reversed(log.splitlines()):
+        start = line.find(BINDING_REPORT_PREFIX)
+        if start < 0:
+            continue
+        try:
+            return BindingReport.from_json(line[start + len(BINDING_REPORT_PREFIX) :])
+        except ValueError:
+            continue  # a line cut short by the log limit, or something else that only looks like a report
+    return None
 
 
 class BindingError(LaunchError):

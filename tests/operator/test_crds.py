@@ -42,11 +42,12 @@ def test_schema_is_structural_and_documented() -> None:
     assert "pattern" not in entry["items"]["properties"]["placement"]
     assert version["subresources"] == {"status": {}}
     assert rljob["spec"]["names"]["shortNames"] == ["rlj"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:6] == [
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:7] == [
         "Phase",
         "Mode",
         "GPUs",
         "Nodes",
         "RayCluster",
+        "Verified",
         "Age",
     ]

@@ -17,6 +17,8 @@ from placement_core.launcher.verify import (
     Devices,
     ProcessCheck,
     check_binding,
+    find_report,
+    report_line,
     select_devices,
 )
 from placement_core.plan import Plan, build_plan
@@ -152,3 +154,22 @@ def test_report_json_round_trip_summary_and_error() -> None:
 def test_bad_report_json_is_one_line(text: str) -> None:
     with pytest.raises(ValueError, match=r"^not a binding report: "):
         BindingReport.from_json(text)
+
+
+def test_the_report_survives_a_drivers_log() -> None:
+    """What the driver prints is what the operator reads back: the last full report line in the log."""
+    old = checks_seeing({("reward", 0): ("U2",), ("critic", 0): ("U2", "U4")})
+    new = checks_seeing({})
+    log = "\n".join(
+        [
+            "2026-11-23 starting",
+            report_line(old),
+            "(EnvReporter pid=12) noise",
+            "job retried",
+            "INFO " + report_line(new),
+            report_line(old)[:40],  # cut short by a log limit
+        ]
+    )
+    assert find_report(log) == new
+    assert find_report("no report here") is None
+    assert report_line(new).startswith(contract.BINDING_REPORT_PREFIX)

@@ -50,12 +50,14 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
 def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     container = {
         "name": "ray-worker",
-        "image": spec.ray.image,
+        "image": spec.ray.worker_image or spec.ray.image,
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
         "env": [
             *_env(node.env),
             {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
+            # The node the pod really runs on, for the launcher's binding check (downward API).
+            {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
     }
     return {
@@ -86,8 +88,6 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
 
 def build_head_group(job: str, spec: RLJobSpec) -> dict:
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
-    if spec.entrypoint:
-        env["RLPLACE_ENTRYPOINT"] = spec.entrypoint
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "template": {
@@ -109,15 +109,20 @@ def build_head_group(job: str, spec: RLJobSpec) -> dict:
     }
 
 
+def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """RayCluster.spec: also the rayClusterSpec of the job's RayJob when it has an entrypoint."""
+    return {
+        "rayVersion": spec.ray.ray_version,
+        "headGroupSpec": build_head_group(job, spec),
+        "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
+    }
+
+
 def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
     """The RayCluster for a job whose plan uses `nodes` (in node-rank order)."""
     return {
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayCluster",
         "metadata": {"name": raycluster_name(job), "labels": child_labels(job)},
-        "spec": {
-            "rayVersion": spec.ray.ray_version,
-            "headGroupSpec": build_head_group(job, spec),
-            "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
-        },
+        "spec": build_raycluster_spec(job, spec, nodes),
     }

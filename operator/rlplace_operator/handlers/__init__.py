@@ -1,5 +1,5 @@
 """kopf handlers; importing this package registers them."""
 
-from rlplace_operator.handlers import nodegroup, raycluster, rljob
+from rlplace_operator.handlers import nodegroup, raycluster, rayjob, rljob
 
-__all__ = ["nodegroup", "raycluster", "rljob"]
+__all__ = ["nodegroup", "raycluster", "rayjob", "rljob"]

@@ -14,12 +14,14 @@ from pydantic import ValidationError
 from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import build_raycluster
+from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.conditions import set_condition
+from rlplace_operator.handlers import rayjob
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import GROUP, VERSION, JobPhase, NodeGroupSpec, NodeGroupStatus, RLJobSpec, dump
-from rlplace_operator.names import RLJOB_PLURAL, raycluster_name
+from rlplace_operator.names import RLJOB_PLURAL, raycluster_name, rayjob_name
 from rlplace_operator.planning import JobPlan, plan_job
 from rlplace_operator.selection import JobGroup
 
@@ -94,10 +96,16 @@ def _validated_spec(job: _JobStatus, spec: kopf.Spec) -> RLJobSpec:
         raise job.fail("Validated", "InvalidSpec", f"spec.{where}: {first['msg']}") from None
 
 
-def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str) -> None:
-    kube.delete_raycluster(namespace, raycluster_name(name))
-    job.condition("RayClusterReady", False, "Suspended", "the job is suspended; its RayCluster was removed")
-    job.phase(JobPhase.SUSPENDED)
+def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str, spec: RLJobSpec) -> None:
+    if spec.entrypoint:
+        # KubeRay stops the driver and deletes the RayCluster of a suspended RayJob; resuming starts both anew.
+        kube.suspend_rayjob(namespace, rayjob_name(name))
+        message = "the job is suspended; its driver was stopped and its RayCluster removed"
+    else:
+        kube.delete_raycluster(namespace, raycluster_name(name))
+        message = "the job is suspended; its RayCluster was removed"
+    job.condition("RayClusterReady", False, "Suspended", message)
+    job.phase(JobPhase.SUSPENDED, message)
     job.patch.status["rayCluster"] = None
 
 
@@ -126,16 +134,22 @@ def _plan(
 
 
 def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int) -> dict:
-    """Apply the ConfigMap and the RayCluster (adopted by the job); returns the live RayCluster."""
-    if not kube.raycluster_crd_installed():
-        message = "the ray.io RayCluster CRD is not installed (install KubeRay)"
+    """Apply the ConfigMap and the RayCluster, or with an entrypoint the RayJob (adopted by the job); returns
+    the live RayCluster or RayJob."""
+    kind, served = (
+        ("RayJob", kube.rayjob_crd_installed) if spec.entrypoint else ("RayCluster", kube.raycluster_crd_installed)
+    )
+    if not served():
+        message = f"the ray.io {kind} CRD is not installed (install KubeRay)"
         raise job.wait("RayClusterReady", "KubeRayMissing", message, retry)
     name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
     configmap = build_placement_configmap(name, planned.plan)
-    raycluster = build_raycluster(name, spec, planned.workers)
-    kopf.adopt([configmap, raycluster], owner=job.body)
+    child = (
+        build_rayjob(name, spec, planned.workers) if spec.entrypoint else build_raycluster(name, spec, planned.workers)
+    )
+    kopf.adopt([configmap, child], owner=job.body)
     kube.apply_configmap(namespace, configmap)
-    return kube.apply_raycluster(namespace, raycluster)
+    return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
 
 
 @kopf.on.create(GROUP, VERSION, RLJOB_PLURAL, retries=None)
@@ -157,10 +171,12 @@ def rljob_reconcile(
 ) -> None:
     """Validate -> plan on the live cluster -> ConfigMap and RayCluster -> status."""
     kube: Kube = memo.kube
+    if _driver_done(spec, status, meta.get("generation")):
+        return  # the driver ended for this spec: nothing to re-plan (an operator restart must not re-run it)
     job = _JobStatus(body, status, patch, meta.get("generation"))
     job_spec = _validated_spec(job, spec)
     if job_spec.suspend:
-        _suspend(job, kube, namespace, name)
+        _suspend(job, kube, namespace, name, job_spec)
         return
     planned = _plan(job, job_spec, dict(meta.get("annotations") or {}), node_index, nodegroup_index, retry)
     live = _provision(job, kube, job_spec, planned, retry)
@@ -170,10 +186,27 @@ def rljob_reconcile(
         predictedIterationTime=planned.predicted_iteration_time,
         gpus=planned.gpus,
         nodes=len(planned.workers),
-        rayCluster=live["metadata"]["name"],
     )
+    if job_spec.entrypoint:
+        driver = rayjob.driver_status(
+            {**dict(status), "conditions": job.conditions}, live, None, namespace, name,
+            job_spec.run.submission_mode, job.generation,
+        )  # fmt: skip
+        patch.status.update(driver, observedGeneration=job.generation)
+        job.conditions = driver["conditions"]
+        kopf.info(body, reason="Placed", message=f"{planned.summary.mode} placement applied; RayJob {name}")
+        return
+    patch.status["rayCluster"] = live["metadata"]["name"]
     mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
     job.conditions = mirrored["conditions"]
     patch.status["conditions"] = job.conditions
     job.phase(mirrored["phase"])
     kopf.info(body, reason="Placed", message=f"{planned.summary.mode} placement applied; RayCluster {name}")
+
+
+def _driver_done(spec: kopf.Spec, status: kopf.Status, generation: int | None) -> bool:
+    """A job whose driver ended (Succeeded, or Failed after it was submitted) for the current spec."""
+    ended = status.get("phase") == JobPhase.SUCCEEDED or (
+        status.get("phase") == JobPhase.FAILED and status.get("rayJob") is not None
+    )
+    return bool(spec.get("entrypoint")) and ended and status.get("observedGeneration") == generation
