@@ -4,7 +4,6 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import os
 import subprocess
 import sys
@@ -357,23 +356,47 @@ def test_a_constructor_failure_names_component_and_rank(ray_cluster) -> None:
         launcher.launch(plan_of({"broken": "6"}), "broken", Broken)
 
 
-def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
-    import ray
+def test_reference_driver_verifies_overlaps_and_prints_every_process(ray_cluster, tmp_path, capsys) -> None:
+    """The examples' driver (placement_core.launcher.demo) on the plan file: the report line the operator reads,
+    the concurrent actor / rollout -> reward calls, and one table row per process as it saw itself."""
+    from placement_core.launcher import demo
+    from placement_core.launcher.verify import find_report
 
-    spec = importlib.util.spec_from_file_location(
-        "rlplace_driver", Path(__file__).parents[2] / "examples" / "driver.py"
-    )
-    driver = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = driver
-    spec.loader.exec_module(driver)
-    ray.cloudpickle.register_pickle_by_value(driver)
-    (tmp_path / contract.PLAN_KEY).write_text(plan_of({"actor,rollout": "14", "reward": "15"}).to_json())
-    rows = driver.report(launcher.read_plan(tmp_path), ["actor", "rollout", "reward"])
-    assert [(r["component"], r["RANK"], r["CUDA_VISIBLE_DEVICES"], r["CLUSTER_NODE_RANK"]) for r in rows] == [
-        ("actor", "0", "6", "1"),
-        ("rollout", "0", "6", "1"),
-        ("reward", "0", "7", "1"),
+    plan = plan_of({"actor": "14", "rollout": "15", "reward": "6"})
+    (tmp_path / contract.PLAN_KEY).write_text(plan.to_json())
+    assert demo.run(launcher.read_plan(tmp_path), ["actor", "rollout", "reward"]) == 0
+    out = capsys.readouterr().out
+    report = find_report(out)
+    assert report is not None and report.ok
+    assert [(c.component, c.rank, c.node_name) for c in report.checks] == [
+        (c.name, p.rank, p.node_name) for c, p in plan.processes()
     ]
+    overlap = float(out.split("concurrently: overlap ")[1].split(" s")[0])
+    assert overlap > 0.2, out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("actor ", "rollout ", "reward "))]
+    assert [(r[0], r[1], r[5], r[-1]) for r in rows] == [
+        ("actor", "0", "6", "ok"),
+        ("rollout", "0", "7", "ok"),
+        ("reward", "0", "6", "ok"),
+    ]
+
+
+def test_reference_driver_fails_a_tampered_plan_naming_the_rank(ray_cluster, tmp_path, capsys) -> None:
+    from placement_core.launcher import demo
+    from placement_core.launcher.verify import find_report
+
+    plan = plan_of({"actor": "14", "rollout": "15"})
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    code = demo.run(load_plan(demo.tamper(plan, "rollout:0:RANK=3")), ["actor", "rollout"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "error: binding check failed: component 'rollout' rank 0 on node 'node-1': RANK='3', planned '0'" in (
+        captured.err
+    )
+    report = find_report(captured.out)
+    assert report is not None and report.verified() == {"actor": 1, "rollout": 0}
+    assert demo.main(["--plan", str(tmp_path / "plan.json"), "--tamper", "rollout:4:RANK=3"]) == 2
+    assert "error: --tamper: component 'rollout' has ranks 0-0, got 4" in capsys.readouterr().err
 
 
 def test_read_plan_reads_either_configmap_key(tmp_path) -> None:
