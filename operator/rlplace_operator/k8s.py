@@ -159,7 +159,9 @@ class Kube:
                 newest.metadata.name, namespace, container=container, limit_bytes=limit_bytes
             )
         except ApiException as err:
-            if err.status in (400, 404):  # container not started yet, or the pod just went away
+            # 400: the container has not started; 404: the pod just went away; 5xx: the API server could not
+            # reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
+            if err.status in (400, 404) or err.status >= 500:
                 return None
             raise
 
@@ -188,6 +190,14 @@ class Kube:
         return served
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
+
+    def get_rljob(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def patch_rljob_status(self, namespace: str, name: str, status: dict) -> None:
         self.custom.patch_namespaced_custom_object_status(

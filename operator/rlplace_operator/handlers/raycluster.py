@@ -50,18 +50,10 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
 
 @kopf.index(GROUP, VERSION, RLJOB_PLURAL)
 def rljob_index(
-    namespace: str, name: str, uid: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
+    namespace: str, name: str, uid: str, meta: kopf.Meta, status: kopf.Status, **_: Any
 ) -> dict[tuple[str, str], dict]:
-    """Every RLJob's uid, generation, spec and status, so mirroring a RayCluster or RayJob costs no read of
-    its job."""
-    return {
-        (namespace, name): {
-            "uid": uid,
-            "generation": meta.get("generation"),
-            "spec": dict(spec),
-            "status": dict(status),
-        }
-    }
+    """Every RLJob's uid, generation and status, so mirroring a RayCluster costs no read of its job."""
+    return {(namespace, name): {"uid": uid, "generation": meta.get("generation"), "status": dict(status)}}
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})

@@ -21,7 +21,6 @@ import kopf
 
 from placement_core.launcher.verify import BindingReport, find_report
 from rlplace_operator.conditions import set_condition
-from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import GROUP, VERSION, ComponentBinding, JobPhase, RLJobSpec, SubmissionMode, dump
 from rlplace_operator.names import (
@@ -209,21 +208,22 @@ def _owned_by(body: Mapping[str, Any], uid: str) -> bool:
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
-def rayjob_mirror(
-    body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any
-) -> None:
+def rayjob_mirror(body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **_: Any) -> None:
+    """Follow the RayJob's status. The RLJob is read fresh (not from an index): the status written here
+    replaces its conditions, and a RayJob changes state only a few times in its life."""
     if type == "DELETED" or JOB_LABEL not in labels:
         return
-    name = labels[JOB_LABEL]
-    job = indexed(rljob_index, (namespace, name))
-    if job is None or not _owned_by(body, job["uid"]) or job.get("spec") is None:
-        return
     kube: Kube = memo.kube
+    name = labels[JOB_LABEL]
+    job = kube.get_rljob(namespace, name)
+    if job is None or not _owned_by(body, job["metadata"]["uid"]) or not job["spec"].get("entrypoint"):
+        return
+    status = job.get("status") or {}
     spec = RLJobSpec.model_validate(job["spec"])
-    new = refresh(kube, namespace, name, spec, job["status"], job["generation"], dict(body))
+    new = refresh(kube, namespace, name, spec, status, job["metadata"].get("generation"), dict(body))
     if new is not None:
         kube.patch_rljob_status(namespace, name, new)
-        announce(namespace, name, job["uid"], job["status"], new)
+        announce(namespace, name, job["metadata"]["uid"], status, new)
 
 
 def _driver_unverified(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
