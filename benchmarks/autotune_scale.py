@@ -53,12 +53,13 @@ def main() -> None:
     print(f"{'G':>6} {'input':<10} {'model':<8} {'search s':>9} {'autotune s':>11}  placement")
     for gpus in SIZES:
         for worst in (False, True):
-            cfg = read_job(config(gpus, worst))
-            task = read_reasoning(cfg)
+            raw = config(gpus, worst)
+            task = read_reasoning(read_job(raw))
             for model in CostModel:
                 search_s = best_of(lambda: search_reasoning(task, model))  # noqa: B023
-                total_s = best_of(lambda: autotune(cfg, model))  # noqa: B023
-                result = autotune(cfg, model)
+                # The whole call from the config, as `rlplace autotune` makes it.
+                total_s = best_of(lambda: autotune(read_job(raw), model))  # noqa: B023
+                result = autotune(read_job(raw), model)
                 where = ", ".join(f"{k}: {v}" for k, v in result.component_placement.items())
                 label = "worst" if worst else "typical"
                 print(f"{gpus:>6} {label:<10} {model.value:<8} {search_s:>9.3f} {total_s:>11.3f}  {where}")

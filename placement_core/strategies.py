@@ -8,6 +8,7 @@ when it is built, so a bad placement fails at parse time, not at launch.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Sequence
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
@@ -78,7 +79,9 @@ class _HardwareStrategy(PlacementStrategy):
         rank_lists = self._rank_lists(space)
         nodes, locals_, types, owners = space.node, space.local, space.hardware_type, space.group
         size = len(space)
-        rows: list[_Row] = []
+        counts = _NodeCounts([nodes[r[0]] for r in rank_lists if 0 <= r[0] < size])
+        cluster_nodes = cluster.nodes
+        placements: list[Placement] = []
         for process, ranks in enumerate(rank_lists):
             first = ranks[0]
             if not 0 <= first < size or not 0 <= ranks[-1] < size:
@@ -96,50 +99,46 @@ class _HardwareStrategy(PlacementStrategy):
                     raise PlacementError(
                         f"process {process} mixes hardware types {hw_type} and {types[r]} (ranks {_ranks(ranks)})"
                     )
-            local = tuple(locals_[r] for r in ranks)
+            # tuple([...]) and map: a generator into tuple() costs twice as much on this hot path.
+            local = tuple([locals_[r] for r in ranks])
             if hw_type == ACCELERATOR and isolate:
-                visible = tuple(str(x) for x in local)
+                visible = tuple(map(str, local))
                 accel_rank = local[0]
             else:
                 visible = cluster.visible_devices[node]
                 accel_rank = 0 if visible else -1
-            rows.append((node, accel_rank, visible, local, owners[first]))
-        return _placements_of(cluster, rows, isolate)
-
-
-#: One process before its node-local counts are known: node, local accelerator rank, visible accelerators,
-#: local hardware ranks, owning node group.
-_Row = tuple[int, int, tuple[str, ...], tuple[int, ...], str]
-
-
-def _placements_of(cluster: Cluster, rows: Sequence[_Row], isolate: bool) -> list[Placement]:
-    """Placement records in process order; placement_node_rank numbers nodes by first appearance, local_rank
-    and local_world_size count the strategy's processes per node."""
-    per_node: dict[int, int] = {}
-    for node, *_ in rows:
-        per_node[node] = per_node.get(node, 0) + 1
-    placement_node: dict[int, int] = {}
-    seen: dict[int, int] = {}
-    placements = []
-    for process, (node, accel_rank, visible, local, label) in enumerate(rows):
-        local_rank = seen.get(node, 0)
-        seen[node] = local_rank + 1
-        placements.append(
-            Placement(
-                process,
-                node,
-                placement_node.setdefault(node, len(placement_node)),
-                accel_rank,
-                cluster.nodes[node].accelerator_type,
-                local_rank,
-                per_node[node],
-                visible,
-                isolate,
-                local,
-                label,
+            placement_node, local_rank, local_world_size = counts.next(node)
+            placements.append(
+                Placement(
+                    process,
+                    node,
+                    placement_node,
+                    accel_rank,
+                    cluster_nodes[node].accelerator_type,
+                    local_rank,
+                    local_world_size,
+                    visible,
+                    isolate,
+                    local,
+                    owners[first],
+                )
             )
-        )
-    return placements
+        return placements
+
+
+class _NodeCounts:
+    """Per node, in the order processes come: the node's index among the strategy's nodes (by first
+    appearance), and each next process's local rank and the node's process count."""
+
+    def __init__(self, process_nodes: Sequence[int]) -> None:
+        self.per_node = Counter(process_nodes)  # keeps first-appearance order
+        self.index = {node: i for i, node in enumerate(self.per_node)}
+        self.seen = dict.fromkeys(self.per_node, 0)
+
+    def next(self, node: int) -> tuple[int, int, int]:
+        local_rank = self.seen[node]
+        self.seen[node] = local_rank + 1
+        return self.index[node], local_rank, self.per_node[node]
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -250,9 +249,25 @@ class NodePlacementStrategy(PlacementStrategy):
         space = cluster.rank_space(self.node_group_labels, nodes_only=True)
         if self.node_ranks[-1] >= len(space):
             raise CapacityError(f"node rank {self.node_ranks[-1]} is out of range ({space.describe()})")
-        rows: list[_Row] = []
-        for index in self.node_ranks:
+        counts = _NodeCounts([space.node[index] for index in self.node_ranks])
+        placements = []
+        for process, index in enumerate(self.node_ranks):
             node = space.node[index]
             visible = cluster.visible_devices[node]
-            rows.append((node, 0 if visible else -1, visible, (), space.group[index]))
-        return _placements_of(cluster, rows, isolate)
+            placement_node, local_rank, local_world_size = counts.next(node)
+            placements.append(
+                Placement(
+                    process,
+                    node,
+                    placement_node,
+                    0 if visible else -1,
+                    cluster.nodes[node].accelerator_type,
+                    local_rank,
+                    local_world_size,
+                    visible,
+                    isolate,
+                    (),
+                    space.group[index],
+                )
+            )
+        return placements
