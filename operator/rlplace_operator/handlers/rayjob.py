@@ -174,13 +174,15 @@ def refresh(
     job_status: Mapping[str, Any],
     generation: int | None,
     rayjob: Mapping[str, Any],
+    read_log_while_running: bool,
 ) -> dict[str, Any] | None:
     """The status patch that brings the RLJob in step with its RayJob and driver log; None if nothing changed.
-    The log is read only while the driver runs or has ended and no report was found yet."""
+    The log is read only once the driver ended (or while it runs, when asked) and no report was found yet."""
     mode = spec.run.submission_mode
     verified = any(c.get("type") == BINDING_CONDITION for c in job_status.get("conditions") or [])
+    state = driver_state(rayjob)
     report = None
-    if driver_state(rayjob).started and not verified:
+    if not verified and (state.finished or (state.started and read_log_while_running)):
         report = read_report(kube, namespace, job, mode, rayjob)
     new = driver_status(job_status, rayjob, report, namespace, job, mode, generation)
     if all(job_status.get(key) == value for key, value in new.items()):
@@ -220,7 +222,9 @@ def rayjob_mirror(body: kopf.Body, namespace: str, labels: kopf.Labels, type: st
         return
     status = job.get("status") or {}
     spec = RLJobSpec.model_validate(job["spec"])
-    new = refresh(kube, namespace, name, spec, status, job["metadata"].get("generation"), dict(body))
+    # A driver that just started has rarely printed its report yet; the timer below looks while it runs, so
+    # the phase change is written without waiting on a log read.
+    new = refresh(kube, namespace, name, spec, status, job["metadata"].get("generation"), dict(body), False)
     if new is not None:
         kube.patch_rljob_status(namespace, name, new)
         announce(namespace, name, job["metadata"]["uid"], status, new)
