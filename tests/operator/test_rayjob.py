@@ -3,6 +3,8 @@ become the RLJob's status (pure; the e2e suite runs them against KubeRay)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from placement_core.components import component_placement
@@ -19,6 +21,7 @@ from rlplace_operator.handlers.rayjob import (
 )
 from rlplace_operator.models import JobPhase, RLJobSpec, SubmissionMode
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 NODES = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}), WorkerNode(1, "4090-0", 4, {"nvidia.com/gpu": 4})]
 
 
@@ -181,3 +184,15 @@ def test_a_restarted_driver_drops_the_previous_runs_verification() -> None:
     assert condition(after, BINDING_CONDITION) is None
     assert after["binding"] is None
     assert after["driverEndTime"] is None
+
+
+@pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
+def test_the_run_examples_are_valid_jobs_with_the_reference_driver(name: str) -> None:
+    import yaml
+
+    (body,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    job = RLJobSpec.model_validate(body["spec"])
+    assert job.entrypoint == "python -m placement_core.launcher.demo"
+    assert job.run.shutdown_after_job_finishes and job.run.active_deadline_seconds
+    components = {c for e in job.component_placement for c in e.components.split(",")}
+    assert components == {"actor", "rollout", "reward"}
