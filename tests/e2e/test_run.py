@@ -162,6 +162,31 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     assert "BindingVerified" not in conditions  # nothing ran under kwok, so nothing was verified
 
 
+def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs: RunJobs) -> None:
+    """KubeRay stops a RayJob past activeDeadlineSeconds (under kwok too: it needs no Ray); the RLJob ends
+    Failed with KubeRay's reason, the driver-log command and a Warning Event."""
+    run_jobs.create(entrypoint_job("late", run={"activeDeadlineSeconds": 3}))
+    status = run_jobs.wait_phase("late", "Failed", timeout=120)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["DriverSucceeded"]["status"], conditions["DriverSucceeded"]["reason"]) == (
+        "False",
+        "DeadlineExceeded",
+    )
+    assert status["message"].endswith(f"(driver log: kubectl logs -n {run_jobs.namespace} job/late)"), status
+    assert status["driverLog"] == f"kubectl logs -n {run_jobs.namespace} job/late"
+
+    def warned() -> bool:
+        events = run_jobs.core.list_namespaced_event(
+            run_jobs.namespace, field_selector="involvedObject.kind=RLJob,involvedObject.name=late"
+        ).items
+        return any(e.reason == "DeadlineExceeded" and e.type == "Warning" for e in events)
+
+    wait_for(warned, 30, "a DeadlineExceeded Warning Event on the RLJob")
+    # A finished driver is not re-run: the job stays Failed across a later reconcile of the same spec.
+    run_jobs.patch("late", {"metadata": {"labels": {"touched": "yes"}}})
+    assert run_jobs.status("late")["phase"] == "Failed"
+
+
 def test_suspend_stops_the_driver_and_frees_the_cluster_resume_runs_again(run_jobs: RunJobs) -> None:
     run_jobs.create(entrypoint_job("pausable"))
     first = run_jobs.wait_phase("pausable", "Running")["rayCluster"]
