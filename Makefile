@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # starts its own local cluster unless you pointed KUBECONFIG at one (kind, say).
 operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 
-.PHONY: help setup tools cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
+.PHONY: help setup tools images cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -24,7 +24,10 @@ $(VENV)/.installed: pyproject.toml
 tools:  ## build or fetch the local control plane's binaries (cached outside the repo by version)
 	bash e2e/cluster/tools.sh
 
-cluster-up: setup tools  ## start the local control plane with fake GPU nodes (kubeconfig: .e2e/kubeconfig)
+images: setup tools  ## build the real nodes' images without Docker (base, pause, coredns, ray, ray-rlplace, operator)
+	bash e2e/images/build.sh
+
+cluster-up: setup tools images  ## local control plane, kwok GPU nodes and real nodes (kubeconfig: .e2e/kubeconfig)
 	bash e2e/cluster/up.sh
 
 cluster-down:  ## stop the demo operator and every process cluster-up started, and remove the state
@@ -37,10 +40,10 @@ crds: setup  ## regenerate crds/ and the chart's CRDs from operator/rlplace_oper
 test-unit: setup  ## tests that need no cluster
 	$(PY) -m pytest -m 'not e2e'
 
-test-e2e: setup tools  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)
+test-e2e: setup tools images  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)
 	$(PY) -m pytest -m e2e
 
-test: setup tools lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
+test: setup tools images lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
 	$(PY) -m pytest
 
 lint: setup tools  ## ruff and helm lint
@@ -48,7 +51,7 @@ lint: setup tools  ## ruff and helm lint
 	$(VENV)/bin/ruff format --check .
 	.e2e/bin/helm lint --strict charts/rlplace
 
-demo: setup tools  ## local cluster + operator + example RLJobs, then kubectl get and a placement table
+demo: setup tools images  ## local cluster + operator + example RLJobs, then kubectl get and a placement table
 	bash e2e/demo.sh
 
 operator: setup  ## run the operator in the foreground against KUBECONFIG (default .e2e/kubeconfig)

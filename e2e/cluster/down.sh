@@ -57,10 +57,22 @@ else
       sleep 0.1
     done
   }
+  # Real nodes first (their kubelets would otherwise log lost-apiserver errors while stopping).
+  node_components=()
+  for name in "${E2E_COMPONENTS[@]}"; do [[ $name != *@* ]] || node_components+=("$name"); done
+  ((${#node_components[@]} == 0)) || stop "${node_components[@]}"
   stop ray-operator kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
 fi
+
+# Real nodes: containers, shims, mounts, network namespaces, bridge, iptables chain, cgroups. Always, by the
+# cluster id: a cluster-up that failed halfway may have made some of them and recorded nothing.
+teardown_real_nodes say
+left=$(real_node_leftovers)
+[[ -z $left ]] || log "WARNING: left on the host after teardown: $(tr '\n' ';' <<<"$left")"
+# The kubelets' symlinks to container logs (a fixed host directory) that point into this state dir.
+find /var/log/containers -maxdepth 1 -type l -lname "$E2E_DIR/*" -delete 2>/dev/null || true
 
 # Ports it had: nothing may listen there any more.
 if [[ -f $STATE/ports.env ]] && command -v ss >/dev/null; then

@@ -13,7 +13,12 @@ E2E_DIR=$(realpath -m "${RLPLACE_E2E_DIR:-$E2E_REPO/.e2e}") # absolute: up.sh ch
 # tool name -> version
 tool_version() {
   case "$1" in
-    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl) echo "$KUBERNETES_VERSION" ;;
+    kube-apiserver | kube-controller-manager | kube-scheduler | kubectl | kubelet | kube-proxy | pause)
+      echo "$KUBERNETES_VERSION" ;;
+    containerd | ctr | containerd-shim-runc-v2) echo "$CONTAINERD_VERSION" ;;
+    runc) echo "$RUNC_VERSION" ;;
+    bridge | host-local | loopback | portmap) echo "$CNI_PLUGINS_VERSION" ;;
+    coredns) echo "$COREDNS_VERSION" ;;
     etcd) echo "$ETCD_VERSION" ;;
     kwok) echo "$KWOK_VERSION" ;;
     ray-operator) echo "$KUBERAY_VERSION" ;;
@@ -22,19 +27,48 @@ tool_version() {
   esac
 }
 
-tool_dir() { echo "$E2E_CACHE/$1-$(tool_version "$1")"; }
+# Tools that are looked up next to each other share one directory: containerd finds its shim in PATH (the
+# containerd directory is put first), and the CNI plugins are one bin directory for containerd.
+tool_dir() {
+  case "$1" in
+    ctr | containerd-shim-runc-v2) echo "$E2E_CACHE/containerd-$CONTAINERD_VERSION" ;;
+    bridge | host-local | loopback | portmap) echo "$E2E_CACHE/cni-plugins-$CNI_PLUGINS_VERSION" ;;
+    pause) echo "$E2E_CACHE/pause-$KUBERNETES_VERSION" ;;
+    *) echo "$E2E_CACHE/$1-$(tool_version "$1")" ;;
+  esac
+}
 tool_bin() { echo "$(tool_dir "$1")/$1"; }
 kuberay_crd_dir() { echo "$(tool_dir ray-operator)/crds"; }
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
-E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm)
+E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm
+  kubelet kube-proxy containerd ctr containerd-shim-runc-v2 runc bridge host-local loopback portmap coredns pause)
+# The CNI plugins the real nodes use (one directory: tool_dir bridge).
+# shellcheck disable=SC2034
+E2E_CNI_PLUGINS=(bridge host-local loopback portmap)
 
 log() { printf '[%s] %s\n' "${E2E_LOG_PREFIX:-e2e}" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
-# Cluster components in start order; down.sh stops them in reverse.
+# Real nodes (kubelet + containerd + kube-proxy each, see nodes.sh): on unless RLPLACE_E2E_REAL_NODES=0.
+# A running cluster remembers its choice in its state dir, so status.sh and down.sh need no variable.
+real_nodes_on() {
+  if [[ -f $E2E_DIR/cluster/real-nodes.env ]]; then return 0; fi
+  [[ -d $E2E_DIR/cluster ]] && return 1
+  [[ ${RLPLACE_E2E_REAL_NODES:-1} != 0 ]]
+}
+
+# Cluster components in start order; down.sh stops them in reverse. A real node's are <binary>@<node>.
 # shellcheck disable=SC2034
 E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator)
+# shellcheck source=nodes.sh
+source "$E2E_REPO/e2e/cluster/nodes.sh"
+if real_nodes_on; then
+  for _node in $(real_node_names); do
+    E2E_COMPONENTS+=("containerd@$_node" "kubelet@$_node" "kube-proxy@$_node")
+  done
+  unset _node
+fi
 
 # Print the PID of a running component of the cluster in $E2E_DIR; fail if it is not running.
 # A recorded PID only counts if that process was started as the component's binary (argv[0]; PIDs get
@@ -45,7 +79,7 @@ component_pid() {
   pid=$(<"$f")
   [[ $pid =~ ^[0-9]+$ ]] || return 1
   argv0=$(tr '\0' '\n' 2>/dev/null <"/proc/$pid/cmdline" | head -1) || return 1
-  [[ $(basename "$argv0") == "$1" ]] || return 1
+  [[ $(basename "$argv0") == "${1%%@*}" ]] || return 1
   [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 1 # a zombie has stopped already
   echo "$pid"
 }

@@ -148,6 +148,57 @@ EOF
 log "state in $STATE; apiserver will listen on https://127.0.0.1:$P_API"
 
 # ---------------------------------------------------------------------------------------------------------
+# Real nodes' network (before the apiserver, which must listen on the host bridge the nodes reach it by).
+REAL_NODES=()
+API_SANS="IP:127.0.0.1,IP:10.96.0.1"
+if [[ ${RLPLACE_E2E_REAL_NODES:-1} != 0 ]]; then
+  ((EUID == 0)) || die "real nodes need root (network namespaces, mounts, cgroups); RLPLACE_E2E_REAL_NODES=0 starts a kwok-only cluster"
+  for cmd in ip iptables; do command -v "$cmd" >/dev/null || die "$cmd is required for the real nodes (apt-get install iproute2 iptables)"; done
+  mapfile -t REAL_NODES < <(real_node_names)
+  NODE_NET=$(pick_node_subnet) || die "no free /24 in 172.16.0.0/12 for the real nodes' bridge"
+  HOST_IP="$NODE_NET.1"
+  {
+    echo "CLUSTER_ID=$E2E_CLUSTER_ID"
+    echo "NODE_NET=$NODE_NET.0/24"
+    echo "HOST_IP=$HOST_IP"
+  } >"$STATE/real-nodes.env"
+  API_SANS+=",IP:$HOST_IP"
+  log "real nodes ${REAL_NODES[*]} on bridge $E2E_NET_PREFIX ($NODE_NET.0/24), cluster id $E2E_CLUSTER_ID"
+  ip link add "$E2E_NET_PREFIX" type bridge
+  ip addr add "$HOST_IP/24" dev "$E2E_NET_PREFIX"
+  ip link set "$E2E_NET_PREFIX" up
+  # Nodes reach the world (and the host) through the host, masqueraded; forwarded both ways even where the
+  # FORWARD policy is DROP. One chain per cluster, so down.sh removes exactly this cluster's rules.
+  sysctl -qw net.ipv4.ip_forward=1
+  iptables -t nat -N "$E2E_IPT_CHAIN"
+  iptables -t nat -A "$E2E_IPT_CHAIN" -s "$NODE_NET.0/24" ! -d "$NODE_NET.0/24" -j MASQUERADE
+  iptables -t nat -A POSTROUTING -j "$E2E_IPT_CHAIN"
+  iptables -t filter -N "$E2E_IPT_CHAIN"
+  iptables -t filter -A "$E2E_IPT_CHAIN" -i "$E2E_NET_PREFIX" -j ACCEPT
+  iptables -t filter -A "$E2E_IPT_CHAIN" -o "$E2E_NET_PREFIX" -j ACCEPT
+  iptables -t filter -I FORWARD -j "$E2E_IPT_CHAIN"
+  for i in "${!REAL_NODES[@]}"; do
+    ns="$E2E_NETNS_PREFIX$i"
+    ip netns add "$ns"
+    ip link add "${E2E_NET_PREFIX}v$i" type veth peer name "${E2E_NET_PREFIX}p$i"
+    ip link set "${E2E_NET_PREFIX}v$i" master "$E2E_NET_PREFIX" up
+    ip link set "${E2E_NET_PREFIX}p$i" netns "$ns"
+    ip -n "$ns" link set "${E2E_NET_PREFIX}p$i" name eth0
+    ip -n "$ns" addr add "$NODE_NET.$((10 + i))/24" dev eth0
+    ip -n "$ns" link set lo up
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" route add default via "$HOST_IP"
+    for j in "${!REAL_NODES[@]}"; do
+      ((i == j)) || ip -n "$ns" route add "10.245.$j.0/24" via "$NODE_NET.$((10 + j))"
+    done
+    ip netns exec "$ns" sysctl -qw net.ipv4.ip_forward=1
+    # Pods' traffic that leaves the cluster's pod network looks like the node's (the CNI bridge plugin's own
+    # ipMasq would also hide pod addresses from pods on other nodes).
+    ip netns exec "$ns" iptables -t nat -A POSTROUTING -s "10.245.$i.0/24" ! -d "$E2E_POD_CIDR" -j MASQUERADE
+  done
+fi
+
+# ---------------------------------------------------------------------------------------------------------
 # Certificates: one CA; apiserver serving cert; client certs for admin and each component;
 # a key pair to sign ServiceAccount tokens (TokenRequest API).
 log "generating certificates"
@@ -170,24 +221,29 @@ extendedKeyUsage=clientAuth"
   sign apiserver "/CN=kube-apiserver" "basicConstraints=CA:FALSE
 keyUsage=critical,digitalSignature,keyEncipherment
 extendedKeyUsage=serverAuth
-subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
+subjectAltName=$API_SANS,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc,DNS:kubernetes.default.svc.cluster.local"
   sign admin "/O=system:masters/CN=rlplace-e2e-admin" "$client"
   sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
   sign kube-scheduler "/CN=system:kube-scheduler" "$client"
   sign front-proxy-client "/CN=front-proxy-client" "$client" # apiserver -> aggregated APIs
+  if ((${#REAL_NODES[@]})); then
+    sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client" # logs, exec
+    sign kube-proxy "/CN=system:kube-proxy" "$client"
+    for node in "${REAL_NODES[@]}"; do sign "kubelet-$node" "/O=system:nodes/CN=system:node:$node" "$client"; done
+  fi
   ossl ecparam -name prime256v1 -genkey -noout -out sa.key # ServiceAccount tokens are signed ES256
   ossl ec -in sa.key -pubout -out sa.pub
   chmod 600 ./*.key
 ) || die "openssl failed; see $LOGS/openssl.log"
 
-kubeconfig() { # kubeconfig <user cert name> <file>
+kubeconfig() { # kubeconfig <user cert name> <file> [server address]
   cat >"$2" <<EOF
 apiVersion: v1
 kind: Config
 clusters:
 - name: rlplace-e2e
   cluster:
-    server: https://127.0.0.1:$P_API
+    server: https://${3:-127.0.0.1}:$P_API
     certificate-authority-data: $(base64 -w0 "$PKI/ca.crt")
 users:
 - name: $1
@@ -205,6 +261,20 @@ kubeconfig admin "$STATE/admin.kubeconfig"
 kubeconfig kube-controller-manager "$STATE/kube-controller-manager.kubeconfig"
 kubeconfig kube-scheduler "$STATE/kube-scheduler.kubeconfig"
 KC=("${BIN[kubectl]}" --kubeconfig "$STATE/admin.kubeconfig")
+if ((${#REAL_NODES[@]})); then
+  kubeconfig kube-proxy "$STATE/kube-proxy.kubeconfig" "$HOST_IP"
+  for node in "${REAL_NODES[@]}"; do kubeconfig "kubelet-$node" "$STATE/kubelet-$node.kubeconfig" "$HOST_IP"; done
+fi
+
+# Real nodes reach the apiserver on the host bridge; it listens there too, and advertises that address so
+# that the `kubernetes` Service (what pods such as CoreDNS use) has a reachable endpoint.
+API_NET_FLAGS=(--bind-address 127.0.0.1 --advertise-address 127.0.0.1 --endpoint-reconciler-type none)
+if ((${#REAL_NODES[@]})); then
+  API_NET_FLAGS=(--bind-address 0.0.0.0 --advertise-address "$HOST_IP" --endpoint-reconciler-type lease
+    --kubelet-preferred-address-types InternalIP # node names are not in any DNS the apiserver uses
+    --kubelet-client-certificate "$PKI/apiserver-kubelet-client.crt"
+    --kubelet-client-key "$PKI/apiserver-kubelet-client.key")
+fi
 
 api_get() { curl -fsS --cacert "$PKI/ca.crt" --cert "$PKI/admin.crt" --key "$PKI/admin.key" "https://127.0.0.1:$P_API$1"; }
 
@@ -219,8 +289,7 @@ wait_for etcd healthy curl -fsS "http://127.0.0.1:$P_ETCD/health"
 
 start kube-apiserver "${BIN[kube-apiserver]}" \
   --etcd-servers "http://127.0.0.1:$P_ETCD" \
-  --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$P_API" \
-  --endpoint-reconciler-type none \
+  "${API_NET_FLAGS[@]}" --secure-port "$P_API" \
   --authorization-mode Node,RBAC \
   --client-ca-file "$PKI/ca.crt" \
   --tls-cert-file "$PKI/apiserver.crt" --tls-private-key-file "$PKI/apiserver.key" \
@@ -255,7 +324,7 @@ start kube-scheduler "${BIN[kube-scheduler]}" \
 start kwok "${BIN[kwok]}" \
   --kubeconfig "$STATE/admin.kubeconfig" \
   --config "$E2E_REPO/e2e/cluster/kwok-stages.yaml" \
-  --manage-all-nodes=true \
+  --manage-nodes-with-annotation-selector kwok.x-k8s.io/node=fake \
   --node-lease-duration-seconds 40 \
   --cidr 10.244.0.0/16 \
   --server-address "127.0.0.1:$P_KWOK"
@@ -293,6 +362,8 @@ wait_for kwok "running every node in e2e/nodes.yaml (Ready)" \
   "${KC[@]}" wait --for condition=Ready --timeout 2s -f "$E2E_REPO/e2e/nodes.yaml"
 wait_for kube-controller-manager "done creating the default ServiceAccount" \
   "${KC[@]}" get serviceaccount default -n default
+
+((${#REAL_NODES[@]} == 0)) || source "$E2E_REPO/e2e/cluster/start-nodes.sh"
 
 cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
 log "cluster up in $((SECONDS - T0)) s: $("${KC[@]}" get nodes --no-headers | wc -l) nodes Ready"

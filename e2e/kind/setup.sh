@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Make a kind cluster look like the local e2e cluster: the i-th kind worker gets the labels and extended
-# resources (nvidia.com/gpu, rlplace.io/franka) of the i-th node in e2e/nodes.yaml.
+# resources (nvidia.com/gpu, rlplace.io/franka) of the i-th node in e2e/nodes.yaml, and the workers after
+# those the labels and resources of the local cluster's real nodes (E2E_REAL_NODE_SPECS in
+# e2e/cluster/nodes.sh). The images `make images` built (e2e/images.env) are loaded into every node with
+# `kind load image-archive`.
 # Extended resources are advertised by patching each node's status capacity/allocatable through the API
 # ("Advertise Extended Resources for a Node" in the Kubernetes docs); the kubelet keeps them, and pods that
 # request them are scheduled and run (pause/busybox images; nothing uses a real GPU).
@@ -67,6 +70,41 @@ print(json.dumps(ops))' "$extra")
   echo "$node: labels $labels; extended resources $extra"
   i=$((i + 1))
 done <<<"$plan"
+
+# The real nodes' labels and fake devices, on the next workers: the same shape as kind's own nodes, so the
+# real-node tests (tests/e2e/test_real_nodes.py) run here too.
+# shellcheck source=../cluster/lib.sh
+source "$REPO/e2e/cluster/lib.sh"
+for spec in "${E2E_REAL_NODE_SPECS[@]}"; do
+  node=${workers[i]:-}
+  [[ -n $node ]] || { echo "setup.sh: fewer kind workers than nodes in e2e/nodes.yaml + real nodes" >&2; exit 1; }
+  IFS='|' read -r real_name labels extra <<<"$spec"
+  # shellcheck disable=SC2046 # one argument per k=v
+  kubectl --context "$CTX" label node "$node" --overwrite rlplace.io/real-node=true $(tr , ' ' <<<"$labels") >/dev/null
+  ops=()
+  for kv in ${extra//,/ }; do
+    key=${kv%%=*}
+    for field in capacity allocatable; do
+      ops+=("{\"op\":\"add\",\"path\":\"/status/$field/${key//\//~1}\",\"value\":\"${kv#*=}\"}")
+    done
+  done
+  kubectl --context "$CTX" patch node "$node" --subresource status --type json -p "[$(IFS=,; echo "${ops[*]}")]" >/dev/null
+  echo "$node: plays $real_name (labels $labels; extended resources $extra)"
+  i=$((i + 1))
+done
+
+# The images of the real nodes (`make images`), into every kind node.
+# shellcheck source=../images.env
+source "$REPO/e2e/images.env"
+for image in BASE_IMAGE RAY_IMAGE RAY_RLPLACE_IMAGE OPERATOR_IMAGE; do
+  name=${!image#localhost/rlplace/}
+  tar="$E2E_CACHE/images/${name%%:*}.tar"
+  if [[ -f $tar ]]; then
+    kind load image-archive --name "$NAME" "$tar"
+  else
+    echo "setup.sh: $tar missing (run 'make images'); the real-node tests will skip or fail without ${!image}" >&2
+  fi
+done
 
 echo "kind cluster $NAME ready. Run the e2e suite against it with:"
 echo "  export KUBECONFIG=\$(mktemp) && kind get kubeconfig --name $NAME > \$KUBECONFIG && make test"

@@ -1,0 +1,221 @@
+# Start the real nodes (see nodes.sh for the layout). Sourced by up.sh once the control plane is up; uses its
+# start/wait_for/fail helpers, BIN, KC, STATE, PKI, REAL_NODES, NODE_NET, HOST_IP.
+# shellcheck shell=bash
+
+# shellcheck source=../images.env
+source "$E2E_REPO/e2e/images.env"
+IMAGES_DIR="$E2E_CACHE/images"
+for t in containerd containerd-shim-runc-v2 ctr runc kubelet kube-proxy "${E2E_CNI_PLUGINS[@]}"; do
+  BIN[$t]=$(tool_bin "$t")
+  [[ -x ${BIN[$t]} ]] || die "$t $(tool_version "$t") is not built (${BIN[$t]} missing); run 'make tools' first"
+done
+for image in pause coredns; do
+  [[ -f $IMAGES_DIR/$image.tar ]] || die "image archive $IMAGES_DIR/$image.tar missing; run 'make images' first"
+done
+
+# Each node's own cgroup root in every v1 controller; cpuset needs its cpus/mems before a child can be used.
+make_cgroup_root() { # make_cgroup_root <name>
+  local ctrl
+  for ctrl in /sys/fs/cgroup/*/; do
+    [[ -f $ctrl/cgroup.procs ]] || continue
+    mkdir -p "$ctrl$1"
+  done
+  cat /sys/fs/cgroup/cpuset/cpuset.cpus >"/sys/fs/cgroup/cpuset/$1/cpuset.cpus"
+  cat /sys/fs/cgroup/cpuset/cpuset.mems >"/sys/fs/cgroup/cpuset/$1/cpuset.mems"
+}
+
+node_ip() { echo "$NODE_NET.$((10 + $1))"; }
+in_node() { local i=$1; shift; nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "$@"; }
+
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  d="$E2E_NODES_STATE/$node"
+  mkdir -p "$d"/{containerd,kubelet,cni/net.d,cni/ipam,runc,pod-logs}
+  make_cgroup_root "$E2E_NETNS_PREFIX$i"
+
+  cat >"$d/containerd.toml" <<EOF
+version = 3
+root = "$d/containerd/root"
+state = "$d/containerd/state"
+# Shared host paths (NRI's socket, tracing) stay off: several containerds run on this host.
+disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.internal.v1.tracing", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.devmapper", "io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.blockfile",
+  "io.containerd.snapshotter.v1.erofs", "io.containerd.differ.v1.erofs"]
+[grpc]
+  address = "$d/containerd.sock"
+[ttrpc]
+  address = "$d/containerd.sock.ttrpc"
+[plugins.'io.containerd.internal.v1.opt']
+  path = "$d/containerd/opt"
+[plugins.'io.containerd.cri.v1.images']
+  snapshotter = "overlayfs"
+  [plugins.'io.containerd.cri.v1.images'.pinned_images]
+    sandbox = "$PAUSE_IMAGE"
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_selinux = false
+  netns_mounts_under_state_dir = true
+  # Where this runs without CAP_SYS_RESOURCE (containers, VMs like this one) no process may lower its OOM
+  # score; sandboxes and containers get at least containerd's own instead of failing to start.
+  restrict_oom_score_adj = true
+  [plugins.'io.containerd.cri.v1.runtime'.containerd]
+    default_runtime_name = "runc"
+    [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+      [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+        BinaryName = "${BIN[runc]}"
+        Root = "$d/runc"
+        SystemdCgroup = false
+  [plugins.'io.containerd.cri.v1.runtime'.cni]
+    bin_dirs = ["$(tool_dir bridge)"]
+    conf_dir = "$d/cni/net.d"
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+EOF
+  cat >"$d/cni/net.d/10-rlplace.conflist" <<EOF
+{
+  "cniVersion": "1.0.0",
+  "name": "rlplace",
+  "plugins": [
+    {
+      "type": "bridge", "bridge": "cni0", "isGateway": true, "ipMasq": false, "hairpinMode": true,
+      "ipam": {"type": "host-local", "dataDir": "$d/cni/ipam",
+               "ranges": [[{"subnet": "10.245.$i.0/24"}]], "routes": [{"dst": "0.0.0.0/0"}]}
+    },
+    {"type": "portmap", "capabilities": {"portMappings": true}}
+  ]
+}
+EOF
+  cat >"$d/kubelet.yaml" <<EOF
+apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+failCgroupV1: false          # this host has cgroup v1 only
+cgroupDriver: cgroupfs
+cgroupRoot: /$E2E_NETNS_PREFIX$i
+containerRuntimeEndpoint: unix://$d/containerd.sock
+address: $(node_ip "$i")
+port: 10250
+readOnlyPort: 0
+healthzBindAddress: 127.0.0.1
+healthzPort: 10248
+authentication:
+  anonymous: {enabled: false}
+  webhook: {enabled: false}
+  x509: {clientCAFile: $PKI/ca.crt}
+authorization: {mode: AlwaysAllow}   # only holders of a certificate of this cluster's CA get this far
+clusterDNS: [$E2E_DNS_IP]
+clusterDomain: cluster.local
+podLogsDir: $d/pod-logs
+failSwapOn: false
+oomScoreAdj: 0   # its default, -999, needs CAP_SYS_RESOURCE (see restrict_oom_score_adj above)
+serializeImagePulls: false
+# Never garbage-collect the imported images (there is no registry to pull them again); evict late.
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard: {memory.available: 100Mi, nodefs.available: 1%, imagefs.available: 1%}
+maxPods: 110
+EOF
+  cat >"$d/kube-proxy.yaml" <<EOF
+apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+clientConnection: {kubeconfig: $STATE/kube-proxy.kubeconfig}
+hostnameOverride: $node
+mode: iptables
+clusterCIDR: $E2E_POD_CIDR
+# A pod reaching a Service backed by a pod on its own bridge gets the answer back through the node.
+iptables: {masqueradeAll: true}
+oomScoreAdj: 0
+metricsBindAddress: 127.0.0.1:10249
+healthzBindAddress: 127.0.0.1:10256
+# 0: leave the host-wide conntrack sysctls alone (shared by every node and the host).
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+EOF
+  PATH="$(tool_dir containerd):$PATH" start "containerd@$node" \
+    nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[containerd]}" --config "$d/containerd.toml"
+done
+
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  wait_for "containerd@$node" serving "${BIN[ctr]}" --address "$E2E_NODES_STATE/$node/containerd.sock" version
+done
+
+# Images: every archive `make images` saved, into every node (k8s.io: the namespace the CRI uses). What the
+# cluster itself needs (pause, CoreDNS) and the small base first; the Ray and operator images (~1.5 GB to
+# unpack per node) in the background, so that the nodes start meanwhile. Each node's background import
+# writes <node>/images.imported when done (or images.failed with the reason); tests wait for it.
+import_images() { # import_images <node> <archive>...
+  local sock="$E2E_NODES_STATE/$1/containerd.sock" tar
+  shift
+  for tar in "$@"; do
+    "${BIN[ctr]}" --address "$sock" -n k8s.io images import --local --snapshotter overlayfs "$tar" >/dev/null || return 1
+  done
+}
+import_jobs=()
+for node in "${REAL_NODES[@]}"; do
+  import_images "$node" "$IMAGES_DIR"/{pause,coredns,base}.tar >"$LOGS/images-$node.log" 2>&1 &
+  import_jobs+=($!)
+done
+for i in "${!REAL_NODES[@]}"; do
+  wait "${import_jobs[$i]}" || fail "containerd@${REAL_NODES[$i]}" "importing the images of $IMAGES_DIR failed ($(tail -1 "$LOGS/images-${REAL_NODES[$i]}.log"))"
+done
+log "pause, coredns and base images imported into ${#REAL_NODES[@]} nodes ($((SECONDS - T0)) s)"
+later=()
+for tar in "$IMAGES_DIR"/*.tar; do
+  case "${tar##*/}" in pause.tar | coredns.tar | base.tar) ;; *) later+=("$tar") ;; esac
+done
+for node in "${REAL_NODES[@]}"; do
+  d="$E2E_NODES_STATE/$node"
+  (
+    if import_images "$node" "${later[@]}"; then
+      touch "$d/images.imported"
+    else
+      tail -3 "$LOGS/images-$node-background.log" >"$d/images.failed"
+    fi
+  ) >"$LOGS/images-$node-background.log" 2>&1 </dev/null 8>&- &
+done
+log "importing in the background: ${later[*]##*/}"
+
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  spec=${E2E_REAL_NODE_SPECS[$i]}
+  labels=$(cut -d'|' -f2 <<<"$spec")
+  start "kubelet@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kubelet]}" \
+    --config "$E2E_NODES_STATE/$node/kubelet.yaml" --kubeconfig "$STATE/kubelet-$node.kubeconfig" \
+    --root-dir "$E2E_NODES_STATE/$node/kubelet" --hostname-override "$node" --node-ip "$(node_ip "$i")" \
+    --node-labels "rlplace.io/real-node=true,$labels"
+  start "kube-proxy@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kube-proxy]}" \
+    --config "$E2E_NODES_STATE/$node/kube-proxy.yaml"
+done
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  wait_for "kubelet@$node" healthy in_node "$i" curl -fsS http://127.0.0.1:10248/healthz
+  wait_for "kube-proxy@$node" healthy in_node "$i" curl -fsS http://127.0.0.1:10256/healthz
+done
+wait_for "kubelet@${REAL_NODES[0]}" "running every real node (Ready)" \
+  "${KC[@]}" wait --for condition=Ready --timeout 2s "${REAL_NODES[@]/#/node/}"
+
+# Fake accelerators: the documented extended-resource patch of the node status (capacity and allocatable).
+# The kubelet keeps extended resources it does not manage, except when it registers a node that already
+# exists (a restarted kubelet): then it zeroes them, and this patch must be applied again.
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  extended=$(cut -d'|' -f3 <<<"${E2E_REAL_NODE_SPECS[$i]}")
+  ops=()
+  for kv in ${extended//,/ }; do
+    key=${kv%%=*}
+    for field in capacity allocatable; do
+      ops+=("{\"op\":\"add\",\"path\":\"/status/$field/${key//\//~1}\",\"value\":\"${kv#*=}\"}")
+    done
+  done
+  ops_json=$(IFS=,; echo "[${ops[*]}]")
+  "${KC[@]}" patch node "$node" --subresource=status --type=json -p "$ops_json" >/dev/null ||
+    fail "kubelet@$node" "patching its fake extended resources ($extended) failed"
+done
+
+# Cluster DNS as pods on the real nodes (kube-dns Service at $E2E_DNS_IP, the kubelets' clusterDNS).
+sed -e "s#@COREDNS_IMAGE@#$COREDNS_IMAGE#" -e "s#@DNS_IP@#$E2E_DNS_IP#" "$E2E_REPO/e2e/cluster/coredns.yaml" |
+  "${KC[@]}" apply -f - >"$LOGS/coredns.log" 2>&1 || { cat "$LOGS/coredns.log" >&2; die "creating CoreDNS failed"; }
+wait_for "kubelet@${REAL_NODES[0]}" "running CoreDNS (Available)" \
+  "${KC[@]}" -n kube-system wait --for condition=Available --timeout 2s deployment/coredns
+log "real nodes ready: ${REAL_NODES[*]} ($((SECONDS - T0)) s)"
