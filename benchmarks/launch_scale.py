@@ -29,6 +29,7 @@ SIDES: dict[str, tuple[str, dict[str, object]]] = {
     "runtime_env": ("launcher (default: runtime_env, node label)", {}),
     "constructor": ("launcher, env_via=constructor", {"env_via": "constructor"}),
     "resource": ("launcher, pinned by node resource", {"pin_node_by": "resource"}),
+    "noverify": ("launcher, verify=False (what verification costs)", {"verify": False}),
 }
 
 
