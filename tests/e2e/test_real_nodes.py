@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from e2e_cluster import GPU, REPO, e2e_dir, wait_for
 from placement_core import launcher
+
+from e2e_cluster import GPU, REPO, e2e_dir, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -145,8 +146,13 @@ def test_pod_reaches_a_pod_on_another_node_and_a_service_by_dns(core, namespace,
     server_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "a800")
     client_node = node_named(real_nodes, "rlplace.io/real-gpu-type", "4090")
     core.create_namespaced_pod(
-        namespace, pod("web", server_node, "mkdir /tmp/www && echo served-by-$HOSTNAME >/tmp/www/index.html && "
-                       "cd /tmp/www && exec python3 -m http.server 8080")
+        namespace,
+        pod(
+            "web",
+            server_node,
+            "mkdir /tmp/www && echo served-by-$HOSTNAME >/tmp/www/index.html && "
+            "cd /tmp/www && exec python3 -m http.server 8080",
+        ),
     )
     service = client.V1Service(
         metadata=client.V1ObjectMeta(name="web"),
@@ -291,7 +297,9 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
         "print(json.dumps([{'ip': n['NodeManagerAddress'], 'resources': n['Resources'], 'labels': n.get('Labels', {})}"
         " for n in ray.nodes() if n['Alive']]))"
     )
-    out = kubectl(kubeconfig, "-n", namespace, "exec", head, "-c", "ray-head", "--", "python3", "-c", script, timeout=90)
+    out = kubectl(
+        kubeconfig, "-n", namespace, "exec", head, "-c", "ray-head", "--", "python3", "-c", script, timeout=90
+    )
     nodes = json.loads(out.strip().splitlines()[-1])
     by_ip = {n["ip"]: n for n in nodes}
     for rank, node in gpu_nodes.items():

@@ -22,6 +22,7 @@ from rlplace_operator.handlers.rayjob import (
 from rlplace_operator.models import JobPhase, RLJobSpec, SubmissionMode
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SUBMITTER = {"cpu": "200m", "memory": "512Mi"}
 NODES = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}), WorkerNode(1, "4090-0", 4, {"nvidia.com/gpu": 4})]
 
 
@@ -42,7 +43,30 @@ def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> No
         "ttlSecondsAfterFinished": 60,
         "backoffLimit": 0,
         "suspend": False,
+        "submitterPodTemplate": {
+            "spec": {
+                "restartPolicy": "Never",
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchFields": [
+                                        {"key": "metadata.name", "operator": "In", "values": ["a800-0", "4090-0"]}
+                                    ]
+                                }
+                            ]
+                        }
+                    }
+                },
+                "containers": [
+                    {"name": "ray-job-submitter", "image": "rayproject/ray:2.60.0", "resources": {"limits": SUBMITTER}}
+                ],
+            }
+        },
     }
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert head["affinity"] == job["spec"]["submitterPodTemplate"]["spec"]["affinity"]
 
 
 def test_run_settings_reach_the_rayjob() -> None:
@@ -56,6 +80,7 @@ def test_run_settings_reach_the_rayjob() -> None:
     assert (body["submissionMode"], body["backoffLimit"], body["activeDeadlineSeconds"]) == ("SidecarMode", 2, 600)
     assert (body["ttlSecondsAfterFinished"], body["suspend"]) == (5, True)
     # KubeRay refuses a TTL on a RayJob that keeps its cluster.
+    assert "submitterPodTemplate" not in body  # SidecarMode: the submitter is a container of the head pod
     kept = build_rayjob("train", spec(run={"shutdownAfterJobFinishes": False}), NODES)["spec"]
     assert "ttlSecondsAfterFinished" not in kept
     assert kept["shutdownAfterJobFinishes"] is False

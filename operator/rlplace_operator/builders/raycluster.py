@@ -47,6 +47,12 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
 
 
+def on_nodes(names: Sequence[str]) -> dict:
+    """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it)."""
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(names)}]}
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+
+
 def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     container = {
         "name": "ray-worker",
@@ -70,15 +76,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
         "template": {
             "spec": {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
-                            ]
-                        }
-                    }
-                },
+                "affinity": on_nodes([node.name]),
                 "containers": [container],
                 **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
             },
@@ -86,13 +84,16 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     }
 
 
-def build_head_group(job: str, spec: RLJobSpec) -> dict:
+def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """The head, on one of the job's own nodes: it needs no GPU, and the job's nodes are the ones known to
+    run its image (a cluster may also have nodes that cannot, such as virtual ones)."""
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "template": {
             "metadata": {"labels": child_labels(job)},
             "spec": {
+                "affinity": on_nodes([node.name for node in nodes]),
                 "containers": [
                     {
                         "name": "ray-head",
@@ -113,7 +114,7 @@ def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]
     """RayCluster.spec: also the rayClusterSpec of the job's RayJob when it has an entrypoint."""
     return {
         "rayVersion": spec.ray.ray_version,
-        "headGroupSpec": build_head_group(job, spec),
+        "headGroupSpec": build_head_group(job, spec, nodes),
         "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
     }
 

@@ -5,9 +5,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster_spec
-from rlplace_operator.models import RLJobSpec
-from rlplace_operator.names import RAY_GROUP, RAY_VERSION, child_labels, rayjob_name
+from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster_spec, on_nodes
+from rlplace_operator.models import RLJobSpec, SubmissionMode
+from rlplace_operator.names import RAY_GROUP, RAY_VERSION, SUBMITTER_CONTAINER, child_labels, rayjob_name
+
+#: The submitter only runs `ray job submit` and streams the driver's log.
+SUBMITTER_LIMITS = {"cpu": "200m", "memory": "512Mi"}
+
+
+def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """KubeRay's submitter pod (K8sJobMode) on one of the job's nodes, like the head; KubeRay fills in the
+    `ray job submit` command."""
+    container = {"name": SUBMITTER_CONTAINER, "image": spec.ray.image, "resources": {"limits": SUBMITTER_LIMITS}}
+    return {
+        "spec": {"restartPolicy": "Never", "affinity": on_nodes([n.name for n in nodes]), "containers": [container]}
+    }
 
 
 def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
@@ -26,6 +38,8 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict
     # KubeRay refuses a TTL without shutdownAfterJobFinishes (nothing would be deleted after it).
     if run.shutdown_after_job_finishes:
         body["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
+    if run.submission_mode is SubmissionMode.K8S_JOB:
+        body["submitterPodTemplate"] = build_submitter_template(spec, nodes)
     if run.active_deadline_seconds is not None:
         body["activeDeadlineSeconds"] = run.active_deadline_seconds
     return {
