@@ -48,7 +48,9 @@ def connect(address: str = "auto", ship_code: bool = True, **init_kwargs: Any) -
         raise LaunchError("Ray is not installed; install the extra: pip install 'rlplace[ray]'") from err
     runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
     if ship_code:
-        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), placement_core]
+        # The package's directory, not the module: inside a submitted Ray job, ray.init deep-copies the
+        # runtime_env to merge it with the job's, and a module object cannot be copied.
+        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), os.path.dirname(placement_core.__file__)]
     ray.init(address=address, runtime_env=runtime_env or None, **init_kwargs)
 
 
