@@ -257,9 +257,8 @@ def rljob_binding_recheck(
     rayjob = kube.get_rayjob(namespace, rayjob_name(name))
     if rayjob is None:
         return
-    new = refresh(
-        kube, namespace, name, RLJobSpec.model_validate(dict(spec)), dict(status), meta.get("generation"), rayjob
-    )
+    job_spec = RLJobSpec.model_validate(dict(spec))
+    new = refresh(kube, namespace, name, job_spec, dict(status), meta.get("generation"), rayjob, True)
     if new is not None:
         patch.status.update(new)
         announce(namespace, name, uid, dict(status), new)
