@@ -50,11 +50,8 @@ def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> No
                     "nodeAffinity": {
                         "requiredDuringSchedulingIgnoredDuringExecution": {
                             "nodeSelectorTerms": [
-                                {
-                                    "matchFields": [
-                                        {"key": "metadata.name", "operator": "In", "values": ["a800-0", "4090-0"]}
-                                    ]
-                                }
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+                                for name in ("a800-0", "4090-0")
                             ]
                         }
                     }

@@ -48,9 +48,10 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
 
 
 def on_nodes(names: Sequence[str]) -> dict:
-    """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it)."""
-    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": list(names)}]}
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}}
+    """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it). The API
+    allows one value per metadata.name field selector, so each node is its own term (terms are ORed)."""
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in names]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
 def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
