@@ -105,7 +105,10 @@ def run_jobs(
 
 
 def entrypoint_job(name: str, entrypoint: str = "python -m placement_core.launcher.demo", **spec: object) -> dict:
-    """A small job on the kwok a800 nodes of examples/nodegroups-local.yaml."""
+    """A small job on the kwok a800 nodes of examples/nodegroups-local.yaml. SidecarMode by default: kwok
+    completes a submitter Job's pod at once (KubeRay may then fail the job, depending on whether it reaches
+    the fake head), while a sidecar in the never-ending kwok head pod keeps the driver "running"."""
+    run = {"submissionMode": "SidecarMode", **dict(spec.pop("run", {}))}  # type: ignore[arg-type]
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "RLJob",
@@ -117,6 +120,7 @@ def entrypoint_job(name: str, entrypoint: str = "python -m placement_core.launch
                 {"components": "reward", "placement": "8"},
             ],
             "entrypoint": entrypoint,
+            "run": run,
             **spec,
         },
     }
@@ -126,9 +130,14 @@ def entrypoint_job(name: str, entrypoint: str = "python -m placement_core.launch
 
 
 def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -> None:
-    run = {"backoffLimit": 1, "activeDeadlineSeconds": 900, "ttlSecondsAfterFinished": 30}
+    run = {
+        "submissionMode": "K8sJobMode",
+        "backoffLimit": 1,
+        "activeDeadlineSeconds": 900,
+        "ttlSecondsAfterFinished": 30,
+    }
     run_jobs.create(entrypoint_job("driven", run=run))
-    status = run_jobs.wait_phase("driven", "Running")
+    status = wait_for(lambda: (s := run_jobs.status("driven")).get("rayCluster") and s, 90, "KubeRay's RayCluster")
     rayjob = run_jobs.ray("rayjobs", "driven")
     assert rayjob is not None
     owner = rayjob["metadata"]["ownerReferences"][0]
@@ -148,18 +157,28 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     )
     assert pinned == planned_nodes == ["a800-0", "a800-1"]
     env = workers[0]["template"]["spec"]["containers"][0]["env"]
-    assert {
-        "name": "RLPLACE_KUBE_NODE",
-        "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}},
-    } in env
+    assert {"name": "RLPLACE_KUBE_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
+    # The head and KubeRay's submitter pod run on the job's own nodes.
+    for pod in run_jobs.core.list_namespaced_pod(run_jobs.namespace).items:
+        assert pod.spec.node_name in planned_nodes, (pod.metadata.name, pod.spec.node_name)
     # KubeRay made the RayCluster from the RayJob; the RLJob names it, the RayJob and where the driver logs.
     assert status["rayJob"] == "driven"
     assert status["rayCluster"] == rayjob["status"]["rayClusterName"]
     assert run_jobs.ray("rayclusters", status["rayCluster"]) is not None
     assert status["driverLog"] == f"kubectl logs -n {run_jobs.namespace} job/driven"
+    assert "BindingVerified" not in {c["type"] for c in status["conditions"]}  # nothing ran under kwok
+
+
+def test_a_sidecar_driver_runs_and_says_where_its_log_is(run_jobs: RunJobs) -> None:
+    run_jobs.create(entrypoint_job("sidecar"))
+    status = run_jobs.wait_phase("sidecar", "Running")
     conditions = {c["type"]: c for c in status["conditions"]}
     assert (conditions["DriverSucceeded"]["status"], conditions["DriverSucceeded"]["reason"]) == ("False", "Running")
-    assert "BindingVerified" not in conditions  # nothing ran under kwok, so nothing was verified
+    assert status["driverLog"] == (
+        f"kubectl logs -n {run_jobs.namespace} -l ray.io/cluster={status['rayCluster']},ray.io/node-type=head "
+        "-c ray-job-submitter"
+    )
+    assert "submitterPodTemplate" not in run_jobs.ray("rayjobs", "sidecar")["spec"]
 
 
 def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs: RunJobs) -> None:
@@ -172,8 +191,7 @@ def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs:
         "False",
         "DeadlineExceeded",
     )
-    assert status["message"].endswith(f"(driver log: kubectl logs -n {run_jobs.namespace} job/late)"), status
-    assert status["driverLog"] == f"kubectl logs -n {run_jobs.namespace} job/late"
+    assert status["message"].endswith(f"(driver log: {status['driverLog']})"), status
 
     def warned() -> bool:
         events = run_jobs.core.list_namespaced_event(
@@ -211,11 +229,10 @@ def test_delete_of_a_running_job_stops_everything_it_owns(run_jobs: RunJobs) -> 
     run_jobs.delete("doomed")
 
     def gone() -> bool:
-        batch = client.BatchV1Api(run_jobs.core.api_client)
-        submitters = batch.list_namespaced_job(run_jobs.namespace).items
-        return run_jobs.ray("rayjobs", "doomed") is None and not run_jobs.rayclusters() and not submitters
+        pods = run_jobs.core.list_namespaced_pod(run_jobs.namespace).items
+        return run_jobs.ray("rayjobs", "doomed") is None and not run_jobs.rayclusters() and not pods
 
-    wait_for(gone, 90, "RayJob, RayCluster and submitter Job garbage-collected")
+    wait_for(gone, 90, "RayJob, RayCluster and every pod garbage-collected")
 
 
 def test_operator_restart_while_the_driver_runs_loses_and_duplicates_nothing(
