@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # starts its own local cluster unless you pointed KUBECONFIG at one (kind, say).
 operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 
-.PHONY: help setup tools images cluster-up cluster-down crds operator demo test test-unit test-e2e lint bench clean
+.PHONY: help setup tools images cluster-up cluster-down crds docs operator demo test test-unit test-e2e lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -34,8 +34,12 @@ cluster-down:  ## stop the demo operator and every process cluster-up started, a
 	bash e2e/demo.sh stop-operator
 	bash e2e/cluster/down.sh
 
-crds: setup  ## regenerate crds/ and the chart's CRDs from operator/rlplace_operator/models.py
+crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/models.py
 	$(PY) -m rlplace_operator.crdgen
+	$(PY) -m rlplace_operator.docgen
+
+docs: setup  ## regenerate the RLJob and NodeGroup field reference in docs/reference/ from the models
+	$(PY) -m rlplace_operator.docgen
 
 test-unit: setup  ## tests that need no cluster
 	$(PY) -m pytest -m 'not e2e'

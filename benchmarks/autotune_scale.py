@@ -1,4 +1,4 @@
-"""Seconds per auto placement search at G = 128, 512, 2048 and 8192 GPUs (spec autoplace.md, "Scale").
+"""Seconds per auto placement search at G = 128, 512, 2048 and 8192 GPUs (docs/autoplace.md).
 
 Targets: G = 2048 under 0.5 s and G = 8192 under 3 s on one core. Two inputs per size, both cost models:
 - typical: spec worked example 3 scaled up (actor TP 2; valid data-parallel sizes keep the actor and

@@ -1,4 +1,4 @@
-"""The cluster model (spec placement.md §1): nodes, node groups, and the rank spaces placements count in.
+"""The cluster model (docs/placement.md, "The cluster"): nodes, node groups, and the rank spaces placements count in.
 
 Offline the cluster comes from the `cluster:` section of a config (`Cluster.from_config`); the operator builds
 the same objects from live NodeGroups and Kubernetes Nodes.
@@ -6,10 +6,12 @@ the same objects from live NodeGroups and Kubernetes Nodes.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
+from placement_core.configfile import not_a_number_hint
 from placement_core.errors import CapacityError, PlacementError
 from placement_core.grammar import parse_rank_list
 
@@ -82,23 +84,109 @@ class NodeGroup:
         return None
 
 
+#: Rank spaces up to this many ranks are kept as plain lists (fastest to index); larger ones are computed
+#: from runs of nodes, so a 100,000-node x 1,024-GPU cluster costs memory for its nodes, not its 10^8 GPUs.
+MAX_LISTED_RANKS = 1 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class _Run:
+    """Consecutive ranks over nodes of one group that each contribute `units` ranks (1 in a node space)."""
+
+    start: int
+    count: int
+    units: int
+    node_ranks: tuple[int, ...]
+    """The group's node ranks; this run covers node_ranks[node_offset:node_offset + count // units]."""
+    node_offset: int
+    hardware_type: str | None
+    group: str
+
+
+class _Column(Sequence):  # type: ignore[type-arg]
+    """One attribute (node, local, hardware type or owning group) of every rank, computed on access."""
+
+    __slots__ = ("_field", "_space")
+
+    def __init__(self, space: RankSpace, field_index: int) -> None:
+        self._space = space
+        self._field = field_index
+
+    def __len__(self) -> int:
+        return len(self._space)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        return self._space.unit(index)[self._field]
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
 @dataclass(frozen=True)
 class RankSpace:
     """The resources that ranks count over for a selection of node groups, in rank order.
 
     For a hardware space, rank r is unit `local[r]` of type `hardware_type[r]` on node `node[r]`; for a node
     space (`is_node_space`), rank r is node `node[r]` and `local[r]` is -1. `group[r]` is the owning label.
+    The four columns are lists for spaces up to MAX_LISTED_RANKS ranks, and computed per rank above that.
     """
 
     labels: tuple[str, ...]
     is_node_space: bool
-    node: list[int] = field(repr=False)
-    local: list[int] = field(repr=False)
-    hardware_type: list[str | None] = field(repr=False)
-    group: list[str] = field(repr=False)
+    runs: tuple[_Run, ...] = field(repr=False)
+    size: int = field(repr=False)
 
     def __len__(self) -> int:
-        return len(self.node)
+        return self.size
+
+    @cached_property
+    def _starts(self) -> list[int]:
+        return [run.start for run in self.runs]
+
+    def unit(self, rank: int) -> tuple[int, int, str | None, str]:
+        """(node, local, hardware type, group) of `rank`; negative ranks count from the end, like a list."""
+        if rank < 0:
+            rank += self.size
+        if not 0 <= rank < self.size:
+            raise IndexError(f"rank {rank} is out of range ({self.describe()})")
+        run = self.runs[bisect.bisect_right(self._starts, rank) - 1]
+        offset, local = divmod(rank - run.start, run.units)
+        return (
+            run.node_ranks[run.node_offset + offset],
+            -1 if self.is_node_space else local,
+            run.hardware_type,
+            run.group,
+        )
+
+    def _column(self, field_index: int) -> Sequence:  # type: ignore[type-arg]
+        if self.size > MAX_LISTED_RANKS:
+            return _Column(self, field_index)
+        return [self.unit(r)[field_index] for r in range(self.size)]
+
+    @cached_property
+    def node(self) -> Sequence[int]:
+        return self._column(0)
+
+    @cached_property
+    def local(self) -> Sequence[int]:
+        return self._column(1)
+
+    @cached_property
+    def hardware_type(self) -> Sequence[str | None]:
+        return self._column(2)
+
+    @cached_property
+    def group(self) -> Sequence[str]:
+        return self._column(3)
+
+    @property
+    def hardware_types(self) -> set[str | None]:
+        """Every hardware type the space counts (one per group; None in a node space)."""
+        return {run.hardware_type for run in self.runs}
 
     def describe(self) -> str:
         what = "node group" if len(self.labels) == 1 else "node groups"
@@ -106,6 +194,31 @@ class RankSpace:
         ranks = f"ranks 0-{len(self) - 1}" if len(self) else "no ranks"
         unit = "nodes" if self.is_node_space else "units"
         return f"{what} '{names}' has {ranks} ({len(self)} {unit})"
+
+
+class _PerNode(Sequence):  # type: ignore[type-arg]
+    """Every accelerator of each node as the strings CUDA_VISIBLE_DEVICES takes, made when first asked for."""
+
+    def __init__(self, nodes: Sequence[Node]) -> None:
+        self._nodes = nodes
+        self._made: dict[int, tuple[str, ...]] = {}
+
+    def __len__(self) -> int:
+        return len(self._nodes)
+
+    def __getitem__(self, index):  # type: ignore[no-untyped-def]
+        if isinstance(index, slice):
+            return [self[i] for i in range(*index.indices(len(self)))]
+        rank = self._nodes[index].rank
+        devices = self._made.get(rank)
+        if devices is None:
+            devices = self._made[rank] = tuple(str(i) for i in range(self._nodes[rank].num_accelerators))
+        return devices
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 class Cluster:
@@ -148,9 +261,9 @@ class Cluster:
         return group
 
     @cached_property
-    def visible_devices(self) -> list[tuple[str, ...]]:
-        """Per node, every accelerator as the strings CUDA_VISIBLE_DEVICES takes."""
-        return [tuple(str(i) for i in range(n.num_accelerators)) for n in self.nodes]
+    def visible_devices(self) -> Sequence[tuple[str, ...]]:
+        """Per node, every accelerator as the strings CUDA_VISIBLE_DEVICES takes (made per node on first use)."""
+        return _PerNode(self.nodes)
 
     def units_per_node(self, group: NodeGroup) -> list[int]:
         """How many resources of the group's type each of its nodes contributes, in node-rank order."""
@@ -176,44 +289,43 @@ class Cluster:
         if len(set(labels)) != len(labels):
             raise PlacementError(f"node group listed twice in '{','.join(labels)}'")
         is_node_space = nodes_only or any(g.hardware_type is None for g in groups)
-        node: list[int] = []
-        local: list[int] = []
-        types: list[str | None] = []
-        owner: list[str] = []
+        runs: list[_Run] = []
+        size = 0
         for group in groups:
-            if is_node_space:
-                node.extend(group.node_ranks)
-                local.extend([-1] * len(group.node_ranks))
-                count = len(group.node_ranks)
-            else:
-                count = 0
-                for rank, units in zip(group.node_ranks, self.units_per_node(group), strict=True):
-                    node.extend([rank] * units)
-                    local.extend(range(units))
-                    count += units
-            types.extend([None if is_node_space else group.hardware_type] * count)
-            owner.extend([group.label] * count)
+            per_node = [1] * len(group.node_ranks) if is_node_space else self.units_per_node(group)
+            hw_type = None if is_node_space else group.hardware_type
+            index = 0
+            # Nodes in a row with the same unit count make one run (a uniform group is a single run).
+            while index < len(per_node):
+                units = per_node[index]
+                last = index
+                while last + 1 < len(per_node) and per_node[last + 1] == units:
+                    last += 1
+                if units:
+                    count = units * (last - index + 1)
+                    runs.append(_Run(size, count, units, group.node_ranks, index, hw_type, group.label))
+                    size += count
+                index = last + 1
         if len(groups) > 1:
-            self._check_no_overlap(labels, node, local, types, is_node_space)
-        return RankSpace(labels, is_node_space, node, local, types, owner)
+            self._check_no_overlap(labels, groups, is_node_space)
+        return RankSpace(labels, is_node_space, tuple(runs), size)
 
-    @staticmethod
-    def _check_no_overlap(
-        labels: tuple[str, ...],
-        node: list[int],
-        local: list[int],
-        types: list[str | None],
-        is_node_space: bool,
-    ) -> None:
-        seen: set[tuple[int, int, str | None]] = set()
-        for unit in zip(node, local, types, strict=True):
-            if unit in seen:
-                where = "a node placement" if is_node_space else f"{unit[2]} unit {unit[1]}"
-                raise PlacementError(
-                    f"node groups '{','.join(labels)}' overlap on node {unit[0]} ({where}); "
-                    "list groups that share no nodes"
-                )
-            seen.add(unit)
+    def _check_no_overlap(self, labels: tuple[str, ...], groups: list[NodeGroup], is_node_space: bool) -> None:
+        """Groups listed together must not count a resource twice: in a node space no node is shared; in a
+        hardware space no node gives units of one type to two groups (both would count them from 0)."""
+        taken: set[tuple[int, str | None]] = set()
+        for group in groups:
+            hw_type = None if is_node_space else group.hardware_type
+            per_node = [1] * len(group.node_ranks) if is_node_space else self.units_per_node(group)
+            mine = [(rank, hw_type) for rank, units in zip(group.node_ranks, per_node, strict=True) if units]
+            for rank, _ in mine:
+                if (rank, hw_type) in taken:
+                    where = "a node placement" if is_node_space else f"{hw_type} unit 0"
+                    raise PlacementError(
+                        f"node groups '{','.join(labels)}' overlap on node {rank} ({where}); "
+                        "list groups that share no nodes"
+                    )
+            taken.update(mine)
 
     def _check_group(self, group: NodeGroup) -> None:
         if group.label in self._groups:
@@ -232,7 +344,9 @@ class Cluster:
             raise PlacementError("'cluster' must be a mapping")
         num_nodes = section.get("num_nodes")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes <= 0:
-            raise PlacementError(f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}")
+            raise PlacementError(
+                f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}{not_a_number_hint(num_nodes)}"
+            )
         if num_nodes > MAX_NODES:
             raise PlacementError(f"cluster.num_nodes is {num_nodes}; at most {MAX_NODES} nodes are supported")
         counts = _accelerator_counts(section.get("accelerators_per_node"), num_nodes)
@@ -255,7 +369,8 @@ def _accelerator_counts(value: object, num_nodes: int) -> list[int]:
     for count in values:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_ACCELERATORS_PER_NODE:
             raise PlacementError(
-                f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, got {count!r}"
+                f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, "
+                f"got {count!r}{not_a_number_hint(count)}"
             )
     return list(values)
 

@@ -1,4 +1,4 @@
-"""Component placements (spec placement.md §2 and §4): a `cluster.component_placement` config -> strategies.
+"""Component placements (docs/placement.md: the grammar, and "Modes"): a `cluster.component_placement` config -> strategies.
 
 `ComponentPlacement` applies the grammar of `grammar.py` to a cluster's rank spaces and gives every component a
 Flexible (hardware) or Node strategy; `ModelParallelComponentPlacement` then re-lays the reasoning components
@@ -55,7 +55,7 @@ class _Entry:
 
 
 class ComponentPlacement:
-    """Parses `config['cluster']['component_placement']` against `cluster` (spec §2).
+    """Parses `config['cluster']['component_placement']` against `cluster` (docs/placement.md, the grammar).
 
     Everything is checked here, at construction: a placement that parses also places.
     """
@@ -168,7 +168,7 @@ class ComponentPlacement:
 
 
 def _expand(parts: list[Part], space: RankSpace) -> tuple[list[int], list[list[int]]]:
-    """Resource ranks in part order, and each process's resource ranks (spec §2 rules)."""
+    """Resource ranks in part order, and each process's resource ranks (the grammar's rules, docs/placement.md)."""
     size = len(space)
     resources: list[int] = []
     per_process: list[list[int]] = []
@@ -238,7 +238,7 @@ _REQUIRED = ("actor", "rollout", "reward")
 
 class ModelParallelComponentPlacement(ComponentPlacement):
     """Reasoning tasks: actor, rollout, reward (+ inference, critic, critic_inference) laid out by their
-    model-parallel sizes as collocated, disaggregated or auto-scheduled (spec §4)."""
+    model-parallel sizes as collocated, disaggregated or auto-scheduled (docs/placement.md, "Modes")."""
 
     def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
         self._build(placement_entries(config), cluster)
@@ -359,7 +359,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
     def _check_gpu_range(self, name: str) -> None:
         entry = self._entries[name]
-        if entry.space.is_node_space or any(t != ACCELERATOR for t in entry.space.hardware_type):
+        if entry.space.is_node_space or entry.space.hardware_types != {ACCELERATOR}:
             raise PlacementError(f"component '{name}': model-parallel components must be placed on GPUs")
         if not _continuous(entry.hardware_ranks):
             raise PlacementError(f"component '{name}': its GPUs must be one continuous range, got '{entry.text}'")

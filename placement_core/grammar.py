@@ -1,4 +1,4 @@
-"""The `component_placement` grammar (spec placement.md §2), as text -> typed parts.
+"""The `component_placement` grammar (docs/placement.md, the grammar), as text -> typed parts.
 
 Nothing here knows the cluster: a part's resource range is checked against a rank space later, in
 `components.py`. Every function raises `PlacementError` with a message that quotes the offending text.
@@ -53,11 +53,18 @@ class Part:
     processes: RankRange | None
 
 
+#: Digits a rank may have (a billion billion); longer numbers are a typo or an attack.
+MAX_DIGITS = 18
+
+
 def parse_int(text: str, what: str) -> int:
     """A non-negative decimal integer; anything else (`-1`, `1.5`, `x`) is an error."""
     stripped = text.strip()
     if not _INTEGER.fullmatch(stripped):
         raise PlacementError(f"malformed {what} '{text.strip()}' (expected a non-negative integer)")
+    if len(stripped) > MAX_DIGITS:
+        # Python refuses to convert such text at all (over 4,300 digits), and no rank is this large.
+        raise PlacementError(f"{what} '{stripped[:MAX_DIGITS]}...' has {len(stripped):,} digits; ranks are far smaller")
     return int(stripped)
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from placement_core.cluster import Cluster
+from placement_core.configfile import not_a_number_hint, quote
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
 
@@ -29,9 +30,12 @@ PLACEMENT_KINDS: tuple[PlacementKind, ...] = ("hybrid", "model-parallel")
 def config_value(config: Mapping[str, object], path: str, default: object = None) -> object:
     """The value at a dotted path (`actor.model.tensor_model_parallel_size`), or `default` when absent/null."""
     node: object = config
-    for key in path.split("."):
+    keys = path.split(".")
+    for depth, key in enumerate(keys):
         if not isinstance(node, Mapping):
-            return default
+            # `actor: {model: big}`: a section the user wrote as a value is an error, not "use the defaults".
+            section = ".".join(keys[:depth])
+            raise PlacementError(f"{section} must be a mapping (a section with keys), got {quote(node)}")
         node = node.get(key, _MISSING)
         if node is _MISSING or node is None:
             return default
@@ -43,7 +47,7 @@ def _positive_int(config: Mapping[str, object], path: str, default: int | None =
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlacementError(f"{path} must be an integer >= 1, got {value!r}")
+        raise PlacementError(f"{path} must be an integer >= 1, got {value!r}{not_a_number_hint(value)}")
     return value
 
 

@@ -1,4 +1,4 @@
-"""Placement strategies (spec placement.md §3): from resource ranks to one `Placement` per process.
+"""Placement strategies (docs/placement.md, "Strategies"): from resource ranks to one `Placement` per process.
 
 Flexible and Packed place processes on hardware units (GPUs or robots); Node places them on whole nodes.
 Every strategy checks its input against the cluster in `get_placement`, which `ComponentPlacement` calls

@@ -20,7 +20,7 @@ VERSION = "v1alpha1"
 
 #: Component key of `cluster.component_placement`: names separated by commas (`actor,rollout`).
 COMPONENTS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
-#: One placement part: `all`, `N` or `N-M`, optionally `:N` or `:N-M` (placement.md §2).
+#: One placement part: `all`, `N` or `N-M`, optionally `:N` or `:N-M` (docs/placement.md, the grammar).
 _RANGE = r"[0-9]+(\s*-\s*[0-9]+)?"
 _PART = rf"\s*([aA][lL][lL]|{_RANGE})\s*(:\s*{_RANGE}\s*)?"
 PLACEMENT_PATTERN = rf"^{_PART}(,({_PART})?)*$"
@@ -173,7 +173,7 @@ class PlacementMode(enum.StrEnum):
 
 
 class ModelParallel(_Camel):
-    """Model-parallel sizes (placement.md §4); every size defaults to 1."""
+    """Model-parallel sizes (docs/placement.md, "Modes"); every size defaults to 1."""
 
     actor_tensor_parallel_size: int = Field(1, ge=1)
     """actor.model.tensor_model_parallel_size."""
@@ -207,7 +207,7 @@ class Algorithm(_Camel):
 
 
 class Profile(_Camel):
-    """Per-iteration costs in seconds, profiled collocated on all GPUs (autoplace.md)."""
+    """Per-iteration costs in seconds, profiled collocated on all GPUs (docs/autoplace.md)."""
 
     actor_cost: float = Field(gt=0)
     """Seconds per iteration of the actor (training)."""

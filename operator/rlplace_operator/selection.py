@@ -71,7 +71,7 @@ def group_nodes(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> list[NodeInfo
 
 
 def hardware_type(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> str | None:
-    """placement.md §1: the hardware type, or None when the ranks count nodes."""
+    """The hardware type (docs/placement.md, "Node groups"), or None when the ranks count nodes."""
     if spec.ignore_hardware:
         return None
     if spec.hardware is not None and spec.hardware.type != ACCELERATOR:

@@ -1,4 +1,4 @@
-"""Auto placement (spec autoplace.md): from a collocated profile to the placement with the shortest iteration.
+"""Auto placement (docs/autoplace.md): from a collocated profile to the placement with the shortest iteration.
 
 Public API (what `rlplace autotune`, `rlplace cost` and the operator call):
 
@@ -58,7 +58,7 @@ __all__ = [
 def autotune(
     job: Job, cost_model: str | CostModel = CostModel.scaling, *, progress: Progress | None = None
 ) -> AutotuneResult:
-    """The placement with the shortest predicted iteration time over the spec's search space.
+    """The placement with the shortest predicted iteration time over the search space of docs/autoplace.md.
 
     Raises PlacementError for bad input and when no placement of the space is possible.
     """

@@ -1,4 +1,4 @@
-"""The two per-component cost models of spec autoplace.md, and how schedules compose their costs.
+"""The two per-component cost models of docs/autoplace.md, and how schedules compose their costs.
 
 A cost is seconds per group batch (c = T/rbs at the profiled W GPUs). `StageCost(g)` is None where the model
 does not allow g GPUs; `why_not(g)` says why, for `rlplace cost` of a hand-written placement. The search

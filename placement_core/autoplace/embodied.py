@@ -1,4 +1,4 @@
-"""Embodied tasks (spec autoplace.md, "Embodied tasks"): `env -> env_rollout -> actor`, the actor on all GPUs.
+"""Embodied tasks (docs/autoplace.md, "Embodied tasks"): `env -> env_rollout -> actor`, the actor on all GPUs.
 
 The profile gives, for the simulator (`env`) and for the policy engine (`env_rollout`, the config's `rollout`
 component), seconds per step at a few loads `{instances_per_gpu: seconds}`. `CurveFit` turns each into a
@@ -10,7 +10,7 @@ Two placements are searched, both keeping the actor on all G GPUs after the roll
 - hybrid: env on GPUs 0..g_e-1 and rollout on the other G - g_e, pipelined over the envs split into
   B = `rollout.pipeline_stage_num` stages (default 2, the reference tool's): each stage runs env_num/B envs,
   so per stage e = env(g_e) and r = rollout(g_r) at the per-stage load, and the two streams cost
-  e + r + max(e, r) * (B - 1) (the spec's pipelined composition with B batches), plus the actor.
+  e + r + max(e, r) * (B - 1) (the pipelined composition of docs/autoplace.md with B batches), plus the actor.
 
 `env(g)` exists only when the envs split evenly over the g GPUs (and the B stages) and the load per GPU does
 not exceed the largest profiled load; `rollout(g)` needs g % mp == 0 and a load of at least one env and at

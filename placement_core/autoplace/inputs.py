@@ -25,7 +25,7 @@ MEGATRON = "megatron"
 class Stage:
     """One component of a reasoning chain as the cost models see it.
 
-    `profiled_gpus` is W of the spec: the GPU count the profile was measured on; `cost` is seconds per
+    `profiled_gpus` is W of docs/autoplace.md: the GPU count the profile was measured on; `cost` is seconds per
     iteration there.
     """
 
@@ -66,7 +66,7 @@ def check_gpus(job: Job) -> None:
 
 
 def require_profile_keys(profile: Mapping[str, object], keys: tuple[str, ...]) -> None:
-    """Name every missing (or null) profile key at once, in chain order, as the spec's message does."""
+    """Name every missing (or null) profile key at once, in chain order."""
     missing = [key for key in keys if profile.get(key) is None]
     if missing:
         it = "it" if len(missing) == 1 else "them"

@@ -124,10 +124,16 @@ def summary_line(result: AutotuneResult) -> str:
     return f"{line}; {speedup:.2f}x faster" if speedup is not None else line
 
 
-def render_text(result: AutotuneResult) -> str:
-    """The seed's output: headline, blank line, the `cluster:` block, then the comment line."""
-    block = {"cluster": {"num_nodes": result.num_nodes, "component_placement": dict(result.component_placement)}}
-    body = yaml.safe_dump(block, sort_keys=False, indent=2, default_flow_style=False)
+def render_text(result: AutotuneResult, cluster: Mapping[str, object] | None = None) -> str:
+    """Headline, blank line, the `cluster:` block, then the comment line.
+
+    With `cluster` (the config's own `cluster:` section) the block is that whole section with only
+    `component_placement` replaced, so pasting it over the config's section cannot change the cluster
+    (accelerators_per_node, node_groups and the rest stay as the config had them).
+    """
+    section = dict(cluster) if cluster is not None else {"num_nodes": result.num_nodes}
+    section["component_placement"] = dict(result.component_placement)
+    body = yaml.safe_dump({"cluster": section}, sort_keys=False, indent=2, default_flow_style=False, allow_unicode=True)
     return f"{HEADLINE}\n\n{body}{summary_line(result)}"
 
 

@@ -1,4 +1,4 @@
-"""The exact search over the placements of spec autoplace.md ("Search").
+"""The exact search over the placements of docs/autoplace.md ("The search and what it guarantees").
 
 Reasoning chains have two kinds of placement: fully collocated (every stage on all G GPUs, one after the
 other) and fully disaggregated (stage i on its own g_i GPUs, contiguous, in chain order from GPU 0, with

@@ -1,22 +1,41 @@
-"""`rlplace plan`: the exact per-process placement of a config, as a table, JSON or YAML."""
+"""`rlplace plan` (the exact per-process placement of a config) and `rlplace show` (a stored plan), as tables,
+JSON or YAML."""
 
 from __future__ import annotations
 
+import base64
+import binascii
 import enum
-import sys
-from pathlib import Path
-from typing import Annotated
+import json
+import zlib
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Annotated
 
 import typer
-import yaml
-from rich.table import Table
 
-from placement_core.cli.common import fail, load_config, stdout, user_errors
-from placement_core.components import component_placement
+from placement_core.cli.common import (
+    MAX_INPUT_BYTES,
+    describe,
+    fail,
+    load_config,
+    read_input,
+    user_errors,
+    write_out,
+)
+from placement_core.configfile import load_yaml
 from placement_core.errors import PlacementError
-from placement_core.plan import Plan, build_plan, shared_with
+
+if TYPE_CHECKING:
+    from placement_core.plan import Plan
 
 app = typer.Typer()
+
+#: A gzipped plan may unpack to at most this much text (a plan of 100,000 processes is about 60 MB); a small
+#: gzip "bomb" costs no more memory than this.
+MAX_PLAN_TEXT_BYTES = 128 * 1024 * 1024
+#: YAML nodes a stored plan may hold (about 20 per process).
+MAX_PLAN_NODES = 5_000_000
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 class OutputFormat(enum.StrEnum):
@@ -30,17 +49,18 @@ class PlacementKindOption(enum.StrEnum):
     model_parallel = "model-parallel"
 
 
+FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-o", help="Output format.")]
+
+
 @app.command()
 def plan(
     config_path: Annotated[
-        Path, typer.Argument(metavar="CONFIG.yaml", help="Job config with cluster.component_placement.")
+        str, typer.Argument(metavar="CONFIG.yaml", help="Job config with cluster.component_placement, or - for stdin.")
     ],
-    output_format: Annotated[OutputFormat, typer.Option("--format", "-o", help="Output format.")] = OutputFormat.table,
+    output_format: FormatOpt = OutputFormat.table,
     placement: Annotated[
         PlacementKindOption | None,
-        typer.Option(
-            help="Placement class. Default: model-parallel when runner.task_type is reasoning, else hybrid.",
-        ),
+        typer.Option(help="Placement class. Default: model-parallel when runner.task_type is reasoning, else hybrid."),
     ] = None,
     no_isolate: Annotated[
         bool, typer.Option("--no-isolate", help="Let every process see all GPUs of its node.")
@@ -50,7 +70,10 @@ def plan(
         typer.Option(metavar="COMPONENT RANK", help="Print the environment of one process as export lines."),
     ] = None,
 ) -> None:
-    """Print where every process of every component runs and which GPUs it sees."""
+    """Print where every process of every component runs and which GPUs it sees (docs/placement.md)."""
+    from placement_core.components import component_placement
+    from placement_core.plan import build_plan
+
     config = load_config(config_path)
     with user_errors():
         placed = component_placement(config, kind=placement.value if placement else None)
@@ -60,60 +83,146 @@ def plan(
             processes = planned.component(component).processes
             if not 0 <= rank < len(processes):
                 fail(f"component '{component}' has ranks 0-{len(processes) - 1}, not {rank}")
-            for key, value in processes[rank].env.items():
-                stdout.print(f"export {key}={_shell_quote(value)}", markup=False)
+            write_out("".join(f"export {key}={_shell_quote(value)}\n" for key, value in processes[rank].env.items()))
             return
-    if output_format is OutputFormat.json:
-        stdout.print(planned.to_json(indent=2), markup=False)
-    elif output_format is OutputFormat.yaml:
-        stdout.print(yaml.safe_dump(planned.to_dict(), sort_keys=False), markup=False, end="")
-    else:
-        _print_tables(planned)
+    print_plan(planned, output_format)
 
 
 @app.command()
 def show(
     plan_path: Annotated[
-        str, typer.Argument(metavar="PLAN.json", help="A stored plan (e.g. the operator's ConfigMap), or - for stdin.")
+        str,
+        typer.Argument(
+            metavar="PLAN",
+            help="plan.json, plan.json.gz, `rlplace plan -o json|yaml` output, or the job's ConfigMap as "
+            "`kubectl get configmap NAME -o json|yaml` prints it; - for stdin.",
+        ),
     ],
+    output_format: FormatOpt = OutputFormat.table,
 ) -> None:
-    """Print a stored plan (`plan --format json`, or an RLJob's <job>-placement ConfigMap) as tables."""
+    """Print a stored plan (such as an RLJob's <job>-placement ConfigMap)."""
+    data = read_input(plan_path, "plan", MAX_INPUT_BYTES)
+    with user_errors(f"{describe(plan_path, 'plan')}: "):
+        planned = read_plan(data)
+    print_plan(planned, output_format)
+
+
+def read_plan(data: bytes) -> Plan:
+    """A plan from any form the project writes: JSON or YAML text, gzipped or not, or a ConfigMap holding it."""
+    from placement_core.plan import Plan
+
+    text = _text(_gunzip(data) if data.startswith(_GZIP_MAGIC) else data)
+    document = _parse(text)
+    if isinstance(document, Mapping) and document.get("kind") == "ConfigMap":
+        return _plan_from_configmap(document)
+    return Plan.from_dict(document)
+
+
+def _text(data: bytes) -> str:
     try:
-        text = sys.stdin.read() if plan_path == "-" else Path(plan_path).read_text(encoding="utf-8")
-    except OSError as err:
-        fail(f"cannot read plan '{plan_path}': {err.strerror or err}")
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise PlacementError(f"not UTF-8 text (byte {err.start} is {data[err.start]:#04x}); is it a plan?") from None
+    if not text.strip():
+        raise PlacementError("it is empty")
+    if "\x00" in text:
+        raise PlacementError("it is a binary file (it holds NUL bytes), not a plan")
+    return text
+
+
+def _gunzip(data: bytes) -> bytes:
+    """Decompressed gzip data, never more than MAX_PLAN_TEXT_BYTES of it (a small file may unpack to GBs)."""
+    inflater = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS)
     try:
-        planned = Plan.from_json(text)
-    except PlacementError as err:
-        fail(f"plan '{plan_path}': {err}")
-    _print_tables(planned)
+        text = inflater.decompress(data, MAX_PLAN_TEXT_BYTES + 1)
+    except zlib.error as err:
+        raise PlacementError(f"it is not valid gzip: {err}") from None
+    if len(text) > MAX_PLAN_TEXT_BYTES:
+        raise PlacementError(
+            f"it unpacks to more than {MAX_PLAN_TEXT_BYTES // (1024 * 1024)} MiB; no plan is that large"
+        )
+    if not inflater.eof:
+        raise PlacementError("the gzip data is cut short")
+    return text
+
+
+def _parse(text: str) -> object:
+    if text.lstrip().startswith(("{", "[")):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as err:
+            raise PlacementError(f"not valid JSON: {err.msg} at line {err.lineno}, column {err.colno}") from None
+        except RecursionError:
+            raise PlacementError("its JSON nests too deeply to be a plan") from None
+    return load_yaml(text, "it", max_nodes=MAX_PLAN_NODES)
+
+
+def _plan_from_configmap(configmap: Mapping[str, object]) -> Plan:
+    """The plan in a ConfigMap as `kubectl get -o json|yaml` prints it; gzip is unpacked with the size bound."""
+    from placement_core.contract import PLAN_GZIP_KEY, plan_from_configmap
+    from placement_core.plan import Plan
+
+    binary = configmap.get("binaryData")
+    packed = binary.get(PLAN_GZIP_KEY) if isinstance(binary, Mapping) else None
+    data = configmap.get("data")
+    if isinstance(packed, str) and not (isinstance(data, Mapping) and data):
+        try:
+            compressed = base64.b64decode(packed, validate=True)
+        except binascii.Error as err:
+            raise PlacementError(f"binaryData.{PLAN_GZIP_KEY} is not base64: {err}") from None
+        return Plan.from_json(_gunzip(compressed).decode("utf-8", errors="replace"))
+    return plan_from_configmap(configmap)
+
+
+def print_plan(planned: Plan, output_format: OutputFormat) -> None:
+    if output_format is OutputFormat.json:
+        from placement_core.cli.render import indented_json
+
+        # Indented down to the process list; each process is one line (see render.py for why).
+        write_out(indented_json(planned.to_dict(), levels=4))
+    elif output_format is OutputFormat.yaml:
+        write_out(dump_yaml(planned.to_dict()))
+    else:
+        _print_tables(planned)
+
+
+def dump_yaml(data: object) -> str:
+    """YAML that keeps every string whole: unicode as it is, no line folding, key order kept."""
+    import yaml
+
+    dumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+    return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=2**31 - 1)
 
 
 def _shell_quote(value: str) -> str:
-    safe = value and all(c.isalnum() or c in ",._-/:=" for c in value)
+    safe = value and all(c.isalnum() or c in ",._-/:=" for c in value) and value.isascii()
     return value if safe else "'" + value.replace("'", "'\\''") + "'"
 
 
 def _print_tables(planned: Plan) -> None:
-    stdout.print(f"mode: {planned.mode}")
+    from placement_core.cli.render import table
+    from placement_core.plan import shared_with
+
     sharing = shared_with(planned)
+    out = [f"mode: {planned.mode}\n"]
     for component in planned.components:
         groups = ",".join(component.node_groups)
-        table = Table(
-            title=f"{component.name}: {component.world_size} processes, {component.strategy} strategy, "
-            f"node group {groups}",
-            title_justify="left",
+        out.append(
+            f"{component.name}: {component.world_size} processes, {component.strategy} strategy, node group {groups}\n"
         )
-        for column in ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with"):
-            table.add_column(column, justify="right" if column == "rank" else "left")
-        for p in component.processes:
-            placed = p.placement
-            table.add_row(
+        rows = [
+            (
                 str(p.rank),
                 f"{p.node_name} (rank {p.node_rank})",
-                placed.node_group_label,
-                ",".join(map(str, placed.local_hardware_ranks)) or "-",
-                ",".join(placed.visible_accelerators) or "-",
+                p.placement.node_group_label,
+                ",".join(map(str, p.placement.local_hardware_ranks)) or "-",
+                ",".join(p.placement.visible_accelerators) or "-",
                 ",".join(sharing[(component.name, p.rank)]) or "-",
             )
-        stdout.print(table)
+            for p in component.processes
+        ]
+        out.append(table(_COLUMNS, rows, right=(0,)))
+    write_out("".join(out))
+
+
+_COLUMNS = ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with")

@@ -35,6 +35,7 @@ def test_autotune_prints_the_block(write):
         "Best placement for this task is:\n\n"
         "cluster:\n"
         "  num_nodes: 16\n"
+        "  accelerators_per_node: 8\n"
         "  component_placement:\n"
         "    rollout,reward: 0-79\n"
         "    inference: 80-95\n"
@@ -156,7 +157,7 @@ def test_progress_bar_only_on_a_terminal_after_a_while(monkeypatch):
     with command._progress_bar() as progress:  # CliRunner's stderr is no terminal
         assert progress is None
     sink = io.StringIO()
-    monkeypatch.setattr(command, "stderr", Console(file=sink, force_terminal=True, width=80))
+    monkeypatch.setattr(command, "console", lambda stderr: Console(file=sink, force_terminal=True, width=80))
     monkeypatch.setattr(command, "PROGRESS_AFTER_S", 0.0)
     with command._progress_bar() as progress:
         for done in range(1, 11):
@@ -167,3 +168,71 @@ def test_progress_bar_only_on_a_terminal_after_a_while(monkeypatch):
     with command._progress_bar() as progress:
         progress(1, 10)
     assert sink.getvalue() == ""
+
+
+# -- item 1: the answer goes back into the config without changing the cluster ----------------------------
+
+FOUR_GPU_NODES = (
+    (EXAMPLES / "autotune-reasoning.yaml")
+    .read_text()
+    .replace(
+        "  num_nodes: 16\n  accelerators_per_node: 8\n",
+        "  num_nodes: 32\n  accelerators_per_node: 4   # four-GPU nodes: the block must keep this\n"
+        "  node_groups:\n    - {label: big, node_ranks: 0-31}\n",
+    )
+)
+
+
+def _plan(path):
+    result = invoke("plan", path, "-o", "json")
+    assert result.exit_code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_printed_block_pastes_back_over_the_cluster_section(write):
+    """The printed block replaces the config's whole cluster: section; the cluster stays 32 x 4 GPUs."""
+    path = write(FOUR_GPU_NODES)
+    out = invoke("autotune", path).stdout
+    block = yaml.safe_load(out.split("\n\n", 1)[1])
+    assert block["cluster"]["accelerators_per_node"] == 4
+    assert block["cluster"]["node_groups"] == [{"label": "big", "node_ranks": "0-31"}]
+    config = yaml.safe_load(FOUR_GPU_NODES)
+    config["cluster"] = block["cluster"]
+    pasted = write(config, "pasted.yaml")
+    planned = _plan(pasted)
+    for component in planned["components"].values():
+        for process in component["processes"]:
+            assert all(0 <= gpu < 4 for gpu in process["local_hardware_ranks"])
+    assert {p["node_name"] for c in planned["components"].values() for p in c["processes"]} <= {
+        f"node-{n}" for n in range(32)
+    }
+    predicted = re.search(r"predicted iteration time: ([\d.]+) s;", out).group(1)
+    cost = invoke("cost", pasted)
+    assert cost.stdout.startswith(f"predicted iteration time: {predicted} s"), cost.stdout
+
+
+def test_write_updates_the_placement_and_keeps_comments_and_layout(write):
+    path = write(FOUR_GPU_NODES)
+    printed = invoke("autotune", path).stdout
+    result = invoke("autotune", path, "--write")
+    assert result.exit_code == 0, result.stderr
+    assert result.stdout == printed
+    assert "wrote cluster.component_placement" in result.stderr
+    after = Path(path).read_text()
+    block = yaml.safe_load(printed.split("\n\n", 1)[1])["cluster"]["component_placement"]
+    assert yaml.safe_load(after)["cluster"] == {
+        **yaml.safe_load(FOUR_GPU_NODES)["cluster"],
+        "component_placement": block,
+    }
+
+    # Every line outside component_placement is kept byte for byte, comments included.
+    def outside(text):
+        lines = text.splitlines()
+        start = lines.index("  component_placement:")
+        end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith("    "))
+        return lines[:start] + lines[end:]
+
+    assert outside(after) == outside(FOUR_GPU_NODES)
+    assert "# four-GPU nodes: the block must keep this" in after
+    predicted = re.search(r"predicted iteration time: ([\d.]+) s;", printed).group(1)
+    assert invoke("cost", path).stdout.startswith(f"predicted iteration time: {predicted} s")

@@ -22,7 +22,7 @@ from placement_core.autoplace.search import TIE_RTOL, best_split
 
 
 def spec_cost(kind, model, g, *, W, mp, T, rbs, gs, nmb, mrr, G):
-    """Seconds per group batch on g GPUs, straight from spec autoplace.md; None where g is not allowed."""
+    """Seconds per group batch on g GPUs, straight from docs/autoplace.md; None where g is not allowed."""
     c = T / rbs
     if g == W:
         return c

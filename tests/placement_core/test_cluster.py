@@ -1,11 +1,11 @@
-"""cluster.py: the cluster section, node groups and rank spaces (spec §1)."""
+"""cluster.py: the cluster section, node groups and rank spaces (docs/placement.md, "The cluster")."""
 
 import pytest
 
 from placement_core import Cluster, Node, NodeGroup, PlacementError
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU
 
-# Spec §1's three-node example.
+# The three-node example of docs/placement.md ("The cluster").
 THREE_NODES = {
     "num_nodes": 3,
     "accelerators_per_node": 8,
@@ -167,11 +167,19 @@ def test_cluster_object_api():
     assert cluster.visible_devices == [tuple(str(i) for i in range(8)), ()]
 
 
-# -- errors (spec §1 and §5) ------------------------------------------------------------------------------------
+# -- errors (docs/placement.md) ------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("value", "shown"), [("2", "'2'"), (0, "0"), (-1, "-1"), (True, "True"), (None, "None"), (1.5, "1.5")]
+    ("value", "shown"),
+    [
+        ("2", r"'2' \('2' is text to YAML, not a number; write 2\)"),
+        (0, "0"),
+        (-1, "-1"),
+        (True, "True"),
+        (None, "None"),
+        (1.5, "1.5"),
+    ],
 )
 def test_num_nodes_must_be_a_positive_int(value, shown):
     with pytest.raises(PlacementError, match=rf"cluster.num_nodes must be an integer > 0, got {shown}$"):

@@ -1,4 +1,4 @@
-"""components.py: ComponentPlacement and HybridComponentPlacement over the grammar (spec §2, §4, §5)."""
+"""components.py: ComponentPlacement and HybridComponentPlacement over the grammar (docs/placement.md)."""
 
 import re
 
@@ -14,7 +14,7 @@ from placement_core import (
     PlacementMode,
 )
 
-# Spec §1's cluster: a800 = nodes 0-1 (16 GPUs), 4090 = node 2 (4 GPUs here), two Franka robots on node 2,
+# The cluster of docs/placement.md: a800 = nodes 0-1 (16 GPUs), 4090 = node 2 (4 GPUs here), two Franka robots on node 2,
 # and a CPU group over every node.
 HETEROGENEOUS = {
     "num_nodes": 3,
@@ -52,7 +52,7 @@ def error(placement, **cluster):
     return str(info.value)
 
 
-# -- the spec's and the seed's examples -------------------------------------------------------------------------
+# -- the documented examples and the reference framework's -------------------------------------------------------------------------
 
 
 def test_worked_example():
@@ -110,7 +110,7 @@ def test_seed_heterogeneous_example_as_written_is_rejected():
 
 
 def test_seed_agent_placement_does_not_divide():
-    """The seed's `0-1:0-200` puts 201 processes on 2 nodes: the counts must divide (spec §2)."""
+    """The reference framework's `0-1:0-200` puts 201 processes on 2 nodes: the counts must divide (docs/placement.md, the grammar)."""
     message = error({"agent": {"node_group": "node", "placement": "0-1:0-200,2-3:201-511"}}, num_nodes=4)
     assert message == (
         "component 'agent': 2 resources and 201 processes in '0-1:0-200': one count must divide the other "
@@ -119,7 +119,7 @@ def test_seed_agent_placement_does_not_divide():
 
 
 def test_seed_heterogeneous_example_on_the_spec_cluster():
-    """Seed 001's second config made consistent with spec §1's three nodes."""
+    """The reference framework's heterogeneous config made consistent with the three nodes of docs/placement.md."""
     placed = hetero(
         {
             "actor": {"node_group": "a800", "placement": "0-8"},
@@ -254,7 +254,7 @@ def test_isolate_false_through_the_component_placement():
     assert [list(p.local_hardware_ranks) for p in processes] == [[0], [1]]
 
 
-# -- errors (spec §5): one line, names the component, quotes the text -------------------------------------------
+# -- errors (docs/placement.md, "Common errors"): one line, names the component, quotes the text -------------------------------------------
 
 
 def test_no_cluster_section():

@@ -1,4 +1,4 @@
-"""grammar.py: placement strings, rank lists, keys and node group labels as text (spec §2), no cluster."""
+"""grammar.py: placement strings, rank lists, keys and node group labels as text (docs/placement.md, the grammar), no cluster."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (spec §4)."""
+"""ModelParallelComponentPlacement: reasoning components laid out by model-parallel sizes (docs/placement.md, "Modes")."""
 
 import pytest
 
@@ -274,7 +274,10 @@ def test_rollout_tp_larger_than_its_gpus():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"actor_tp": "2"}, "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2'"),
+        (
+            {"actor_tp": "2"},
+            "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2' ('2' is text to YAML, not a number; write 2)",
+        ),
         ({"rollout_tp": 0}, "rollout.tensor_parallel_size must be an integer >= 1, got 0"),
         ({"rollout_pp": True}, "rollout.pipeline_parallel_size must be an integer >= 1, got True"),
         ({"recompute": "yes"}, "algorithm.recompute_logprobs must be true or false, got 'yes'"),

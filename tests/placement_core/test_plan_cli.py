@@ -307,7 +307,9 @@ def test_bad_yaml(write):
     assert result.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize(("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("", "NoneType")])
+@pytest.mark.parametrize(
+    ("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("# only a comment\n", "NoneType")]
+)
 def test_non_mapping_yaml(write, text, kind):
     path = write(text)
     _assert_one_line_error(invoke(path), f"config file '{path}' must hold a YAML mapping, got {kind}")
@@ -322,7 +324,9 @@ def test_placement_error(write):
 
 def test_cluster_error(write):
     path = write("cluster:\n  num_nodes: '2'\n  component_placement:\n    actor: all\n")
-    _assert_one_line_error(invoke(path), "cluster.num_nodes must be an integer > 0, got '2'")
+    _assert_one_line_error(
+        invoke(path), "cluster.num_nodes must be an integer > 0, got '2' ('2' is text to YAML, not a number; write 2)"
+    )
 
 
 def test_model_parallel_error(write):

@@ -1,4 +1,4 @@
-"""Property tests: valid random placements keep the §3 invariants; any input gives a placement or a PlacementError."""
+"""Property tests: valid random placements keep the Placement invariants of docs/placement.md; any input gives a placement or a PlacementError."""
 
 from collections import Counter
 
@@ -485,7 +485,7 @@ def test_any_model_parallel_job(components, sizes):
     rollout = placed.get_strategy("rollout")
     assert placed.get_world_size("rollout") * rollout.num_hardware_per_process == placed.rollout_world_size
     if placed.is_collocated:
-        # Only TP sizes a collocated rollout process (spec §4), so rollout_dp_size (GPUs // tp*pp) may be smaller.
+        # Only TP sizes a collocated rollout process (docs/placement.md, "Modes"), so rollout_dp_size (GPUs // tp*pp) may be smaller.
         assert rollout.num_hardware_per_process == placed.settings.rollout.tp
     else:
         assert placed.get_world_size("rollout") == placed.rollout_dp_size >= 1

@@ -1,5 +1,5 @@
 """strategies.py and placement.py: Flexible, Packed and Node strategies, the Placement record, placement_env
-(spec §3)."""
+(docs/placement.md, "Strategies")."""
 
 import pytest
 
@@ -36,7 +36,7 @@ def local_ranks(placements):
     return [list(p.local_hardware_ranks) for p in placements]
 
 
-# Spec §1's three nodes: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
+# The three nodes of docs/placement.md: a800 on 0-1, 4090 and two Franka robots on 2, a CPU group over all.
 HETEROGENEOUS = [
     {"label": "a800", "node_ranks": "0-1"},
     {"label": "4090", "node_ranks": 2},
