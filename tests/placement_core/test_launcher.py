@@ -210,11 +210,15 @@ class Probe:
         }
 
     def shipped_code(self) -> str:
-        """Where placement_core comes from with nothing but the standard library and what Ray shipped to this
-        worker on the path: what a stock Ray image without rlplace has (`python -S`: no site-packages)."""
+        """Where placement_core comes from with only what Ray shipped to this worker and the installed
+        third-party packages on the path: what a stock Ray image without rlplace has. `python -S` skips the
+        .pth files, and with them the editable install of rlplace beside the driver."""
+        import sysconfig
+
         shipped = os.environ["PYTHONPATH"].split(os.pathsep)[0]
         code = "import placement_core.launcher.verify, placement_core; print(placement_core.__file__)"
-        env = {"PYTHONPATH": shipped, "PATH": os.environ["PATH"]}
+        path = os.pathsep.join([shipped, sysconfig.get_paths()["purelib"]])
+        env = {"PYTHONPATH": path, "PATH": os.environ["PATH"]}
         done = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd="/", capture_output=True, text=True)
         return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
 
