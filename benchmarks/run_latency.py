@@ -189,7 +189,12 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
             ("to RayJob (the operator's work)", rl.latencies("rayjob", rl_created), None),
             ("to KubeRay's RayCluster", rl.latencies("raycluster", rl_created), kr.latencies("raycluster", kr_created)),
             (
-                "to driver submitted (Running)",
+                "to driver submitted (RayJob Running)",
+                rl.latencies("submitted", rl_created),
+                kr.latencies("submitted", kr_created),
+            ),
+            (
+                "to RLJob phase Running",
                 rl.latencies("rljob-running", rl_created),
                 kr.latencies("submitted", kr_created),
             ),
