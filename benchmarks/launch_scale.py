@@ -1,10 +1,11 @@
 """Time to start 64 workers on 4 simulated nodes: the rlplace launcher against plain Ray `num_gpus=1` actors.
 
 The launcher does more than plain Ray (reads the plan, checks the cluster, pins each actor to a node and GPUs
-with custom resources, ships a per-process environment), so this measures what that costs, for both ways of
-shipping the environment (LaunchOptions.env_via), and for both ways of holding an actor to its node
-(LaunchOptions.pin_node_by: the node's custom resource, or Ray's label selector). All sides run in the same simulated cluster, in a
-palindrome order (plain, runtime_env, constructor, resource, resource, constructor, ...) so none gets the warm
+with custom resources, ships a per-process environment, verifies each process's binding), so this measures
+what that costs: both ways of shipping the environment (LaunchOptions.env_via) and both ways of holding an
+actor to its node (pin_node_by: Ray's label selector or the node's custom resource). `--ship-code` runs every
+side with placement_core sent to the workers as `launcher.connect` does for stock Ray images. All sides run in the same
+simulated cluster, in a palindrome order (plain, runtime_env, ..., runtime_env, plain) so none gets the warm
 caches; the figure is the median per side. Target: the launcher within 1.5x of plain Ray.
 
     .venv/bin/python benchmarks/launch_scale.py [--nodes 4] [--workers 64] [--rounds 1]
@@ -22,11 +23,13 @@ from placement_core.components import component_placement
 from placement_core.plan import Plan, build_plan
 
 TARGET_RATIO = 1.5
-SIDES = {
-    "plain": "plain Ray actors (num_gpus=1)",
-    "runtime_env": "launcher (default: runtime_env, node label)",
-    "constructor": "launcher, env_via=constructor",
-    "resource": "launcher, pinned by node resource",
+#: Side -> (label, LaunchOptions fields); plain Ray uses none.
+SIDES: dict[str, tuple[str, dict[str, object]]] = {
+    "plain": ("plain Ray actors (num_gpus=1)", {}),
+    "runtime_env": ("launcher (default: runtime_env, node label)", {}),
+    "constructor": ("launcher, env_via=constructor", {"env_via": "constructor"}),
+    "resource": ("launcher, pinned by node resource", {"pin_node_by": "resource"}),
+    "noverify": ("launcher, verify=False (what verification costs)", {"verify": False}),
 }
 
 
@@ -60,11 +63,9 @@ def time_plain(workers: int) -> float:
 
 
 def time_launcher(plan: Plan, side: str) -> float:
-    """The launcher, from the stored plan to every actor up (plan parsing and cluster check included)."""
-    if side == "resource":
-        options = launcher.LaunchOptions(free_timeout_s=60, pin_node_by="resource")
-    else:
-        options = launcher.LaunchOptions(free_timeout_s=60, env_via=side)
+    """The launcher, from the stored plan to every actor up and verified (plan parsing and cluster check
+    included)."""
+    options = launcher.LaunchOptions(free_timeout_s=60, **SIDES[side][1])
     start = time.perf_counter()
     group = launcher.launch(plan, "actor", Worker, options=options)
     elapsed = time.perf_counter() - start
@@ -90,6 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nodes", type=int, default=4)
     parser.add_argument("--workers", type=int, default=64)
+    parser.add_argument("--ship-code", action="store_true", help="send placement_core in the job's runtime_env")
     parser.add_argument("--rounds", type=int, default=1, help="pairs of runs per side")
     args = parser.parse_args(argv)
     if args.workers % args.nodes:
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     gpus = args.workers // args.nodes
     plan = make_plan(args.nodes, gpus)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
-    with launcher.simulated_cluster([gpus] * args.nodes):
+    with launcher.simulated_cluster([gpus] * args.nodes, ship_code=args.ship_code):
         for _ in range(args.rounds):
             for side in (*SIDES, *reversed(SIDES)):
                 wait_idle(args.workers)
@@ -105,13 +107,14 @@ def main(argv: list[str] | None = None) -> int:
     medians = {side: statistics.median(runs) for side, runs in times.items()}
     print(
         f"{args.workers} workers on {args.nodes} simulated nodes ({gpus} fake GPUs each), median of {2 * args.rounds}"
+        + (", placement_core shipped in the job's runtime_env" if args.ship_code else "")
     )
-    for side, label in SIDES.items():
+    for side, (label, _) in SIDES.items():
         runs = ", ".join(f"{t:.2f}" for t in times[side])
         ratio = (
             "" if side == "plain" else f"   {medians[side] / medians['plain']:.2f}x plain (target <= {TARGET_RATIO}x)"
         )
-        print(f"  {label:<40} {medians[side]:6.2f} s{ratio}   runs: {runs}")
+        print(f"  {label:<58} {medians[side]:6.2f} s{ratio}   runs: {runs}")
     return 0
 
 

@@ -64,6 +64,27 @@ kubectl -n default get nodegroups,rljobs,rayclusters
 echo
 echo "\$ kubectl get configmap collocated-placement -o jsonpath='{.data.plan\\.json}' | rlplace show -"
 kubectl -n default get configmap collocated-placement -o jsonpath='{.data.plan\.json}' | .venv/bin/rlplace show -
+
+# The jobs above stop at Running (kwok nodes run no containers). On real nodes a job with an entrypoint runs
+# its driver to the end: every process checks its own GPUs and node from inside, and the driver's log ends
+# with what each process saw.
+if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) && -f examples/nodegroups-real.yaml ]]; then
+  log "applying examples/nodegroups-real.yaml and rljob-heterogeneous-run.yaml (real nodes: the driver runs)"
+  kubectl apply -f examples/nodegroups-real.yaml >/dev/null
+  kubectl apply -n default -f examples/rljob-heterogeneous-run.yaml >/dev/null
+  if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded rljob/heterogeneous-run --timeout=420s >/dev/null; then
+    kubectl -n default get rljob heterogeneous-run -o wide
+    die "heterogeneous-run did not succeed: $(kubectl -n default get rljob heterogeneous-run -o jsonpath='{.status.message}')"
+  fi
+  echo
+  echo "\$ kubectl get rljob heterogeneous-run -o wide"
+  kubectl -n default get rljob heterogeneous-run -o wide
+  echo
+  echo "\$ kubectl logs job/heterogeneous-run   # the driver, from inside the pods (last lines)"
+  kubectl -n default logs job/heterogeneous-run | grep -v '^rlplace-binding-report: ' | tail -12
+else
+  log "no real nodes (label rlplace.io/real-node=true): skipping the jobs that run a driver (examples/rljob-*-run.yaml)"
+fi
 cat <<MSG
 
 The cluster and the operator keep running. Try:

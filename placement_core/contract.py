@@ -38,6 +38,9 @@ JOB_ENV = "RLPLACE_JOB"
 NODE_RANK_ENV = "RLPLACE_NODE_RANK"
 #: The Kubernetes node a Ray pod runs on (downward API spec.nodeName), for checking a process's placement.
 KUBE_NODE_ENV = "RLPLACE_KUBE_NODE"
+#: The driver prints its binding report (launcher.verify.BindingReport JSON) on one log line after this
+#: prefix; the operator reads it from the driver's log (the RayJob submitter's) into the RLJob's status.
+BINDING_REPORT_PREFIX = "rlplace-binding-report: "
 
 
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:

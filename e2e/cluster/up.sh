@@ -348,13 +348,32 @@ crds_established() {
 }
 wait_for kube-apiserver "serving the KubeRay CRDs (Established)" crds_established
 
-KUBECONFIG="$STATE/admin.kubeconfig" start ray-operator "${BIN[ray-operator]}" \
-  --kubeconfig "$STATE/admin.kubeconfig" \
+# KubeRay learns how a RayJob ended from the Ray dashboard of its head pod, by the head Service's cluster DNS
+# name: with real nodes it runs in the first node's network namespace (the pod network) with the cluster's
+# DNS in its own mount namespace, and reaches the apiserver on the host bridge like the kubelets.
+RAY_OPERATOR_KUBECONFIG="$STATE/admin.kubeconfig"
+IN_POD_NETWORK=()
+if ((${#REAL_NODES[@]})); then
+  RAY_OPERATOR_KUBECONFIG="$STATE/ray-operator.kubeconfig"
+  kubeconfig admin "$RAY_OPERATOR_KUBECONFIG" "$HOST_IP"
+  printf 'nameserver %s\nsearch svc.cluster.local cluster.local\n' "$E2E_DNS_IP" >"$STATE/pod-network-resolv.conf"
+  IN_POD_NETWORK=(unshare --mount -- bash -c 'mount --bind "$0" /etc/resolv.conf && exec "$@"'
+    "$STATE/pod-network-resolv.conf" nsenter --net="/run/netns/${E2E_NETNS_PREFIX}0" --)
+fi
+KUBECONFIG="$RAY_OPERATOR_KUBECONFIG" start ray-operator "${IN_POD_NETWORK[@]}" "${BIN[ray-operator]}" \
+  --kubeconfig "$RAY_OPERATOR_KUBECONFIG" \
   --enable-leader-election=false \
   --metrics-addr "127.0.0.1:$P_RAY_METRICS" \
   --health-probe-bind-address "127.0.0.1:$P_RAY_PROBE" \
   --log-stdout-encoder console
-wait_for ray-operator ready curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
+probe_ray_operator() {
+  if ((${#REAL_NODES[@]})); then
+    nsenter --net="/run/netns/${E2E_NETNS_PREFIX}0" -- curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
+  else
+    curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
+  fi
+}
+wait_for ray-operator ready probe_ray_operator
 exec 8>&- # every port is bound now: let another cluster-up choose its own
 
 # kwok reports the nodes Ready; pods can be created once the namespace's "default" ServiceAccount exists.

@@ -163,14 +163,15 @@ def build_crds() -> dict[str, dict[str, Any]]:
         "rlj",
         "Namespaced",
         "RLJob is one reinforcement-learning training job: rlplace places its components on the GPUs of its "
-        "NodeGroups and runs them in a KubeRay RayCluster whose processes see exactly the planned GPUs.",
+        "NodeGroups and runs them in a KubeRay RayCluster whose processes see exactly the planned GPUs; with an "
+        "entrypoint, a KubeRay RayJob runs its driver and the job ends Succeeded or Failed.",
         models.RLJobSpec,
         models.RLJobStatus,
         [
             _column(
                 "Phase",
                 ".status.phase",
-                description="Pending, Queued, Provisioning, Running, Suspended, Failed",
+                description="Pending, Queued, Provisioning, Running, Suspended, Succeeded, Failed",
             ),
             _column("Queue", ".status.queuePosition", "integer", "Place in the queue while Queued"),
             _column("Waiting For", ".status.waitingFor", description="What a Queued job waits for"),
@@ -178,7 +179,14 @@ def build_crds() -> dict[str, dict[str, Any]]:
             _column("GPUs", ".status.gpus", "integer", "GPUs the job uses"),
             _column("Nodes", ".status.nodes", "integer", "Nodes the job uses"),
             _column("RayCluster", ".status.rayCluster", description="The job's RayCluster"),
+            _column(
+                "Verified",
+                '.status.conditions[?(@.type=="BindingVerified")].status',
+                description="Every launched process checked its own placement from inside (True/False)",
+            ),
             age,
+            _column("RayJob", ".status.rayJob", description="The RayJob running the entrypoint", priority=1),
+            _column("Driver log", ".status.driverLog", description="Command that prints the driver's log", priority=1),
             _column("Predicted", ".status.predictedIterationTime", "number", "Predicted s/iteration", priority=1),
             _column("Message", ".status.message", description="Why Pending, Queued or Failed", priority=1),
         ],

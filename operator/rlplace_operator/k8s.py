@@ -23,6 +23,7 @@ from rlplace_operator.names import (
     RAY_GROUP,
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
+    RAYJOB_PLURAL,
     RLJOB_PLURAL,
 )
 
@@ -38,7 +39,7 @@ class Kube:
         self.api_client = api_client
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
-        self._raycluster_served_until = 0.0
+        self._served_until: dict[str, float] = {}
 
     # -- children --------------------------------------------------------------------------------------------
 
@@ -47,8 +48,11 @@ class Kube:
         return self._as_dict(self.core.patch_namespaced_config_map(name, namespace, body, **_APPLY))
 
     def apply_raycluster(self, namespace: str, body: dict) -> dict:
+        return self._apply_custom(namespace, RAYCLUSTER_PLURAL, body)
+
+    def _apply_custom(self, namespace: str, plural: str, body: dict) -> dict:
         name = body["metadata"]["name"]
-        args = (RAY_GROUP, RAY_VERSION, namespace, RAYCLUSTER_PLURAL)
+        args = (RAY_GROUP, RAY_VERSION, namespace, plural)
         # The client does not decode a custom object's reply to an apply patch (it returns None): read it here.
         response = self.custom.patch_namespaced_custom_object(*args, name, body, _preload_content=False, **_APPLY)
         return json.loads(response.data)
@@ -71,20 +75,79 @@ class Kube:
             raise
         return True
 
-    def worker_pod_nodes(self, namespace: str, cluster: str) -> list[str | None]:
-        """The node each worker pod of a RayCluster is bound to (None: not bound yet)."""
-        selector = f"ray.io/cluster={cluster},ray.io/node-type=worker"
+    def worker_pod_nodes(self, namespace: str, selector: str) -> list[str | None]:
+        """The node each worker pod matching `selector` is bound to (None: not bound yet)."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items
         return [pod.spec.node_name for pod in pods if pod.metadata.deletion_timestamp is None]
 
+    def apply_rayjob(self, namespace: str, body: dict) -> dict:
+        return self._apply_custom(namespace, RAYJOB_PLURAL, body)
+
+    def delete_rayjob(self, namespace: str, name: str) -> bool:
+        """True if a RayJob was there to delete (its RayCluster and submitter go with it)."""
+        try:
+            self.custom.delete_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def get_rayjob(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def suspend_rayjob(self, namespace: str, name: str) -> bool:
+        """Set spec.suspend on the job's RayJob (KubeRay then stops the driver and deletes the RayCluster);
+        False if there is none. A merge patch of the one field: the rest of the spec stays as applied."""
+        try:
+            self.custom.patch_namespaced_custom_object(
+                RAY_GROUP, RAY_VERSION, namespace, RAYJOB_PLURAL, name, {"spec": {"suspend": True}}
+            )
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def rayjob_crd_installed(self) -> bool:
+        """Whether the API serves ray.io/v1 RayJobs (see raycluster_crd_installed)."""
+        return self._ray_kind_served(RAYJOB_PLURAL)
+
+    def container_log_head(self, namespace: str, label_selector: str, container: str, limit_bytes: int) -> str | None:
+        """The first `limit_bytes` of `container`'s log in the newest pod matching `label_selector`; None when
+        no such pod or container has a log yet."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        if not pods:
+            return None
+        newest = max(pods, key=lambda pod: pod.metadata.creation_timestamp)
+        try:
+            return self.core.read_namespaced_pod_log(
+                newest.metadata.name, namespace, container=container, limit_bytes=limit_bytes
+            )
+        except ApiException as err:
+            # 400: the container has not started; 404: the pod just went away; 5xx: the API server could not
+            # reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
+            if err.status in (400, 404) or err.status >= 500:
+                return None
+            raise
+
     def raycluster_crd_installed(self) -> bool:
-        """Whether the API serves ray.io/v1 RayClusters.
+        """Whether the API serves ray.io/v1 RayClusters."""
+        return self._ray_kind_served(RAYCLUSTER_PLURAL)
+
+    def _ray_kind_served(self, plural: str) -> bool:
+        """Whether the API serves ray.io/v1 `plural`.
 
         Asked through API discovery, which needs no RBAC rule and is a few hundred bytes (KubeRay's CRD
         object is megabytes of schema). A yes is remembered for a minute: under a burst of new jobs the
         answer does not change, and a KubeRay uninstall is still noticed soon.
         """
-        if time.monotonic() < self._raycluster_served_until:
+        if time.monotonic() < self._served_until.get(plural, 0.0):
             return True
         try:
             resources = self.custom.get_api_resources(RAY_GROUP, RAY_VERSION)
@@ -92,12 +155,20 @@ class Kube:
             if err.status == 404:
                 return False
             raise
-        served = any(r.name == RAYCLUSTER_PLURAL for r in resources.resources or [])
+        served = any(r.name == plural for r in resources.resources or [])
         if served:
-            self._raycluster_served_until = time.monotonic() + DISCOVERY_TTL_SECONDS
+            self._served_until[plural] = time.monotonic() + DISCOVERY_TTL_SECONDS
         return served
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
+
+    def get_rljob(self, namespace: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
 
     def patch_rljob_status(self, namespace: str, name: str, patch: dict) -> None:
         self.custom.patch_namespaced_custom_object_status(

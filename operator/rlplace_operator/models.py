@@ -26,14 +26,15 @@ _RANGE = r"[0-9]+(\s*-\s*[0-9]+)?"
 _PART = rf"\s*([aA][lL][lL]|{_RANGE})\s*(:\s*{_RANGE}\s*)?"
 PLACEMENT_PATTERN = rf"^{_PART}(,({_PART})?)*$"
 LABELS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
-#: Longest driver command (spec.entrypoint): it reaches the head pod as one environment variable.
+#: Longest driver command (spec.entrypoint): it is copied into the RayJob and its submitter's command line.
 MAX_ENTRYPOINT_CHARS = 65536
 
 
-def cel(rule: str, message: str) -> dict[str, Any]:
-    """A CEL validation rule for the CRD, set beside the field or model it guards (`json_schema_extra`).
-    crdgen drops a field's regex `pattern` when it has a rule, so `kubectl apply` shows `message`."""
-    return {"x-kubernetes-validations": [{"rule": rule, "message": message}]}
+def cel(rule: str, message: str, *more: tuple[str, str]) -> dict[str, Any]:
+    """CEL validation rules (each a rule and its message) for the CRD, set beside the field or model they guard
+    (`json_schema_extra`). crdgen drops a field's regex `pattern` when it has a rule, so `kubectl apply` shows
+    the message."""
+    return {"x-kubernetes-validations": [{"rule": r, "message": m} for r, m in ((rule, message), *more)]}
 
 
 class _Camel(BaseModel):
@@ -290,7 +291,10 @@ class RaySpec(_Camel):
     """The KubeRay RayCluster the job runs in."""
 
     image: str = Field("rayproject/ray:2.60.0", max_length=1024)
-    """Container image of every Ray pod."""
+    """Container image of every Ray pod (the head runs the driver, so with an entrypoint it needs rlplace)."""
+    worker_image: str | None = Field(None, max_length=1024)
+    """Container image of the worker pods (default: `image`). Any Ray image of the same Ray version works,
+    one without rlplace too: the launcher ships placement_core to the workers in Ray's runtime_env."""
     ray_version: str = Field("2.60.0", max_length=64)
     """Ray version in the image (RayCluster.spec.rayVersion)."""
     head_resources: Resources = Resources()
@@ -301,12 +305,40 @@ class RaySpec(_Camel):
     """Service account of the Ray pods."""
 
 
+class SubmissionMode(enum.StrEnum):
+    K8S_JOB = "K8sJobMode"
+    SIDECAR = "SidecarMode"
+
+
+class RunSpec(_Camel):
+    """How the driver runs: the settings of the KubeRay RayJob that submits spec.entrypoint."""
+
+    submission_mode: SubmissionMode = SubmissionMode.K8S_JOB
+    """K8sJobMode: a Kubernetes Job named after the RLJob runs `ray job submit` and streams the driver's log
+    (`kubectl logs job/<name>`); SidecarMode: a container in the head pod does (no extra pod)."""
+    shutdown_after_job_finishes: bool = True
+    """Delete the RayCluster when the driver ends, freeing its GPUs (the RLJob and its status stay)."""
+    ttl_seconds_after_finished: int = Field(60, ge=0)
+    """Seconds the RayCluster is kept after the driver ends (to read Ray's own logs) before it is deleted;
+    only with shutdownAfterJobFinishes."""
+    backoff_limit: int = Field(0, ge=0, le=100)
+    """How many times a failed driver is retried, each time on a new RayCluster."""
+    active_deadline_seconds: int | None = Field(None, ge=1)
+    """Seconds the driver may run; then it is stopped and the job Failed with reason DeadlineExceeded."""
+
+
 class RLJobSpec(
     _Camel,
     json_schema_extra=cel(
         "(has(self.autoPlacement) && self.autoPlacement) || "
         "(has(self.componentPlacement) && size(self.componentPlacement) > 0)",
         "componentPlacement needs at least one entry unless autoPlacement is true",
+        (
+            # KubeRay suspends only a RayJob that deletes its cluster; the default (true) applies when unset.
+            "!(has(self.suspend) && self.suspend) || !has(self.entrypoint) || !has(self.run) || "
+            "!has(self.run.shutdownAfterJobFinishes) || self.run.shutdownAfterJobFinishes",
+            "a job with an entrypoint can be suspended only with run.shutdownAfterJobFinishes true",
+        ),
     ),
 ):
     """One RL training job: its node groups, its component placement, and the Ray cluster that runs it."""
@@ -340,9 +372,14 @@ class RLJobSpec(
     ray: RaySpec = RaySpec()
     """The RayCluster."""
     entrypoint: str | None = Field(None, max_length=MAX_ENTRYPOINT_CHARS)
-    """Driver command, passed to the head pod as RLPLACE_ENTRYPOINT for `ray job submit`."""
+    """Driver command. With it the job runs as a KubeRay RayJob that submits this command (it runs on the Ray
+    head, where the plan is mounted) and the job ends Succeeded or Failed with the driver; without it the job
+    is a long-lived RayCluster for interactive use."""
+    run: RunSpec = RunSpec()
+    """How the driver runs (KubeRay RayJob settings); used only with an entrypoint."""
     suspend: bool = False
-    """Remove the RayCluster and keep the job; set back to false to start it again."""
+    """Stop the job and free its GPUs, keeping the job: the RayCluster is removed (with an entrypoint the
+    RayJob is suspended, which stops the driver). Set back to false to start it again (the driver starts over)."""
     priority: int = 0
     """Queue order among jobs waiting for free nodes: higher first, then older first (creationTimestamp). A
     waiting job is passed only by jobs of higher priority; running jobs are never stopped for it."""
@@ -354,6 +391,7 @@ class JobPhase(enum.StrEnum):
     PROVISIONING = "Provisioning"
     RUNNING = "Running"
     SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
     FAILED = "Failed"
 
 
@@ -388,19 +426,32 @@ class ResolvedPlacement(_Camel):
     """Per component: processes, GPUs, nodes."""
 
 
+class ComponentBinding(_Camel):
+    """How many of a component's processes checked, from inside, that they run as planned."""
+
+    name: str
+    """Component name."""
+    verified: int
+    """Processes whose environment, node and GPUs matched their plan entry."""
+    processes: int
+    """Processes the driver launched."""
+
+
 class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
     phase: JobPhase | None = None
-    """Pending, Queued, Provisioning, Running, Suspended or Failed."""
+    """Pending, Queued, Provisioning, Running, Suspended, Succeeded or Failed."""
     message: str | None = None
-    """Why the job is Pending, Queued or Failed, or why a change to a running job was not applied."""
+    """Why the job is Pending, Queued or Failed, why a change to a running job was not applied, or how its
+    driver ended."""
     queue_position: int | None = None
     """Place in the queue of jobs waiting for free nodes (1: the next to start), while Queued."""
     waiting_for: str | None = None
     """What a Queued job waits for, e.g. `1 free node of 4090`."""
     conditions: list[Condition] = []
-    """Validated, Placed, Admitted, RayClusterReady, NodeGroupChanged, StatusWritten."""
+    """Validated, Placed, Admitted, RayClusterReady, NodeGroupChanged, StatusWritten; with an entrypoint also
+    DriverSucceeded and BindingVerified."""
     placement: ResolvedPlacement | None = None
     """The resolved placement."""
     applied_placement: list[AppliedPlacementEntry] = []
@@ -413,6 +464,16 @@ class RLJobStatus(_Camel):
     """Nodes the job uses."""
     ray_cluster: str | None = None
     """Name of the RayCluster."""
+    ray_job: str | None = None
+    """Name of the RayJob that runs the entrypoint."""
+    driver_log: str | None = None
+    """The command that prints the driver's log."""
+    driver_start_time: str | None = None
+    """When the driver started (RFC 3339)."""
+    driver_end_time: str | None = None
+    """When the driver ended (RFC 3339)."""
+    binding: list[ComponentBinding] = []
+    """Per component: processes that verified their own placement from inside, as the driver reported."""
     observed_generation: int | None = None
     """The metadata.generation this status describes."""
 

@@ -22,6 +22,9 @@ API_VERSION = f"{GROUP}/{VERSION}"
 RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"
 RAYCLUSTER_PLURAL = "rayclusters"
+RAYJOB_PLURAL = "rayjobs"
+#: KubeRay's name for the container that runs `ray job submit` (the submitter Job's pod, or the head's sidecar).
+SUBMITTER_CONTAINER = "ray-job-submitter"
 
 
 def placement_configmap_name(job: str) -> str:
@@ -30,6 +33,17 @@ def placement_configmap_name(job: str) -> str:
 
 def raycluster_name(job: str) -> str:
     return job
+
+
+def rayjob_name(job: str) -> str:
+    """The RayJob of a job with an entrypoint; KubeRay names its submitter Job the same."""
+    return job
+
+
+def worker_pods_selector(job: str) -> str:
+    """Label selector of a job's Ray worker pods, whether its RayCluster is its own or its RayJob's (KubeRay
+    names that one after the RayJob with a random suffix)."""
+    return f"{JOB_LABEL}={job},ray.io/node-type=worker"
 
 
 def worker_group_name(node_rank: int) -> str:

@@ -9,7 +9,8 @@ Ray cannot be asked for specific GPU ids, and mixing `num_gpus>0` actors with se
 double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resources of `placement_core.contract`
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
 GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls),
-`simulated` (a multi-node Ray cluster in one process tree). Ray is imported only when a cluster is used.
+`verify` (each actor checks at start that its environment, node and GPUs are its plan entry's; the driver
+gathers the checks into a BindingReport), `simulated` (a multi-node Ray cluster in one process tree). Ray is imported only when a cluster is used.
 """
 
 from placement_core.launcher.errors import LaunchError, WorkerDiedError
@@ -18,6 +19,8 @@ from placement_core.launcher.groups import (
     GroupCall,
     LaunchOptions,
     WorkerGroup,
+    binding_report,
+    connect,
     launch,
     launch_all,
     ray_node_addresses,
@@ -25,17 +28,23 @@ from placement_core.launcher.groups import (
 from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, load_plan, read_plan
 from placement_core.launcher.resources import check_resources
 from placement_core.launcher.simulated import simulated_cluster
+from placement_core.launcher.verify import BindingError, BindingReport, ProcessCheck
 
 __all__ = [
     "PLACEMENT_OPTIONS",
     "RESOURCE_STEP",
+    "BindingError",
+    "BindingReport",
     "GroupCall",
     "LaunchError",
     "LaunchOptions",
     "LaunchPlan",
+    "ProcessCheck",
     "WorkerDiedError",
     "WorkerGroup",
+    "binding_report",
     "check_resources",
+    "connect",
     "launch",
     "launch_all",
     "load_plan",

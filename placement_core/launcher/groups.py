@@ -3,7 +3,8 @@
 Every actor asks for `num_gpus=0` and for the contract's custom resources: its node's (so it lands on its
 planned node) and one share of each GPU it holds (so exclusive processes can never share a GPU, while a GPU the
 plan shares among k processes is asked for as 1/k by each). Its environment (RANK, CUDA_VISIBLE_DEVICES, ...)
-travels in `runtime_env.env_vars` or is set just before the worker's constructor runs.
+travels in `runtime_env.env_vars` or is set just before the worker's constructor runs; then, before the
+worker's own constructor, the actor checks its binding (`verify.py`) and the launcher gathers the checks.
 """
 
 from __future__ import annotations
@@ -14,10 +15,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+import placement_core
 from placement_core.contract import node_labels, node_resource, parse_node_resource
 from placement_core.launcher.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.plan import LaunchPlan, load_plan
 from placement_core.launcher.resources import check_resources
+from placement_core.launcher.verify import Binding, BindingError, BindingReport, ProcessCheck, check_here
 from placement_core.plan import Plan, ProcessPlan
 
 if TYPE_CHECKING:
@@ -33,6 +36,22 @@ def _ray() -> Any:
     if not ray.is_initialized():
         raise LaunchError("not connected to a Ray cluster; call ray.init(address=...) first")
     return ray
+
+
+def connect(address: str = "auto", ship_code: bool = True, **init_kwargs: Any) -> None:
+    """`ray.init` for a driver. With `ship_code`, placement_core travels to every worker of the job in Ray's
+    job-level runtime_env (`py_modules`; Ray accepts local code only there, and actors inherit it), so workers
+    on a stock Ray image without rlplace run the launcher's actors. Measured in benchmarks/launch_scale.py."""
+    try:
+        import ray
+    except ImportError as err:
+        raise LaunchError("Ray is not installed; install the extra: pip install 'rlplace[ray]'") from err
+    runtime_env = dict(init_kwargs.pop("runtime_env", None) or {})
+    if ship_code:
+        # The package's directory, not the module: inside a submitted Ray job, ray.init deep-copies the
+        # runtime_env to merge it with the job's, and a module object cannot be copied.
+        runtime_env["py_modules"] = [*runtime_env.get("py_modules", []), os.path.dirname(placement_core.__file__)]
+    ray.init(address=address, runtime_env=runtime_env or None, **init_kwargs)
 
 
 def ray_node_addresses() -> dict[int, str]:
@@ -115,6 +134,8 @@ class WorkerGroup:
         self.component = component
         self.actors = actors
         self.processes = tuple(processes)
+        self.checks: list[ProcessCheck | None] = [None] * len(actors)
+        """Each rank's binding check, as the actor made it at start (None when not verified)."""
 
     @property
     def world_size(self) -> int:
@@ -181,6 +202,9 @@ class LaunchOptions:
     1.04x on 32 workers). GPUs are held through the per-GPU resources either way."""
     actor_options: Mapping[str, Any] = field(default_factory=dict)
     """Further Ray actor options (max_concurrency, memory, ...); placement ones are the launcher's."""
+    verify: bool = True
+    """Every actor checks at start that its environment, node and GPUs are its plan entry's (see
+    `placement_core.launcher.verify`); a mismatch stops the launch with BindingError naming the rank."""
 
 
 def launch(
@@ -210,7 +234,8 @@ def launch_all(
     """Start several components at once (worker class per component, same constructor arguments).
 
     All components are checked together before any actor starts, and all start before any is waited on,
-    so collocated components come up side by side; if one fails, every group started here is shut down.
+    so collocated components come up side by side; if one fails, or a process is not bound as planned
+    (BindingError), every group started here is shut down.
     """
     opts = options or LaunchOptions()
     launch_plan = load_plan(plan)
@@ -228,11 +253,26 @@ def launch_all(
         for name in names:
             groups[name] = _start_group(launch_plan, name, workers[name], args, kwargs or {}, opts, addresses)
         _wait_ready(list(groups.values()), opts.ready_timeout_s)
+        if opts.verify:
+            report = binding_report(groups)
+            if not report.ok:
+                raise BindingError(report)
     except BaseException:
         for group in groups.values():
             group.shutdown()
         raise
     return groups
+
+
+def binding_report(groups: Mapping[str, WorkerGroup]) -> BindingReport:
+    """Every verified process of the groups, with processes of different groups cross-checked for shared GPUs
+    (pass all groups of a job, also those launched separately)."""
+    return BindingReport.of(
+        (check, process)
+        for group in groups.values()
+        for check, process in zip(group.checks, group.processes, strict=True)
+        if check is not None
+    )
 
 
 def _check_worker(component: str, worker: object) -> None:
@@ -256,19 +296,20 @@ def _start_group(
     """Submit the component's actors (Ray starts them asynchronously)."""
     ray = _ray()
     by_constructor = opts.env_via == "constructor"
-    actor_class = ray.remote(_with_env(worker) if by_constructor else worker)
+    actor_class = ray.remote(_bound(worker))
     processes = plan.processes(component)
     master = addresses[processes[0].node_rank]
     actors = []
     for process in processes:
         env = {**process.env, "MASTER_ADDR": master}
+        binding = Binding(component, process, len(processes), master) if opts.verify else None
         resources = plan.resources(process)
         options = _actor_options(opts, resources, None if by_constructor else env)
         if opts.pin_node_by == "label":
             del resources[node_resource(process.node_rank)]
             options["label_selector"] = node_labels(process.node_rank)
         placed = actor_class.options(**options)
-        actors.append(placed.remote(env, *args, **kwargs) if by_constructor else placed.remote(*args, **kwargs))
+        actors.append(placed.remote(env if by_constructor else None, binding, *args, **kwargs))
     return WorkerGroup(component, actors, processes)
 
 
@@ -287,23 +328,39 @@ def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[s
     return options
 
 
-def _with_env(worker: type) -> type:
-    """`worker` with a constructor that installs the planned environment before running its own."""
+#: The method every launched actor gets: its binding check (None when not verified). Calling it is also how
+#: the launcher waits for the constructor, so verification costs no extra round trip.
+CHECK_METHOD = "rlplace_binding_check"
 
-    def __init__(self: Any, rlplace_env: Mapping[str, str], *args: Any, **kwargs: Any) -> None:
-        os.environ.update(rlplace_env)
-        worker.__init__(self, *args, **kwargs)
 
-    return type(worker.__name__, (worker,), {"__init__": __init__, "__doc__": worker.__doc__})
+def _bound(worker: type) -> type:
+    """`worker` with a constructor that first installs the planned environment (constructor mode), then checks
+    the process's binding; a process that is not where the plan says never runs the worker's constructor."""
+
+    def __init__(
+        self: Any, rlplace_env: Mapping[str, str] | None, rlplace_binding: Binding | None, *args: Any, **kwargs: Any
+    ) -> None:
+        if rlplace_env is not None:
+            os.environ.update(rlplace_env)
+        self._rlplace_check = None if rlplace_binding is None else check_here(rlplace_binding)
+        if self._rlplace_check is None or self._rlplace_check.ok:
+            worker.__init__(self, *args, **kwargs)
+
+    def rlplace_binding_check(self: Any) -> ProcessCheck | None:
+        return self._rlplace_check
+
+    members = {"__init__": __init__, CHECK_METHOD: rlplace_binding_check, "__doc__": worker.__doc__}
+    return type(worker.__name__, (worker,), members)
 
 
 def _wait_ready(groups: list[WorkerGroup], timeout_s: float) -> None:
-    """Wait until every actor's constructor has run; name the first rank that failed or did not start."""
+    """Wait until every actor's constructor has run and keep its binding check in its group; name the first
+    rank that failed or did not start."""
     ray = _ray()
     pending = {}
     for group in groups:
         for rank, actor in enumerate(group.actors):
-            pending[actor.__ray_ready__.remote()] = (group, rank)
+            pending[getattr(actor, CHECK_METHOD).remote()] = (group, rank)
     deadline = time.monotonic() + timeout_s
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
@@ -314,7 +371,7 @@ def _wait_ready(groups: list[WorkerGroup], timeout_s: float) -> None:
             raise LaunchError(f"{where}{more} did not start within {timeout_s:g} s (resources held by other actors?)")
         group, rank = pending.pop(ready[0])
         try:
-            ray.get(ready[0])
+            group.checks[rank] = ray.get(ready[0])
         except ray.exceptions.RayActorError as err:
             cause = _first_line(err)
             raise LaunchError(f"component '{group.component}' rank {rank} failed to start: {cause}") from err

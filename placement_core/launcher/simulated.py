@@ -10,12 +10,16 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from placement_core.contract import node_labels, node_resources
+from placement_core.launcher.groups import connect
 
 
 @contextlib.contextmanager
-def simulated_cluster(gpus_per_node: Sequence[int], tmpdir: str | None = None) -> Iterator[Any]:
+def simulated_cluster(
+    gpus_per_node: Sequence[int], tmpdir: str | None = None, ship_code: bool = False
+) -> Iterator[Any]:
     """A local `ray.cluster_utils.Cluster` whose node i declares `gpus_per_node[i]` fake GPUs and the
-    rlplace label and resources of rank i, connected with ray.init; shut down on exit.
+    rlplace label and resources of rank i, connected with `connect` (ship_code: send placement_core to the
+    workers as for a stock Ray image); shut down on exit.
 
     Ray's socket paths must stay short, so its temp dir comes from RAY_TMPDIR (made under /tmp when unset,
     and removed on exit with the session logs in it).
@@ -30,7 +34,7 @@ def simulated_cluster(gpus_per_node: Sequence[int], tmpdir: str | None = None) -
     try:
         for rank, gpus in enumerate(gpus_per_node):
             cluster.add_node(num_cpus=1, num_gpus=gpus, resources=node_resources(rank, gpus), labels=node_labels(rank))
-        ray.init(address=cluster.address, logging_level="WARNING", log_to_driver=False)
+        connect(cluster.address, ship_code, logging_level="WARNING", log_to_driver=False)
         yield cluster
     finally:
         ray.shutdown()

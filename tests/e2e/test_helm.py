@@ -92,6 +92,12 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
         ("list", "nodes", True),
         ("patch", "rljobs.rlplace.io", True),
         ("create", "rayclusters.ray.io", True),
+        ("create", "rayjobs.ray.io", True),
+        ("patch", "rayjobs.ray.io", True),
+        ("delete", "rayjobs.ray.io", False),
+        ("list", "pods", True),
+        ("get", "pods --subresource=log", True),
+        ("create", "pods --subresource=exec", False),
         ("patch", "configmaps", True),
         ("update", "configmaps", False),
     ],
@@ -100,7 +106,9 @@ def test_operator_identity_is_least_privilege(
     operator_kubeconfig: str, verb: str, resource: str, allowed: bool
 ) -> None:
     """Asked with the operator's own token, the API server answers exactly as the chart intends."""
-    result = run_tool("kubectl", operator_kubeconfig, "auth", "can-i", verb, resource, "-n", "default", check=False)
+    result = run_tool(
+        "kubectl", operator_kubeconfig, "auth", "can-i", verb, *resource.split(), "-n", "default", check=False
+    )
     assert result.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, result.stdout, result.stderr)
 
 

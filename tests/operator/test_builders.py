@@ -29,7 +29,7 @@ def test_head_requests_no_gpu_and_cannot_see_gpus() -> None:
     assert not any("gpu" in key for key in container["resources"]["limits"])
     env = {e["name"]: e.get("value") for e in container["env"]}
     assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
-    assert env["RLPLACE_ENTRYPOINT"] == "python train.py"
+    assert "RLPLACE_ENTRYPOINT" not in env  # the entrypoint is the RayJob's (builders/rayjob.py)
     assert env[contract.PLAN_DIR_ENV] == contract.PLAN_MOUNT_DIR == "/etc/rlplace"
     assert container["volumeMounts"][0]["mountPath"] == "/etc/rlplace"
     assert head["template"]["spec"]["volumes"][0]["configMap"]["name"] == "job-placement"
@@ -54,6 +54,8 @@ def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
         assert env["RLPLACE_NODE_RANK"] == str(node.rank)
+        kube_node = next(e for e in container["env"] if e["name"] == contract.KUBE_NODE_ENV)
+        assert kube_node["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
         assert group["rayStartParams"]["num-gpus"] == str(node.gpus)
         assert group["labels"] == {contract.NODE_LABEL: str(node.rank)}
         resources = json.loads(group["rayStartParams"]["resources"].strip("'"))
@@ -61,7 +63,7 @@ def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
         assert sorted(k for k in resources if k.startswith("rlplace_gpu")) == sorted(
             contract.gpu_resource(node.rank, g) for g in range(node.gpus)
         )
-    assert {e["name"]: e["value"] for e in groups[1]["template"]["spec"]["containers"][0]["env"]}[
+    assert {e["name"]: e.get("value") for e in groups[1]["template"]["spec"]["containers"][0]["env"]}[
         "ROS_DOMAIN_ID"
     ] == "7"
     assert rc["metadata"]["labels"] == {MANAGED_BY_LABEL: "rlplace", JOB_LABEL: "job"}

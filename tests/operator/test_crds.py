@@ -67,7 +67,7 @@ def test_schema_is_structural_and_documented() -> None:
     assert "pattern" not in entry["items"]["properties"]["placement"]
     assert version["subresources"] == {"status": {}}
     assert rljob["spec"]["names"]["shortNames"] == ["rlj"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:8] == [
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:9] == [
         "Phase",
         "Queue",
         "Waiting For",
@@ -75,5 +75,6 @@ def test_schema_is_structural_and_documented() -> None:
         "GPUs",
         "Nodes",
         "RayCluster",
+        "Verified",
         "Age",
     ]

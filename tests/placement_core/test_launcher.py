@@ -3,7 +3,7 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 
 from __future__ import annotations
 
-import importlib.util
+import dataclasses
 import os
 import subprocess
 import sys
@@ -209,6 +209,19 @@ class Probe:
             "labels": context.get_node_labels(),
         }
 
+    def shipped_code(self) -> str:
+        """Where placement_core comes from with only what Ray shipped to this worker and the installed
+        third-party packages on the path: what a stock Ray image without rlplace has. `python -S` skips the
+        .pth files, and with them the editable install of rlplace beside the driver."""
+        import sysconfig
+
+        shipped = os.environ["PYTHONPATH"].split(os.pathsep)[0]
+        code = "import placement_core.launcher.verify, placement_core; print(placement_core.__file__)"
+        path = os.pathsep.join([shipped, sysconfig.get_paths()["purelib"]])
+        env = {"PYTHONPATH": path, "PATH": os.environ["PATH"]}
+        done = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd="/", capture_output=True, text=True)
+        return done.stdout.strip() or done.stderr.strip().splitlines()[-1]
+
     def span(self, seconds: float) -> tuple[float, float]:
         start = time.time()
         time.sleep(seconds)
@@ -225,11 +238,12 @@ class Broken:
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each."""
+    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each; placement_core is shipped
+    to the workers as for a stock Ray image, so every test here runs the shipped copy."""
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with launcher.simulated_cluster([8, 8]):
+    with launcher.simulated_cluster([8, 8], ship_code=True):
         yield
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
@@ -346,23 +360,47 @@ def test_a_constructor_failure_names_component_and_rank(ray_cluster) -> None:
         launcher.launch(plan_of({"broken": "6"}), "broken", Broken)
 
 
-def test_driver_example_reports_every_worker(ray_cluster, tmp_path) -> None:
-    import ray
+def test_reference_driver_verifies_overlaps_and_prints_every_process(ray_cluster, tmp_path, capsys) -> None:
+    """The examples' driver (placement_core.launcher.demo) on the plan file: the report line the operator reads,
+    the concurrent actor / rollout -> reward calls, and one table row per process as it saw itself."""
+    from placement_core.launcher import demo
+    from placement_core.launcher.verify import find_report
 
-    spec = importlib.util.spec_from_file_location(
-        "rlplace_driver", Path(__file__).parents[2] / "examples" / "driver.py"
-    )
-    driver = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = driver
-    spec.loader.exec_module(driver)
-    ray.cloudpickle.register_pickle_by_value(driver)
-    (tmp_path / contract.PLAN_KEY).write_text(plan_of({"actor,rollout": "14", "reward": "15"}).to_json())
-    rows = driver.report(launcher.read_plan(tmp_path), ["actor", "rollout", "reward"])
-    assert [(r["component"], r["RANK"], r["CUDA_VISIBLE_DEVICES"], r["CLUSTER_NODE_RANK"]) for r in rows] == [
-        ("actor", "0", "6", "1"),
-        ("rollout", "0", "6", "1"),
-        ("reward", "0", "7", "1"),
+    plan = plan_of({"actor": "14", "rollout": "15", "reward": "6"})
+    (tmp_path / contract.PLAN_KEY).write_text(plan.to_json())
+    assert demo.run(launcher.read_plan(tmp_path), ["actor", "rollout", "reward"]) == 0
+    out = capsys.readouterr().out
+    report = find_report(out)
+    assert report is not None and report.ok
+    assert [(c.component, c.rank, c.node_name) for c in report.checks] == [
+        (c.name, p.rank, p.node_name) for c, p in plan.processes()
     ]
+    overlap = float(out.split("concurrently: overlap ")[1].split(" s")[0])
+    assert overlap > 0.2, out
+    rows = [line.split() for line in out.splitlines() if line.startswith(("actor ", "rollout ", "reward "))]
+    assert [(r[0], r[1], r[5], r[-1]) for r in rows] == [
+        ("actor", "0", "6", "ok"),
+        ("rollout", "0", "7", "ok"),
+        ("reward", "0", "6", "ok"),
+    ]
+
+
+def test_reference_driver_fails_a_tampered_plan_naming_the_rank(ray_cluster, tmp_path, capsys) -> None:
+    from placement_core.launcher import demo
+    from placement_core.launcher.verify import find_report
+
+    plan = plan_of({"actor": "14", "rollout": "15"})
+    (tmp_path / "plan.json").write_text(plan.to_json())
+    code = demo.run(load_plan(demo.tamper(plan, "rollout:0:RANK=3")), ["actor", "rollout"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "error: binding check failed: component 'rollout' rank 0 on node 'node-1': RANK='3', planned '0'" in (
+        captured.err
+    )
+    report = find_report(captured.out)
+    assert report is not None and report.verified() == {"actor": 1, "rollout": 0}
+    assert demo.main(["--plan", str(tmp_path / "plan.json"), "--tamper", "rollout:4:RANK=3"]) == 2
+    assert "error: --tamper: component 'rollout' has ranks 0-0, got 4" in capsys.readouterr().err
 
 
 def test_read_plan_reads_either_configmap_key(tmp_path) -> None:
@@ -379,3 +417,61 @@ def test_read_plan_reads_either_configmap_key(tmp_path) -> None:
     assert launcher.read_plan(tmp_path).plan == plan
     with pytest.raises(LaunchError, match=r"no plan in '.*empty' \(expected plan.json or plan.json.gz"):
         launcher.read_plan(tmp_path / "empty")
+
+
+# -- binding verification inside real actors -------------------------------------------------------------
+
+
+def tampered(plan: Plan, component: str, rank: int, **env: str) -> Plan:
+    """`plan` with one process's environment changed, as a wrong value injected into the stored plan."""
+    comps = []
+    for c in plan.components:
+        procs = tuple(
+            dataclasses.replace(p, env={**p.env, **env}) if (c.name, p.rank) == (component, rank) else p
+            for p in c.processes
+        )
+        comps.append(dataclasses.replace(c, processes=procs))
+    return dataclasses.replace(plan, components=tuple(comps))
+
+
+def test_every_launched_process_is_verified(main_groups) -> None:
+    report = launcher.binding_report(main_groups)
+    assert report.ok
+    assert report.verified() == {"actor": 4, "rollout": 4, "reward": 2, "critic": 1}
+    assert [(c.component, c.rank, c.node_name) for c in report.checks[:2]] == [
+        ("actor", 0, "node-0"),
+        ("actor", 1, "node-0"),
+    ]
+
+
+@pytest.mark.parametrize("env_via", ["runtime_env", "constructor"])
+def test_a_tampered_plan_entry_fails_the_launch_naming_the_rank(ray_cluster, tmp_path, env_via) -> None:
+    plan = tampered(plan_of({"actor": "5-6", "reward": "13"}), "actor", 1, CUDA_VISIBLE_DEVICES="0")
+    with pytest.raises(launcher.BindingError) as err:
+        launcher.launch_all(
+            plan, {"actor": Probe, "reward": Probe}, args=(str(tmp_path),), options=LaunchOptions(env_via=env_via)
+        )
+    assert str(err.value) == (
+        "binding check failed: component 'actor' rank 1 on node 'node-0': CUDA_VISIBLE_DEVICES='0', planned '6' "
+        "(verified actor 1/2, reward 1/1)"
+    )
+    assert (err.value.component, err.value.rank) == ("actor", 1)
+    # The misbound process never ran the worker's constructor; the two good ones did, and all were stopped.
+    assert len(list(tmp_path.iterdir())) == 2
+
+
+def test_verification_can_be_turned_off(ray_cluster) -> None:
+    plan = tampered(plan_of({"loose": "5"}), "loose", 0, CUDA_VISIBLE_DEVICES="0")
+    with launcher.launch(plan, "loose", Probe, options=LaunchOptions(verify=False)) as group:
+        assert group.run("report")[0]["env"]["CUDA_VISIBLE_DEVICES"] == "0"
+        assert group.checks == [None]
+
+
+def test_workers_get_placement_core_from_the_driver(main_groups) -> None:
+    """`connect(ship_code=True)` sends placement_core in the job's runtime_env (inherited by the launcher's
+    actors, which set their own env_vars): each worker's path starts with Ray's unpacked copy, and that copy
+    alone (no site-packages) imports the launcher and its verification."""
+    paths = main_groups["reward"].run("shipped_code")
+    assert all(
+        p.endswith("/placement_core/__init__.py") and "/runtime_resources/py_modules_files/" in p for p in paths
+    ), paths

@@ -39,6 +39,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [ray.io]
   resources: [rayclusters]
   verbs: [get, list, watch, create, patch, delete]
+# Jobs with an entrypoint run as RayJobs (suspend is a patch; deletion cascades through ownerReferences).
+- apiGroups: [ray.io]
+  resources: [rayjobs]
+  verbs: [get, list, watch, create, patch]
+# The driver's binding report is read from its log (the RayJob submitter's pod); the Ray pods get no rights.
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [list]
+- apiGroups: [""]
+  resources: [pods/log]
+  verbs: [get]
 - apiGroups: [""]
   resources: [events]
   verbs: [create]

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from placement_core import contract
 from rlplace_operator.models import RLJobSpec
 from rlplace_operator.names import (
+    JOB_LABEL,
     NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
@@ -48,15 +49,24 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
 
 
+def on_nodes(names: Sequence[str]) -> dict:
+    """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it). The API
+    allows one value per metadata.name field selector, so each node is its own term (terms are ORed)."""
+    terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in names]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
 def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     container = {
         "name": "ray-worker",
-        "image": spec.ray.image,
+        "image": spec.ray.worker_image or spec.ray.image,
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
         "env": [
             *_env(node.env),
             {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
+            # The node the pod really runs on, for the launcher's binding check (downward API).
+            {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
     }
     return {
@@ -66,18 +76,11 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "rayStartParams": contract.ray_start_params(node.rank, node.gpus),
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
-        # Pods carry KubeRay's ray.io/cluster and ray.io/group labels; no more are needed to find them.
+        # The job's labels find its worker pods whether KubeRay names the cluster after the job or its RayJob.
         "template": {
+            "metadata": {"labels": {JOB_LABEL: job}},
             "spec": {
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [
-                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
-                            ]
-                        }
-                    }
-                },
+                "affinity": on_nodes([node.name]),
                 "containers": [container],
                 **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
             },
@@ -85,15 +88,26 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     }
 
 
-def build_head_group(job: str, spec: RLJobSpec) -> dict:
+#: The head may run on any of the job's first nodes (in rank order): enough choice for its CPU and memory, and
+#: a RayCluster of a thousand nodes does not carry a thousand affinity terms for it.
+HEAD_NODE_CHOICES = 16
+
+
+def head_nodes(nodes: Sequence[WorkerNode]) -> list[str]:
+    """The nodes the head (and the RayJob's submitter) may run on."""
+    return [node.name for node in nodes[:HEAD_NODE_CHOICES]]
+
+
+def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """The head, on one of the job's own nodes (`head_nodes`): it needs no GPU, and the job's nodes are the
+    ones known to run its image (a cluster may also have nodes that cannot, such as virtual ones)."""
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
-    if spec.entrypoint:
-        env["RLPLACE_ENTRYPOINT"] = spec.entrypoint
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
         "template": {
             "metadata": {"labels": child_labels(job)},
             "spec": {
+                "affinity": on_nodes(head_nodes(nodes)),
                 "containers": [
                     {
                         "name": "ray-head",
@@ -110,6 +124,15 @@ def build_head_group(job: str, spec: RLJobSpec) -> dict:
     }
 
 
+def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """RayCluster.spec: also the rayClusterSpec of the job's RayJob when it has an entrypoint."""
+    return {
+        "rayVersion": spec.ray.ray_version,
+        "headGroupSpec": build_head_group(job, spec, nodes),
+        "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
+    }
+
+
 def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
     """The RayCluster for a job whose plan uses `nodes` (in node-rank order)."""
     return {
@@ -120,9 +143,5 @@ def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
             "labels": child_labels(job),
             "annotations": {NODES_ANNOTATION: ",".join(node.name for node in nodes)},
         },
-        "spec": {
-            "rayVersion": spec.ray.ray_version,
-            "headGroupSpec": build_head_group(job, spec),
-            "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
-        },
+        "spec": build_raycluster_spec(job, spec, nodes),
     }

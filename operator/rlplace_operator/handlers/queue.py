@@ -41,7 +41,8 @@ from rlplace_operator.names import (
 )
 from rlplace_operator.selection import JobGroup
 
-#: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name, which is the job's).
+#: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name). The operator's own Ray pods
+#: also carry the job label, which names the job when the cluster belongs to its RayJob.
 RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 
 
@@ -70,7 +71,7 @@ class PodUse:
     pod: str
     """namespace/name."""
     job: JobKey | None
-    """The RLJob whose RayCluster made the pod, if any."""
+    """The RLJob whose RayCluster (or RayJob) made the pod, if any."""
     requests: Mapping[str, int]
 
 
@@ -85,8 +86,8 @@ def pod_units_index(
     requests = pod_unit_requests(spec)
     if not requests:
         return None
-    cluster = labels.get(RAY_CLUSTER_POD_LABEL)
-    return {node: PodUse(f"{namespace}/{name}", (namespace, cluster) if cluster else None, requests)}
+    job = labels.get(JOB_LABEL) or labels.get(RAY_CLUSTER_POD_LABEL)
+    return {node: PodUse(f"{namespace}/{name}", (namespace, job) if job else None, requests)}
 
 
 @kopf.index(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})

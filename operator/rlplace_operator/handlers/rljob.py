@@ -26,6 +26,8 @@ from rlplace_operator import conditions as cond
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import build_raycluster
+from rlplace_operator.builders.rayjob import build_rayjob
+from rlplace_operator.handlers import rayjob
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.queue import Ledger, PlannedDemand, World, admit, groups_with_nodes, ready_nodes
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
@@ -41,7 +43,14 @@ from rlplace_operator.models import (
     dump,
     is_live,
 )
-from rlplace_operator.names import NODEGROUP_PLURAL, PROFILE_ANNOTATION, RLJOB_PLURAL, raycluster_name
+from rlplace_operator.names import (
+    NODEGROUP_PLURAL,
+    PROFILE_ANNOTATION,
+    RLJOB_PLURAL,
+    raycluster_name,
+    rayjob_name,
+    worker_pods_selector,
+)
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
 from rlplace_operator.selection import JobGroup, unit_resource
 
@@ -146,10 +155,16 @@ def _validated_spec(job: _JobStatus, spec: kopf.Spec) -> RLJobSpec:
         raise job.fail(cond.VALIDATED, cond.INVALID_SPEC, f"spec.{where}: {first['msg']}") from None
 
 
-def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str) -> None:
-    kube.delete_raycluster(namespace, raycluster_name(name))
-    job.condition(cond.RAYCLUSTER_READY, False, cond.SUSPENDED, "the job is suspended; its RayCluster was removed")
-    job.phase(JobPhase.SUSPENDED)
+def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str, spec: RLJobSpec) -> None:
+    if spec.entrypoint:
+        # KubeRay stops the driver and deletes the RayCluster of a suspended RayJob; resuming starts both anew.
+        kube.suspend_rayjob(namespace, rayjob_name(name))
+        message = "the job is suspended; its driver was stopped and its RayCluster removed"
+    else:
+        kube.delete_raycluster(namespace, raycluster_name(name))
+        message = "the job is suspended; its RayCluster was removed"
+    job.condition(cond.RAYCLUSTER_READY, False, cond.SUSPENDED, message)
+    job.phase(JobPhase.SUSPENDED, message)
     # A suspended job holds no nodes: the next start plans on the NodeGroups as they are then.
     job.set(rayCluster=None, conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
 
@@ -223,16 +238,22 @@ def _queued(job: _JobStatus, waiting: Waiting) -> None:
 
 
 def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int) -> dict:
-    """Apply the ConfigMap and the RayCluster (adopted by the job); returns the live RayCluster."""
-    if not kube.raycluster_crd_installed():
-        message = "the ray.io RayCluster CRD is not installed (install KubeRay)"
+    """Apply the ConfigMap and the RayCluster, or with an entrypoint the RayJob (adopted by the job); returns
+    the live RayCluster or RayJob."""
+    kind, served = (
+        ("RayJob", kube.rayjob_crd_installed) if spec.entrypoint else ("RayCluster", kube.raycluster_crd_installed)
+    )
+    if not served():
+        message = f"the ray.io {kind} CRD is not installed (install KubeRay)"
         raise job.wait(cond.RAYCLUSTER_READY, cond.KUBERAY_MISSING, message, retry)
     name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
     configmap = build_placement_configmap(name, planned.plan)
-    raycluster = build_raycluster(name, spec, planned.workers)
-    kopf.adopt([configmap, raycluster], owner=job.body)
+    child = (
+        build_rayjob(name, spec, planned.workers) if spec.entrypoint else build_raycluster(name, spec, planned.workers)
+    )
+    kopf.adopt([configmap, child], owner=job.body)
     kube.apply_configmap(namespace, configmap)
-    return kube.apply_raycluster(namespace, raycluster)
+    return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
 
 
 _PROFILE_PATH = ("metadata", "annotations", PROFILE_ANNOTATION)
@@ -260,12 +281,15 @@ def profile_changed(diff: kopf.Diff | None) -> bool:
 
 def needs_plan(status: Mapping, generation: int | None, diff: kopf.Diff | None, kube: Kube, body: Mapping) -> bool:
     """Whether the job must be (re-)planned: it does not run, or its spec or profile annotation changed, or
-    its RayCluster is gone. A running job with none of these keeps its plan (one read, no write)."""
+    its RayCluster (or RayJob) is gone. A running job with none of these keeps its plan (one read, no write)."""
     if not is_live(status) or status.get("observedGeneration") != generation:
         return True
     if profile_changed(diff):
         return True
-    return kube.get_raycluster(body["metadata"]["namespace"], status["rayCluster"]) is None
+    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
+    if (body.get("spec") or {}).get("entrypoint"):
+        return kube.get_rayjob(namespace, rayjob_name(name)) is None
+    return kube.get_raycluster(namespace, status["rayCluster"]) is None
 
 
 def _world(indexes: Mapping[str, kopf.Index], node_index: kopf.Index) -> World:
@@ -341,11 +365,13 @@ def rljob_reconcile(
     """Validate -> demand -> admission (or Queued) -> plan on the admitted nodes -> children -> status (see
     the module's rule and docs/admission.md)."""
     kube: Kube = memo.kube
+    if _driver_done(spec, status, meta.get("generation")):
+        return  # the driver ended for this spec: nothing to re-plan (an operator restart must not re-run it)
     job = _JobStatus(body, status, meta.get("generation"))
     try:
         job_spec = _validated_spec(job, spec)
         if job_spec.suspend:
-            _suspend(job, kube, namespace, name)
+            _suspend(job, kube, namespace, name, job_spec)
             memo.ledger.release((namespace, name))
             return
         if not needs_plan(status, job.generation, diff, kube, body):
@@ -367,12 +393,23 @@ def rljob_reconcile(
             predictedIterationTime=planned.predicted_iteration_time,
             gpus=planned.gpus,
             nodes=len(planned.workers),
-            rayCluster=live["metadata"]["name"],
             queuePosition=None,
             waitingFor=None,
         )
         # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
         job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
+        if job_spec.entrypoint:
+            driver = rayjob.driver_status(
+                job.after, live, None, namespace, name, job_spec.run.submission_mode, job.generation
+            )
+            phase, message = driver.pop("phase"), driver.pop("message")
+            job.set(**driver)
+            job.phase(JobPhase(phase), message)
+            kopf.info(
+                body, reason=cond.PLACEMENT_APPLIED, message=f"{planned.summary.mode} placement applied; RayJob {name}"
+            )
+            return
+        job.set(rayCluster=live["metadata"]["name"])
         mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
         job.set(conditions=mirrored["conditions"])
         job.phase(mirrored["phase"])
@@ -425,11 +462,14 @@ def nodegroup_bind_watchdog(name: str, memo: kopf.Memo, rljob_index: kopf.Index,
         if _bound_in_time(status) is None:
             continue
         namespace, job_name = key
-        bound = [node for node in kube.worker_pod_nodes(namespace, raycluster_name(job_name)) if node]
+        bound = [node for node in kube.worker_pod_nodes(namespace, worker_pods_selector(job_name)) if node]
         expected = status.get("nodes") or 0
         if len(bound) >= expected:
             continue
-        kube.delete_raycluster(namespace, raycluster_name(job_name))
+        if status.get("rayJob"):
+            kube.delete_rayjob(namespace, rayjob_name(job_name))
+        else:
+            kube.delete_raycluster(namespace, raycluster_name(job_name))
         ledger.release(key)
         body = {
             "apiVersion": f"{GROUP}/{VERSION}",
@@ -445,5 +485,13 @@ def nodegroup_bind_watchdog(name: str, memo: kopf.Memo, rljob_index: kopf.Index,
             kopf.warn(body, reason=cond.BIND_TIMEOUT, message=message)
         job.condition(cond.RAYCLUSTER_READY, False, cond.BIND_TIMEOUT, message)
         job.phase(JobPhase.QUEUED, message)
-        job.set(rayCluster=None, queuePosition=None, waitingFor=None)
+        job.set(rayCluster=None, rayJob=None, queuePosition=None, waitingFor=None)
         job.write(kube)
+
+
+def _driver_done(spec: kopf.Spec, status: kopf.Status, generation: int | None) -> bool:
+    """A job whose driver ended (Succeeded, or Failed after it was submitted) for the current spec."""
+    ended = status.get("phase") == JobPhase.SUCCEEDED or (
+        status.get("phase") == JobPhase.FAILED and status.get("rayJob") is not None
+    )
+    return bool(spec.get("entrypoint")) and ended and status.get("observedGeneration") == generation

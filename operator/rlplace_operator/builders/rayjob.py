@@ -1,0 +1,61 @@
+"""The job's KubeRay RayJob (`ray.io/v1`) when it has an entrypoint: the driver submitted to the same cluster a
+job without one gets as a RayCluster, with the RLJob's run settings."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster_spec, head_nodes, on_nodes
+from rlplace_operator.models import RLJobSpec, SubmissionMode
+from rlplace_operator.names import (
+    NODES_ANNOTATION,
+    RAY_GROUP,
+    RAY_VERSION,
+    SUBMITTER_CONTAINER,
+    child_labels,
+    rayjob_name,
+)
+
+#: The submitter only runs `ray job submit` and streams the driver's log.
+SUBMITTER_LIMITS = {"cpu": "200m", "memory": "512Mi"}
+
+
+def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """KubeRay's submitter pod (K8sJobMode) on one of the job's nodes, like the head; KubeRay fills in the
+    `ray job submit` command."""
+    container = {"name": SUBMITTER_CONTAINER, "image": spec.ray.image, "resources": {"limits": SUBMITTER_LIMITS}}
+    return {"spec": {"restartPolicy": "Never", "affinity": on_nodes(head_nodes(nodes)), "containers": [container]}}
+
+
+def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+    """The RayJob that runs `spec.entrypoint` on the job's planned cluster (suspended when the job is)."""
+    if not spec.entrypoint:
+        raise ValueError(f"job '{job}' has no entrypoint; it runs as a RayCluster")
+    run = spec.run
+    body: dict = {
+        "entrypoint": spec.entrypoint,
+        "rayClusterSpec": build_raycluster_spec(job, spec, nodes),
+        "submissionMode": str(run.submission_mode),
+        "shutdownAfterJobFinishes": run.shutdown_after_job_finishes,
+        "backoffLimit": run.backoff_limit,
+        "suspend": spec.suspend,
+    }
+    # KubeRay refuses a TTL without shutdownAfterJobFinishes (nothing would be deleted after it).
+    if run.shutdown_after_job_finishes:
+        body["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
+    if run.submission_mode is SubmissionMode.K8S_JOB:
+        body["submitterPodTemplate"] = build_submitter_template(spec, nodes)
+    if run.active_deadline_seconds is not None:
+        body["activeDeadlineSeconds"] = run.active_deadline_seconds
+    return {
+        "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
+        "kind": "RayJob",
+        # KubeRay copies the RayJob's labels and annotations to the RayCluster it makes, where admission reads
+        # the nodes the job holds (handlers/queue.py).
+        "metadata": {
+            "name": rayjob_name(job),
+            "labels": child_labels(job),
+            "annotations": {NODES_ANNOTATION: ",".join(node.name for node in nodes)},
+        },
+        "spec": body,
+    }

@@ -1,0 +1,348 @@
+"""Binding verification: every launched process checks, as it starts, that it runs where its plan entry says.
+
+A process checks three things from inside:
+- its environment holds exactly the placement's variables (RANK, WORLD_SIZE, NODE_RANK, CLUSTER_NODE_RANK,
+  CUDA_VISIBLE_DEVICES, LOCAL_HARDWARE_RANKS, ...), recomputed from the typed Placement rather than copied from
+  the plan's `env` (so a wrong value that reached the process through the plan or the pod is caught);
+- it runs on the planned node: the Ray node's rlplace node-rank label, and in Kubernetes the pod's node
+  (the operator sets $RLPLACE_KUBE_NODE from the downward API);
+- where NVML (pynvml) or torch is importable, the GPUs it sees are as many as planned, and their UUIDs.
+
+The driver then gathers every process's check (`BindingReport.of`) and adds what no single process can see:
+two processes on one node whose planned GPUs are disjoint must never see the same device UUID. The report is
+typed, has one JSON form (`to_json`/`from_json`) and names the first bad rank.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from placement_core.contract import BINDING_REPORT_PREFIX, KUBE_NODE_ENV
+from placement_core.launcher.errors import LaunchError
+from placement_core.placement import placement_env
+from placement_core.plan import ProcessPlan
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    """What the launcher hands each actor: its plan entry and the values only the launch decides."""
+
+    component: str
+    process: ProcessPlan
+    world_size: int
+    master_addr: str
+    """MASTER_ADDR as launched (the Ray address of rank 0's node, not the plan's node name)."""
+
+    def expected_env(self) -> dict[str, str]:
+        """The placement's variables, derived from the typed Placement (never from the plan's env dict)."""
+        return placement_env(self.process.placement, self.world_size, self.master_addr)
+
+
+@dataclass(frozen=True, slots=True)
+class Devices:
+    """The GPUs a process sees, as a GPU library reports them."""
+
+    source: str
+    """`nvml` or `torch`."""
+    uuids: tuple[str, ...]
+    """One UUID per visible device, in CUDA order."""
+    problems: tuple[str, ...] = ()
+    """Entries of CUDA_VISIBLE_DEVICES that name no device of the container."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessCheck:
+    """One process's verdict on its own binding."""
+
+    component: str
+    rank: int
+    node_name: str
+    problems: tuple[str, ...]
+    """Empty when the process runs exactly as planned."""
+    device_uuids: tuple[str, ...] | None = None
+    """What a GPU library showed the process; None when neither NVML nor torch is importable."""
+    device_source: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+    def describe(self) -> str:
+        """One line: component, rank, node, and the first problem."""
+        return f"component '{self.component}' rank {self.rank} on node '{self.node_name}': {self.problems[0]}"
+
+
+def check_binding(
+    binding: Binding,
+    environ: Mapping[str, str],
+    ray_node_rank: int | None,
+    devices: Devices | None,
+) -> ProcessCheck:
+    """Compare what a process sees with its plan entry (pure, so each rule is tested without Ray or a GPU).
+
+    `ray_node_rank` is the rlplace node-rank label of the Ray node the process runs on (None: unknown);
+    `devices` what a GPU library reports (None: no library).
+    """
+    process = binding.process
+    problems = [
+        f"{key}={_quote(environ.get(key))}, planned {_quote(value)}"
+        for key, value in binding.expected_env().items()
+        if environ.get(key) != value
+    ]
+    if ray_node_rank is not None and ray_node_rank != process.node_rank:
+        problems.append(f"runs on the Ray node of node rank {ray_node_rank}, planned {process.node_rank}")
+    kube_node = environ.get(KUBE_NODE_ENV)
+    if kube_node and kube_node != process.node_name:
+        problems.append(f"runs on Kubernetes node '{kube_node}', planned '{process.node_name}'")
+    if devices is not None:
+        problems.extend(devices.problems)
+        planned = len(process.placement.visible_accelerators)
+        if len(devices.uuids) != planned:
+            problems.append(f"{devices.source} shows {len(devices.uuids)} GPUs, planned {planned}")
+    return ProcessCheck(
+        binding.component,
+        process.rank,
+        process.node_name,
+        tuple(problems),
+        None if devices is None else devices.uuids,
+        None if devices is None else devices.source,
+    )
+
+
+def _quote(value: str | None) -> str:
+    return "unset" if value is None else f"'{value}'"
+
+
+# -- inside the process: what a GPU library shows ---------------------------------------------------------
+
+
+def probe_devices(visible: str | None) -> Devices | None:
+    """The devices `CUDA_VISIBLE_DEVICES=visible` selects, through NVML if importable, else torch; None when
+    neither is. NVML lists every GPU of the container whatever CUDA_VISIBLE_DEVICES says, so each entry (an
+    index or a UUID) is looked up in that list; torch applies the variable itself.
+    """
+    if importlib.util.find_spec("pynvml") is not None:
+        return _nvml_devices(visible)
+    if importlib.util.find_spec("torch") is not None:
+        return _torch_devices()
+    return None
+
+
+def _nvml_devices(visible: str | None) -> Devices | None:
+    import pynvml
+
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError:
+        return None  # the library without a driver (a CPU node): nothing to check
+    try:
+        handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(pynvml.nvmlDeviceGetCount())]
+        all_uuids = [_text(pynvml.nvmlDeviceGetUUID(handle)) for handle in handles]
+    finally:
+        pynvml.nvmlShutdown()
+    return select_devices("nvml", all_uuids, visible)
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def select_devices(source: str, all_uuids: list[str], visible: str | None) -> Devices:
+    """CUDA's reading of CUDA_VISIBLE_DEVICES over a container's devices: unset means all, entries are indices
+    or UUID prefixes; an entry naming no device is a problem (CUDA would stop there)."""
+    if visible is None:
+        return Devices(source, tuple(all_uuids))
+    chosen: list[str] = []
+    problems: list[str] = []
+    for entry in (e.strip() for e in visible.split(",")):
+        if not entry:
+            continue
+        if entry.isdigit():
+            match = all_uuids[int(entry)] if int(entry) < len(all_uuids) else None
+        else:
+            match = next((u for u in all_uuids if u.startswith(entry)), None)
+        if match is None:
+            problems.append(
+                f"CUDA_VISIBLE_DEVICES entry '{entry}' names no GPU of the container ({source} lists {len(all_uuids)})"
+            )
+            break
+        chosen.append(match)
+    return Devices(source, tuple(chosen), tuple(problems))
+
+
+def _torch_devices() -> Devices | None:
+    import torch
+
+    if not torch.cuda.is_available():
+        return None
+    count = torch.cuda.device_count()
+    return Devices("torch", tuple(f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(count)))
+
+
+def check_here(binding: Binding) -> ProcessCheck:
+    """Check the calling process (inside a Ray actor): its environment, Ray node label and devices."""
+    import os
+
+    import ray
+
+    from placement_core.contract import NODE_LABEL
+
+    label = ray.get_runtime_context().get_node_labels().get(NODE_LABEL)
+    ray_node_rank = int(label) if label is not None and label.isdigit() else None
+    devices = probe_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
+    return check_binding(binding, os.environ, ray_node_rank, devices)
+
+
+# -- at the driver: every process together ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BindingReport:
+    """Every launched process's check, component by component in rank order, cross-checked for shared GPUs."""
+
+    checks: tuple[ProcessCheck, ...]
+    components: tuple[str, ...] = field(default=())
+    """Components in launch order (the keys of `verified`)."""
+
+    @classmethod
+    def of(cls, checks: Iterable[tuple[ProcessCheck, ProcessPlan]]) -> BindingReport:
+        """The report over (check, plan entry) pairs, with the device-UUID cross-check added."""
+        pairs = list(checks)
+        shared = _shared_uuid_problems(pairs)
+        merged = tuple(replace(c, problems=c.problems + shared.get((c.component, c.rank), ())) for c, _ in pairs)
+        return cls(merged, tuple(dict.fromkeys(c.component for c in merged)))
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    def verified(self) -> dict[str, int]:
+        """Per component: how many processes passed."""
+        counts = dict.fromkeys(self.components, 0)
+        for check in self.checks:
+            counts[check.component] += check.ok
+        return counts
+
+    def totals(self) -> dict[str, int]:
+        counts = dict.fromkeys(self.components, 0)
+        for check in self.checks:
+            counts[check.component] += 1
+        return counts
+
+    def first_failure(self) -> ProcessCheck | None:
+        return next((check for check in self.checks if not check.ok), None)
+
+    def summary(self) -> str:
+        """One line: per component verified/total, and the first bad rank."""
+        totals = self.totals()
+        counts = ", ".join(f"{name} {n}/{totals[name]}" for name, n in self.verified().items())
+        bad = self.first_failure()
+        return f"verified {counts}" + ("" if bad is None else f"; {bad.describe()}")
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "components": list(self.components),
+                "checks": [
+                    {
+                        "component": c.component,
+                        "rank": c.rank,
+                        "node_name": c.node_name,
+                        "problems": list(c.problems),
+                        "device_uuids": None if c.device_uuids is None else list(c.device_uuids),
+                        "device_source": c.device_source,
+                    }
+                    for c in self.checks
+                ],
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> BindingReport:
+        """The report back from `to_json`; anything else is a one-line ValueError."""
+        try:
+            raw = json.loads(text)
+            checks = tuple(_check_from_dict(entry) for entry in raw["checks"])
+            components = tuple(str(name) for name in raw["components"])
+        except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a binding report: {type(err).__name__}: {err}") from None
+        unknown = {c.component for c in checks} - set(components)
+        if unknown:
+            raise ValueError(f"not a binding report: checks of unlisted components {sorted(unknown)}")
+        return cls(checks, components)
+
+
+def _check_from_dict(raw: Any) -> ProcessCheck:
+    uuids = raw["device_uuids"]
+    source = raw["device_source"]
+    if not isinstance(raw["rank"], int) or not all(isinstance(p, str) for p in raw["problems"]):
+        raise ValueError(f"bad check {raw!r:.80}")
+    return ProcessCheck(
+        str(raw["component"]),
+        raw["rank"],
+        str(raw["node_name"]),
+        tuple(raw["problems"]),
+        None if uuids is None else tuple(str(u) for u in uuids),
+        None if source is None else str(source),
+    )
+
+
+def _shared_uuid_problems(pairs: list[tuple[ProcessCheck, ProcessPlan]]) -> dict[tuple[str, int], tuple[str, ...]]:
+    """Processes on one node that see the same device UUID although their planned GPUs are disjoint: the
+    later one (in launch order) gets the problem, naming the earlier."""
+    seen: dict[tuple[str, str], list[tuple[ProcessCheck, frozenset[int]]]] = {}
+    problems: dict[tuple[str, int], list[str]] = {}
+    for check, process in pairs:
+        planned = frozenset(process.held_gpus)
+        if not planned or not check.device_uuids:
+            continue
+        for uuid in check.device_uuids:
+            earlier = seen.setdefault((check.node_name, uuid), [])
+            for other, other_planned in earlier:
+                if not planned & other_planned:
+                    problems.setdefault((check.component, check.rank), []).append(
+                        f"sees GPU {uuid}, which component '{other.component}' rank {other.rank} also sees "
+                        f"(planned GPUs {_gpus(planned)} and {_gpus(other_planned)} are disjoint)"
+                    )
+                    break
+            earlier.append((check, planned))
+    return {key: tuple(value) for key, value in problems.items()}
+
+
+def _gpus(gpus: frozenset[int]) -> str:
+    return ",".join(map(str, sorted(gpus)))
+
+
+def report_line(report: BindingReport) -> str:
+    """The log line a driver prints so the operator can read the report from the driver's log."""
+    return BINDING_REPORT_PREFIX + report.to_json()
+
+
+def find_report(log: str) -> BindingReport | None:
+    """The last binding report printed in a driver's log (a retried driver prints a new one), or None."""
+    for line in reversed(log.splitlines()):
+        start = line.find(BINDING_REPORT_PREFIX)
+        if start < 0:
+            continue
+        try:
+            return BindingReport.from_json(line[start + len(BINDING_REPORT_PREFIX) :])
+        except ValueError:
+            continue  # a line cut short by the log limit, or something else that only looks like a report
+    return None
+
+
+class BindingError(LaunchError):
+    """A launched process does not run as planned; `report` holds every process's check."""
+
+    def __init__(self, report: BindingReport) -> None:
+        bad = report.first_failure()
+        assert bad is not None, "a BindingError needs a failed check"
+        super().__init__(f"binding check failed: {bad.describe()} ({report.summary().split(';')[0]})")
+        self.report = report
+        self.component = bad.component
+        self.rank = bad.rank

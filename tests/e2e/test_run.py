@@ -1,0 +1,391 @@
+"""RLJobs with an entrypoint: the operator runs the driver through KubeRay's RayJob and reports its outcome.
+
+Two tiers:
+- on any cluster (kwok nodes): the RayJob the operator makes, KubeRay making its RayCluster from it, phases
+  Provisioning -> Running, suspend/resume through the RayJob, delete cascading, an operator restart making no
+  duplicates, and admission of the run settings. Under kwok nothing serves Ray's dashboard, so a driver
+  never ends there.
+- on real nodes (label rlplace.io/real-node=true, the images of e2e/images.env): the example jobs run to
+  Succeeded with every process's binding verified from inside and equal to the job's plan; `exit 1` gives
+  Failed with KubeRay's reason; a tampered plan entry fails verification naming the rank. Skipped, with the
+  reason, on clusters without real nodes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+
+from placement_core.contract import plan_from_configmap
+from placement_core.launcher.verify import find_report
+
+from e2e_cluster import wait_for
+from rlplace_fixtures import kubectl, run_tool
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+GROUP, VERSION = "rlplace.io", "v1alpha1"
+REAL_NODE_LABEL = "rlplace.io/real-node"
+
+
+class RunJobs:
+    """RLJob, RayJob and RayCluster helpers bound to one namespace."""
+
+    def __init__(self, api: client.ApiClient, namespace: str) -> None:
+        self.custom = client.CustomObjectsApi(api)
+        self.core = client.CoreV1Api(api)
+        self.namespace = namespace
+
+    def create(self, body: dict) -> dict:
+        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", body)
+
+    def get(self, name: str) -> dict:
+        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
+
+    def status(self, name: str) -> dict:
+        return self.get(name).get("status") or {}
+
+    def patch(self, name: str, body: dict) -> dict:
+        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name, body)
+
+    def delete(self, name: str) -> None:
+        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
+
+    def ray(self, plural: str, name: str) -> dict | None:
+        try:
+            return self.custom.get_namespaced_custom_object("ray.io", "v1", self.namespace, plural, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def rayclusters(self) -> list[dict]:
+        return self.custom.list_namespaced_custom_object("ray.io", "v1", self.namespace, "rayclusters")["items"]
+
+    def wait_phase(self, name: str, phase: str, timeout: float = 90) -> dict:
+        def reached() -> dict | None:
+            status = self.status(name)
+            return status if status.get("phase") == phase else None
+
+        try:
+            return wait_for(reached, timeout, f"RLJob {name} phase {phase}")
+        except Exception:
+            raise AssertionError(
+                f"RLJob {name} never reached {phase}: status {json.dumps(self.status(name))[:2000]}"
+            ) from None
+
+    def plan(self, name: str) -> dict:
+        cm = self.core.read_namespaced_config_map(f"{name}-placement", self.namespace)
+        return plan_from_configmap({"data": cm.data, "binaryData": cm.binary_data}).to_dict()
+
+
+@pytest.fixture
+def run_jobs(
+    k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object
+) -> Iterator[RunJobs]:
+    """RLJobs in a fresh namespace; afterwards deleted and their Ray pods waited out (GPUs free again)."""
+    helper = RunJobs(k8s, namespace)
+    yield helper
+    for job in helper.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
+        with contextlib.suppress(ApiException):
+            helper.delete(job["metadata"]["name"])
+    wait_for(
+        lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
+        180,
+        f"Ray pods in {namespace} gone",
+    )
+
+
+def entrypoint_job(name: str, entrypoint: str = "python -m placement_core.launcher.demo", **spec: object) -> dict:
+    """A small job on the kwok a800 nodes of examples/nodegroups-local.yaml. SidecarMode by default: kwok
+    completes a submitter Job's pod at once (KubeRay may then fail the job, depending on whether it reaches
+    the fake head), while a sidecar in the never-ending kwok head pod keeps the driver "running"."""
+    run = {"submissionMode": "SidecarMode", **dict(spec.pop("run", {}))}  # type: ignore[arg-type]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeGroups": ["a800"],
+            "componentPlacement": [
+                {"components": "actor", "placement": "0-1"},
+                {"components": "reward", "placement": "8"},
+            ],
+            "entrypoint": entrypoint,
+            "run": run,
+            **spec,
+        },
+    }
+
+
+# -- any cluster ------------------------------------------------------------------------------------------
+
+
+def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -> None:
+    run = {
+        "submissionMode": "K8sJobMode",
+        "backoffLimit": 1,
+        "activeDeadlineSeconds": 900,
+        "ttlSecondsAfterFinished": 30,
+    }
+    run_jobs.create(entrypoint_job("driven", run=run))
+    status = wait_for(lambda: (s := run_jobs.status("driven")).get("rayCluster") and s, 90, "KubeRay's RayCluster")
+    rayjob = run_jobs.ray("rayjobs", "driven")
+    assert rayjob is not None
+    owner = rayjob["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"], owner["controller"]) == ("RLJob", "driven", True)
+    spec = rayjob["spec"]
+    assert spec["entrypoint"] == "python -m placement_core.launcher.demo"
+    assert (spec["submissionMode"], spec["backoffLimit"], spec["activeDeadlineSeconds"]) == ("K8sJobMode", 1, 900)
+    assert (spec["shutdownAfterJobFinishes"], spec["ttlSecondsAfterFinished"]) == (True, 30)
+    workers = spec["rayClusterSpec"]["workerGroupSpecs"]
+    plan = run_jobs.plan("driven")
+    planned_nodes = sorted({p["node_name"] for c in plan["components"].values() for p in c["processes"]})
+    pinned = sorted(
+        g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ][0]["matchFields"][0]["values"][0]
+        for g in workers
+    )
+    assert pinned == planned_nodes == ["a800-0", "a800-1"]
+    env = workers[0]["template"]["spec"]["containers"][0]["env"]
+    assert {"name": "RLPLACE_KUBE_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
+    # The head and KubeRay's submitter pod run on the job's own nodes.
+    for pod in run_jobs.core.list_namespaced_pod(run_jobs.namespace).items:
+        assert pod.spec.node_name in planned_nodes, (pod.metadata.name, pod.spec.node_name)
+    # KubeRay made the RayCluster from the RayJob; the RLJob names it, the RayJob and where the driver logs.
+    assert status["rayJob"] == "driven"
+    assert status["rayCluster"] == rayjob["status"]["rayClusterName"]
+    assert run_jobs.ray("rayclusters", status["rayCluster"]) is not None
+    assert status["driverLog"] == f"kubectl logs -n {run_jobs.namespace} job/driven"
+    assert "BindingVerified" not in {c["type"] for c in status["conditions"]}  # nothing ran under kwok
+
+
+def test_a_sidecar_driver_runs_and_says_where_its_log_is(run_jobs: RunJobs) -> None:
+    run_jobs.create(entrypoint_job("sidecar"))
+    status = run_jobs.wait_phase("sidecar", "Running")
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["DriverSucceeded"]["status"], conditions["DriverSucceeded"]["reason"]) == ("False", "Running")
+    assert status["driverLog"] == (
+        f"kubectl logs -n {run_jobs.namespace} -l ray.io/cluster={status['rayCluster']},ray.io/node-type=head "
+        "-c ray-job-submitter"
+    )
+    assert "submitterPodTemplate" not in run_jobs.ray("rayjobs", "sidecar")["spec"]
+
+
+def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs: RunJobs) -> None:
+    """KubeRay stops a RayJob past activeDeadlineSeconds (under kwok too: it needs no Ray); the RLJob ends
+    Failed with KubeRay's reason, the driver-log command and a Warning Event."""
+    run_jobs.create(entrypoint_job("late", run={"activeDeadlineSeconds": 3}))
+    status = run_jobs.wait_phase("late", "Failed", timeout=120)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["DriverSucceeded"]["status"], conditions["DriverSucceeded"]["reason"]) == (
+        "False",
+        "DeadlineExceeded",
+    )
+    assert status["message"].endswith(f"(driver log: {status['driverLog']})"), status
+
+    def warned() -> bool:
+        events = run_jobs.core.list_namespaced_event(
+            run_jobs.namespace, field_selector="involvedObject.kind=RLJob,involvedObject.name=late"
+        ).items
+        return any(e.reason == "DeadlineExceeded" and e.type == "Warning" for e in events)
+
+    wait_for(warned, 30, "a DeadlineExceeded Warning Event on the RLJob")
+    # A finished driver is not re-run: the job stays Failed across a later reconcile of the same spec.
+    run_jobs.patch("late", {"metadata": {"labels": {"touched": "yes"}}})
+    assert run_jobs.status("late")["phase"] == "Failed"
+
+
+def test_suspend_stops_the_driver_and_frees_the_cluster_resume_runs_again(run_jobs: RunJobs) -> None:
+    run_jobs.create(entrypoint_job("pausable"))
+    first = run_jobs.wait_phase("pausable", "Running")["rayCluster"]
+    run_jobs.patch("pausable", {"spec": {"suspend": True}})
+    run_jobs.wait_phase("pausable", "Suspended")
+    assert run_jobs.ray("rayjobs", "pausable")["spec"]["suspend"] is True
+    wait_for(lambda: not run_jobs.rayclusters(), 60, "KubeRay deleted the suspended RayJob's RayCluster")
+    wait_for(
+        lambda: (run_jobs.ray("rayjobs", "pausable").get("status") or {}).get("jobDeploymentStatus") == "Suspended",
+        60,
+        "RayJob Suspended",
+    )
+    run_jobs.patch("pausable", {"spec": {"suspend": False}})
+    second = run_jobs.wait_phase("pausable", "Running")["rayCluster"]
+    assert second != first  # a new cluster: the driver starts over
+    assert [rc["metadata"]["name"] for rc in run_jobs.rayclusters()] == [second]
+
+
+def test_delete_of_a_running_job_stops_everything_it_owns(run_jobs: RunJobs) -> None:
+    run_jobs.create(entrypoint_job("doomed"))
+    run_jobs.wait_phase("doomed", "Running")
+    run_jobs.delete("doomed")
+
+    def gone() -> bool:
+        pods = run_jobs.core.list_namespaced_pod(run_jobs.namespace).items
+        return run_jobs.ray("rayjobs", "doomed") is None and not run_jobs.rayclusters() and not pods
+
+    wait_for(gone, 90, "RayJob, RayCluster and every pod garbage-collected")
+
+
+def test_operator_restart_while_the_driver_runs_loses_and_duplicates_nothing(
+    run_jobs: RunJobs, restart_operator
+) -> None:
+    run_jobs.create(entrypoint_job("steady"))
+    before = run_jobs.wait_phase("steady", "Running")
+    rayjob = run_jobs.ray("rayjobs", "steady")
+    restart_operator()
+    wait_for(
+        lambda: "kopf.rlplace.io/last-handled-configuration" in run_jobs.get("steady")["metadata"]["annotations"],
+        30,
+        "operator back",
+    )
+    after = run_jobs.wait_phase("steady", "Running")
+    again = run_jobs.ray("rayjobs", "steady")
+    assert again["metadata"]["uid"] == rayjob["metadata"]["uid"]
+    assert again["metadata"]["generation"] == rayjob["metadata"]["generation"]
+    assert [rc["metadata"]["name"] for rc in run_jobs.rayclusters()] == [before["rayCluster"]] == [after["rayCluster"]]
+
+
+def test_run_settings_are_checked_at_admission(kubeconfig: str, namespace: str, rlplace_crds: None) -> None:
+    bad = entrypoint_job("bad", suspend=True, run={"shutdownAfterJobFinishes": False})
+    result = run_tool(
+        "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(bad), check=False
+    )
+    assert result.returncode != 0
+    assert "a job with an entrypoint can be suspended only with run.shutdownAfterJobFinishes true" in result.stderr
+    negative = entrypoint_job("bad", run={"backoffLimit": -1})
+    result = run_tool(
+        "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(negative), check=False
+    )
+    assert result.returncode != 0 and "spec.run.backoffLimit" in result.stderr
+    mode = entrypoint_job("bad", run={"submissionMode": "HTTPMode"})
+    result = run_tool(
+        "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(mode), check=False
+    )
+    assert result.returncode != 0 and "K8sJobMode" in result.stderr
+
+
+# -- real nodes -------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
+    """The real nodes and the NodeGroups that select them; skips without real nodes."""
+    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+    if not nodes:
+        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
+    real_groups = REPO / "examples" / "nodegroups-real.yaml"
+    if not real_groups.exists():
+        pytest.skip("examples/nodegroups-real.yaml (the real nodes' NodeGroups) is not in this checkout")
+    kubectl(kubeconfig, "apply", "-f", str(real_groups))
+    return [n.metadata.name for n in nodes]
+
+
+def example(name: str) -> dict:
+    (body,) = [doc for doc in yaml.safe_load_all((REPO / "examples" / name).read_text()) if doc]
+    return body
+
+
+def driver_log(kubeconfig: str, namespace: str, job: str) -> str:
+    return kubectl(kubeconfig, "logs", "-n", namespace, f"job/{job}")
+
+
+@pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
+def test_example_job_succeeds_with_every_process_verified_as_planned(
+    run_jobs: RunJobs, real_nodes: list[str], kubeconfig: str, name: str
+) -> None:
+    body = example(name)
+    job = body["metadata"]["name"]
+    run_jobs.create(body)
+    status = run_jobs.wait_phase(job, "Succeeded", timeout=420)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["BindingVerified"]["status"] == "True", conditions["BindingVerified"]
+    assert conditions["DriverSucceeded"]["reason"] == "Succeeded"
+    plan = run_jobs.plan(job)
+    assert status["binding"] == [
+        {"name": n, "verified": len(c["processes"]), "processes": len(c["processes"])}
+        for n, c in plan["components"].items()
+    ]
+    log = driver_log(kubeconfig, run_jobs.namespace, job)
+    report = find_report(log)
+    assert report is not None and report.ok
+    # Each process's own view from inside its pod is its plan entry: node, rank, and (checked by the process
+    # itself against the placement) every variable.
+    assert [(c.component, c.rank, c.node_name) for c in report.checks] == [
+        (n, p["rank"], p["node_name"]) for n, c in plan["components"].items() for p in c["processes"]
+    ]
+    rows = [line.split() for line in log.splitlines() if line.split()[:1] and line.split()[0] in plan["components"]]
+    expected = [
+        (n, str(p["rank"]), p["env"]["CUDA_VISIBLE_DEVICES"] or "", p["node_name"])
+        for n, c in plan["components"].items()
+        for p in c["processes"]
+    ]
+    assert [(r[0], r[1], r[5] if len(r) == 9 else "", r[-2]) for r in rows] == expected
+    assert "ran concurrently: overlap" in log
+
+
+def test_verified_while_running_and_an_operator_restart_loses_and_duplicates_nothing(
+    run_jobs: RunJobs, real_nodes: list[str], restart_operator
+) -> None:
+    """A driver that keeps running after its processes verified: BindingVerified appears while it runs (the
+    operator reads the log on its own), an operator restart meanwhile changes nothing, and the job ends
+    Succeeded with one RayJob, one RayCluster and one submitter pod."""
+    body = example("rljob-collocated-run.yaml")
+    body["metadata"]["name"] = "long"
+    body["spec"]["entrypoint"] += " && sleep 45"
+    run_jobs.create(body)
+
+    def verified_while_running() -> dict | None:
+        status = run_jobs.status("long")
+        assert status.get("phase") not in ("Failed", "Succeeded"), status
+        conditions = {c["type"]: c for c in status.get("conditions") or []}
+        return status if conditions.get("BindingVerified", {}).get("status") == "True" else None
+
+    running = wait_for(verified_while_running, 300, "BindingVerified while the driver runs")
+    assert running["phase"] == "Running"
+    rayjob = run_jobs.ray("rayjobs", "long")
+    restart_operator()
+    status = run_jobs.wait_phase("long", "Succeeded", timeout=300)
+    assert run_jobs.ray("rayjobs", "long")["metadata"]["uid"] == rayjob["metadata"]["uid"]
+    assert status["rayCluster"] == running["rayCluster"]
+    submitters = run_jobs.core.list_namespaced_pod(
+        run_jobs.namespace, label_selector="batch.kubernetes.io/job-name=long"
+    )
+    assert len(submitters.items) == 1
+
+
+def test_a_driver_that_exits_1_fails_the_job_with_the_reason(run_jobs: RunJobs, real_nodes: list[str]) -> None:
+    body = example("rljob-collocated-run.yaml")
+    body["metadata"]["name"] = "exits"
+    body["spec"]["entrypoint"] = "python -c 'import sys; print(\"giving up\"); sys.exit(1)'"
+    run_jobs.create(body)
+    status = run_jobs.wait_phase("exits", "Failed", timeout=420)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["DriverSucceeded"]["reason"] == "AppFailed"
+    assert f"(driver log: kubectl logs -n {run_jobs.namespace} job/exits)" in status["message"]
+
+
+def test_a_tampered_plan_entry_fails_verification_naming_the_rank(
+    run_jobs: RunJobs, real_nodes: list[str], kubeconfig: str
+) -> None:
+    body = example("rljob-collocated-run.yaml")
+    body["metadata"]["name"] = "tampered"
+    body["spec"]["entrypoint"] += " --tamper rollout:1:CUDA_VISIBLE_DEVICES=3"
+    run_jobs.create(body)
+    status = run_jobs.wait_phase("tampered", "Failed", timeout=420)
+    assert status["message"].startswith(
+        "binding check failed: component 'rollout' rank 1 on node 'real-a800-0': CUDA_VISIBLE_DEVICES='3', planned '1'"
+    ), status["message"]
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert (conditions["BindingVerified"]["status"], conditions["BindingVerified"]["reason"]) == (
+        "False",
+        "BindingMismatch",
+    )

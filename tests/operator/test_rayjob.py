@@ -1,0 +1,220 @@
+"""An RLJob with an entrypoint: its RayJob manifest, and how the RayJob's status and the driver's binding report
+become the RLJob's status (pure; the e2e suite runs them against KubeRay)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from placement_core.components import component_placement
+from placement_core.launcher.verify import BindingReport, ProcessCheck
+from placement_core.plan import build_plan
+from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
+from rlplace_operator.builders.rayjob import build_rayjob
+from rlplace_operator.handlers.rayjob import (
+    BINDING_CONDITION,
+    DRIVER_CONDITION,
+    driver_log_command,
+    driver_state,
+    driver_status,
+)
+from rlplace_operator.models import JobPhase, RLJobSpec, SubmissionMode
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+SUBMITTER = {"cpu": "200m", "memory": "512Mi"}
+NODES = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}), WorkerNode(1, "4090-0", 4, {"nvidia.com/gpu": 4})]
+
+
+def spec(**fields: object) -> RLJobSpec:
+    base = {"nodeGroups": ["a800"], "componentPlacement": [{"components": "actor", "placement": "all"}]}
+    return RLJobSpec.model_validate({**base, "entrypoint": "python driver.py", **fields})
+
+
+def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> None:
+    job = build_rayjob("train", spec(), NODES)
+    assert (job["kind"], job["metadata"]["name"]) == ("RayJob", "train")
+    assert job["metadata"]["labels"] == {"app.kubernetes.io/managed-by": "rlplace", "rlplace.io/job": "train"}
+    assert job["spec"] == {
+        "entrypoint": "python driver.py",
+        "rayClusterSpec": build_raycluster("train", spec(), NODES)["spec"],
+        "submissionMode": "K8sJobMode",
+        "shutdownAfterJobFinishes": True,
+        "ttlSecondsAfterFinished": 60,
+        "backoffLimit": 0,
+        "suspend": False,
+        "submitterPodTemplate": {
+            "spec": {
+                "restartPolicy": "Never",
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]}
+                                for name in ("a800-0", "4090-0")
+                            ]
+                        }
+                    }
+                },
+                "containers": [
+                    {"name": "ray-job-submitter", "image": "rayproject/ray:2.60.0", "resources": {"limits": SUBMITTER}}
+                ],
+            }
+        },
+    }
+    head = job["spec"]["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]
+    assert head["affinity"] == job["spec"]["submitterPodTemplate"]["spec"]["affinity"]
+
+
+def test_run_settings_reach_the_rayjob() -> None:
+    run = {
+        "submissionMode": "SidecarMode",
+        "backoffLimit": 2,
+        "activeDeadlineSeconds": 600,
+        "ttlSecondsAfterFinished": 5,
+    }
+    body = build_rayjob("train", spec(run=run, suspend=True), NODES)["spec"]
+    assert (body["submissionMode"], body["backoffLimit"], body["activeDeadlineSeconds"]) == ("SidecarMode", 2, 600)
+    assert (body["ttlSecondsAfterFinished"], body["suspend"]) == (5, True)
+    # KubeRay refuses a TTL on a RayJob that keeps its cluster.
+    assert "submitterPodTemplate" not in body  # SidecarMode: the submitter is a container of the head pod
+    kept = build_rayjob("train", spec(run={"shutdownAfterJobFinishes": False}), NODES)["spec"]
+    assert "ttlSecondsAfterFinished" not in kept
+    assert kept["shutdownAfterJobFinishes"] is False
+
+
+def test_workers_may_use_a_stock_ray_image() -> None:
+    ray = {"image": "localhost/rlplace/ray:2.60.0", "workerImage": "rayproject/ray:2.60.0"}
+    cluster = build_rayjob("train", spec(ray=ray), NODES)["spec"]["rayClusterSpec"]
+    assert cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"] == "localhost/rlplace/ray:2.60.0"
+    assert {g["template"]["spec"]["containers"][0]["image"] for g in cluster["workerGroupSpecs"]} == {
+        "rayproject/ray:2.60.0"
+    }
+
+
+def test_a_job_without_entrypoint_has_no_rayjob() -> None:
+    with pytest.raises(ValueError, match="job 'train' has no entrypoint; it runs as a RayCluster"):
+        build_rayjob("train", spec(entrypoint=None), NODES)
+
+
+def rayjob(deployment: str = "", job_status: str = "", reason: str = "", message: str = "", **spec: object) -> dict:
+    status = {"jobDeploymentStatus": deployment, "jobStatus": job_status, "reason": reason, "message": message}
+    status["rayClusterName"] = "train-abcde"
+    status["rayJobInfo"] = {"startTime": "2026-11-23T01:00:00Z", "endTime": "2026-11-23T01:05:00Z"}
+    return {"metadata": {"name": "train"}, "spec": spec, "status": status}
+
+
+@pytest.mark.parametrize(
+    ("body", "phase", "reason"),
+    [
+        (rayjob(), JobPhase.PROVISIONING, "Initializing"),
+        (rayjob("Initializing"), JobPhase.PROVISIONING, "Initializing"),
+        (rayjob("Running", "PENDING"), JobPhase.RUNNING, "Running"),
+        (rayjob("Running", "RUNNING"), JobPhase.RUNNING, "Running"),
+        (rayjob("Complete", "SUCCEEDED"), JobPhase.SUCCEEDED, "Succeeded"),
+        (rayjob("Complete", "STOPPED"), JobPhase.FAILED, "Stopped"),
+        (rayjob("Failed", "FAILED", "AppFailed", "exit code 1"), JobPhase.FAILED, "AppFailed"),
+        (rayjob("Failed", "", "DeadlineExceeded"), JobPhase.FAILED, "DeadlineExceeded"),
+        (rayjob("ValidationFailed"), JobPhase.FAILED, "ValidationFailed"),
+        (rayjob("Retrying"), JobPhase.PROVISIONING, "Retrying"),
+        (rayjob("Suspended"), JobPhase.SUSPENDED, "Suspended"),
+        (rayjob("Running", "RUNNING", suspend=True), JobPhase.SUSPENDED, "Suspended"),
+    ],
+)
+def test_rayjob_status_to_phase(body: dict, phase: JobPhase, reason: str) -> None:
+    state = driver_state(body)
+    assert (state.phase, state.reason) == (phase, reason)
+
+
+def test_driver_log_is_named_for_both_submission_modes() -> None:
+    assert driver_log_command("ns", "train", SubmissionMode.K8S_JOB, None) == "kubectl logs -n ns job/train"
+    assert driver_log_command("ns", "train", SubmissionMode.SIDECAR, "train-abcde") == (
+        "kubectl logs -n ns -l ray.io/cluster=train-abcde,ray.io/node-type=head -c ray-job-submitter"
+    )
+
+
+PLAN = build_plan(
+    component_placement(
+        {"cluster": {"num_nodes": 1, "accelerators_per_node": 4, "component_placement": {"a,b": "0-1"}}}
+    )
+)
+
+
+def report(bad_rank: int | None = None) -> BindingReport:
+    checks = []
+    for component, process in PLAN.processes():
+        problems = (
+            ("CUDA_VISIBLE_DEVICES='3', planned '1'",) if (component.name, process.rank) == ("b", bad_rank) else ()
+        )
+        checks.append((ProcessCheck(component.name, process.rank, process.node_name, problems), process))
+    return BindingReport.of(checks)
+
+
+def condition(status: dict, type_: str) -> dict | None:
+    return next((c for c in status["conditions"] if c["type"] == type_), None)
+
+
+def test_a_succeeded_driver_with_verified_binding() -> None:
+    status = driver_status({}, rayjob("Complete", "SUCCEEDED"), report(), "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert status["phase"] == "Succeeded"
+    assert status["message"] == "the driver succeeded (driver log: kubectl logs -n ns job/train)"
+    assert status["binding"] == [
+        {"name": "a", "verified": 2, "processes": 2},
+        {"name": "b", "verified": 2, "processes": 2},
+    ]
+    assert condition(status, BINDING_CONDITION)["status"] == "True"
+    assert condition(status, BINDING_CONDITION)["message"] == "verified a 2/2, b 2/2"
+    assert (condition(status, DRIVER_CONDITION)["status"], condition(status, DRIVER_CONDITION)["reason"]) == (
+        "True",
+        "Succeeded",
+    )
+    assert (status["rayCluster"], status["driverStartTime"], status["driverEndTime"]) == (
+        "train-abcde",
+        "2026-11-23T01:00:00Z",
+        "2026-11-23T01:05:00Z",
+    )
+
+
+def test_a_binding_mismatch_fails_the_job_naming_the_rank() -> None:
+    failed = rayjob("Failed", "FAILED", "AppFailed", "Job entrypoint command failed with exit code 1")
+    status = driver_status({}, failed, report(bad_rank=1), "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert status["phase"] == "Failed"
+    assert status["message"] == (
+        "binding check failed: component 'b' rank 1 on node 'node-0': CUDA_VISIBLE_DEVICES='3', planned '1' "
+        "(driver log: kubectl logs -n ns job/train)"
+    )
+    assert condition(status, BINDING_CONDITION)["reason"] == "BindingMismatch"
+    assert condition(status, DRIVER_CONDITION)["reason"] == "BindingMismatch"
+    assert status["binding"][1] == {"name": "b", "verified": 1, "processes": 2}
+
+
+def test_a_failed_driver_keeps_kuberays_reason_and_message() -> None:
+    failed = rayjob("Failed", "FAILED", "AppFailed", "Job entrypoint command failed with exit code 1")
+    status = driver_status({}, failed, None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert status["message"] == (
+        "Job entrypoint command failed with exit code 1 (driver log: kubectl logs -n ns job/train)"
+    )
+    assert condition(status, DRIVER_CONDITION)["reason"] == "AppFailed"
+    assert condition(status, BINDING_CONDITION) is None
+
+
+def test_a_restarted_driver_drops_the_previous_runs_verification() -> None:
+    before = driver_status({}, rayjob("Running", "RUNNING"), report(), "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert condition(before, BINDING_CONDITION) is not None
+    after = driver_status(before, rayjob("Initializing"), None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert after["phase"] == "Provisioning"
+    assert condition(after, BINDING_CONDITION) is None
+    assert after["binding"] is None
+    assert after["driverEndTime"] is None
+
+
+@pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
+def test_the_run_examples_are_valid_jobs_with_the_reference_driver(name: str) -> None:
+    import yaml
+
+    (body,) = [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]
+    job = RLJobSpec.model_validate(body["spec"])
+    assert job.entrypoint == "python -m placement_core.launcher.demo"
+    assert job.run.shutdown_after_job_finishes and job.run.active_deadline_seconds
+    components = {c for e in job.component_placement for c in e.components.split(",")}
+    assert components == {"actor", "rollout", "reward"}

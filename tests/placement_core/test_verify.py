@@ -1,0 +1,175 @@
+"""Binding verification rules, without Ray or a GPU: what a process compares, and what the driver adds.
+
+The same checks run inside real actors in test_launcher.py (a tampered plan entry fails the launch)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from placement_core import contract
+from placement_core.components import component_placement
+from placement_core.launcher.verify import (
+    Binding,
+    BindingError,
+    BindingReport,
+    Devices,
+    ProcessCheck,
+    check_binding,
+    find_report,
+    report_line,
+    select_devices,
+)
+from placement_core.plan import Plan, build_plan
+
+
+def plan_of(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> Plan:
+    config = {"cluster": {"num_nodes": num_nodes, "accelerators_per_node": gpus, "component_placement": placements}}
+    return build_plan(component_placement(config))
+
+
+PLAN = plan_of({"actor,rollout": "0-1,8-9", "reward": "2,10", "critic": "3-4:0"})
+
+
+def binding(component: str, rank: int, master: str = "10.0.0.1") -> Binding:
+    processes = PLAN.component(component).processes
+    return Binding(component, processes[rank], len(processes), master)
+
+
+def planned_env(b: Binding) -> dict[str, str]:
+    """What the launcher gives the process: the plan's env with MASTER_ADDR as launched."""
+    return {**b.process.env, "MASTER_ADDR": b.master_addr, "PATH": "/usr/bin"}
+
+
+def test_a_process_started_as_planned_passes() -> None:
+    b = binding("critic", 0)
+    check = check_binding(b, planned_env(b), ray_node_rank=0, devices=Devices("nvml", ("GPU-a", "GPU-b")))
+    assert check == ProcessCheck("critic", 0, "node-0", (), ("GPU-a", "GPU-b"), "nvml")
+    assert check.ok
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({"CUDA_VISIBLE_DEVICES": "5"}, "CUDA_VISIBLE_DEVICES='5', planned '2'"),
+        ({"RANK": "0"}, "RANK='0', planned '1'"),
+        ({"WORLD_SIZE": None}, "WORLD_SIZE=unset, planned '2'"),
+        ({"LOCAL_HARDWARE_RANKS": "3"}, "LOCAL_HARDWARE_RANKS='3', planned '2'"),
+        ({"CLUSTER_NODE_RANK": "0"}, "CLUSTER_NODE_RANK='0', planned '1'"),
+        ({"MASTER_ADDR": "node-0"}, "MASTER_ADDR='node-0', planned '10.0.0.1'"),
+        ({contract.KUBE_NODE_ENV: "gpu-7"}, "runs on Kubernetes node 'gpu-7', planned 'node-1'"),
+    ],
+)
+def test_each_planned_variable_and_the_node_are_checked(change: dict[str, str | None], problem: str) -> None:
+    b = binding("reward", 1)
+    env = planned_env(b)
+    for key, value in change.items():
+        if value is None:
+            del env[key]
+        else:
+            env[key] = value
+    check = check_binding(b, env, ray_node_rank=1, devices=None)
+    assert check.problems == (problem,)
+    assert check.describe() == f"component 'reward' rank 1 on node 'node-1': {problem}"
+
+
+def test_the_expected_values_come_from_the_placement_not_the_plans_env() -> None:
+    """A plan whose env was tampered with still yields the placement's values as the expectation."""
+    b = binding("reward", 0)
+    tampered = dataclasses.replace(b.process, env={**b.process.env, "CUDA_VISIBLE_DEVICES": "7"})
+    bad = dataclasses.replace(b, process=tampered)
+    assert check_binding(bad, planned_env(bad), 0, None).problems == ("CUDA_VISIBLE_DEVICES='7', planned '2'",)
+
+
+def test_kubernetes_node_matches_and_ray_node_rank_is_checked() -> None:
+    b = binding("actor", 0)
+    env = {**planned_env(b), contract.KUBE_NODE_ENV: "node-0"}
+    assert check_binding(b, env, 0, None).ok
+    assert check_binding(b, env, 1, None).problems == ("runs on the Ray node of node rank 1, planned 0",)
+
+
+def test_visible_gpu_count_must_be_the_planned_count() -> None:
+    b = binding("critic", 0)
+    check = check_binding(b, planned_env(b), 0, Devices("torch", ("GPU-a",)))
+    assert check.problems == ("torch shows 1 GPUs, planned 2",)
+
+
+@pytest.mark.parametrize(
+    ("visible", "uuids", "problems"),
+    [
+        (None, ("GPU-a", "GPU-b", "GPU-c"), ()),
+        ("2,0", ("GPU-c", "GPU-a"), ()),
+        ("GPU-b", ("GPU-b",), ()),
+        ("", (), ()),
+        ("1,5", ("GPU-b",), ("CUDA_VISIBLE_DEVICES entry '5' names no GPU of the container (nvml lists 3)",)),
+    ],
+)
+def test_nvml_devices_selected_as_cuda_reads_the_variable(
+    visible: str | None, uuids: tuple[str, ...], problems: tuple[str, ...]
+) -> None:
+    assert select_devices("nvml", ["GPU-a", "GPU-b", "GPU-c"], visible) == Devices("nvml", uuids, problems)
+
+
+def checks_seeing(uuids_by_process: dict[tuple[str, int], tuple[str, ...]]) -> BindingReport:
+    pairs = []
+    for component, process in PLAN.processes():
+        uuids = uuids_by_process.get((component.name, process.rank))
+        pairs.append((ProcessCheck(component.name, process.rank, process.node_name, (), uuids, "nvml"), process))
+    return BindingReport.of(pairs)
+
+
+def test_exclusive_processes_on_one_node_never_see_the_same_gpu() -> None:
+    # node-0: actor 0 and rollout 0 share GPU 0 (planned), reward 0 holds GPU 2, critic 0 holds GPUs 3-4.
+    fine = checks_seeing(
+        {("actor", 0): ("U0",), ("rollout", 0): ("U0",), ("reward", 0): ("U2",), ("critic", 0): ("U3", "U4")}
+    )
+    assert fine.ok
+    assert fine.verified() == {"actor": 4, "rollout": 4, "reward": 2, "critic": 1}
+    clash = checks_seeing({("actor", 0): ("U0",), ("reward", 0): ("U2",), ("critic", 0): ("U2", "U4")})
+    bad = clash.first_failure()
+    assert bad is not None
+    assert (bad.component, bad.rank) == ("critic", 0)
+    assert bad.problems == (
+        "sees GPU U2, which component 'reward' rank 0 also sees (planned GPUs 3,4 and 2 are disjoint)",
+    )
+    # The same UUID on different nodes is not a clash (UUIDs are per node here only by construction).
+    assert checks_seeing({("reward", 0): ("U2",), ("reward", 1): ("U2",)}).ok
+
+
+def test_report_json_round_trip_summary_and_error() -> None:
+    report = checks_seeing({("reward", 0): ("U2",), ("critic", 0): ("U2", "U4")})
+    assert BindingReport.from_json(report.to_json()) == report
+    assert report.summary() == (
+        "verified actor 4/4, rollout 4/4, reward 2/2, critic 0/1; component 'critic' rank 0 on node 'node-0': "
+        "sees GPU U2, which component 'reward' rank 0 also sees (planned GPUs 3,4 and 2 are disjoint)"
+    )
+    err = BindingError(report)
+    assert (err.component, err.rank, err.report) == ("critic", 0, report)
+    assert str(err).startswith("binding check failed: component 'critic' rank 0 on node 'node-0': sees GPU U2")
+    assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize("text", ["{", "[]", '{"components": ["a"], "checks": [{"component": "a"}]}'])
+def test_bad_report_json_is_one_line(text: str) -> None:
+    with pytest.raises(ValueError, match=r"^not a binding report: "):
+        BindingReport.from_json(text)
+
+
+def test_the_report_survives_a_drivers_log() -> None:
+    """What the driver prints is what the operator reads back: the last full report line in the log."""
+    old = checks_seeing({("reward", 0): ("U2",), ("critic", 0): ("U2", "U4")})
+    new = checks_seeing({})
+    log = "\n".join(
+        [
+            "2026-11-23 starting",
+            report_line(old),
+            "(EnvReporter pid=12) noise",
+            "job retried",
+            "INFO " + report_line(new),
+            report_line(old)[:40],  # cut short by a log limit
+        ]
+    )
+    assert find_report(log) == new
+    assert find_report("no report here") is None
+    assert report_line(new).startswith(contract.BINDING_REPORT_PREFIX)
