@@ -21,7 +21,8 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
-tools:  ## build or fetch the local control plane's binaries (cached outside the repo by version)
+tools:  ## host packages, then build or fetch the local control plane's binaries (cached outside the repo by version)
+	bash e2e/host-packages.sh
 	bash e2e/cluster/tools.sh
 
 images: setup tools  ## build the real nodes' images without Docker (base, pause, coredns, ray, ray-rlplace, operator)
