@@ -116,6 +116,96 @@ CHART = REPO / "charts" / "rlplace"
 RELEASE = "rlplace"
 RELEASE_NAMESPACE = "rlplace-system"
 OPERATOR_SERVICE_ACCOUNT = "rlplace-operator"
+REAL_NODE_LABEL = "rlplace.io/real-node"
+#: Pods of the chart's Deployment (the chart's selector labels).
+OPERATOR_POD_SELECTOR = f"app.kubernetes.io/name=rlplace,app.kubernetes.io/instance={RELEASE}"
+
+
+def images_env() -> dict[str, str]:
+    """e2e/images.env: the names of the images the real nodes run."""
+    lines = (REPO / "e2e" / "images.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
+
+
+class InClusterOperator:
+    """The operator as users run it: `helm install` of charts/rlplace with the image built from
+    operator/Dockerfile (imported into the real nodes' containerd), its pod on a real node with the chart's
+    ServiceAccount, read-only root filesystem and probes. Same interface as OperatorProcess; the pod's log is
+    appended to `log_path` whenever it stops."""
+
+    def __init__(self, kubeconfig: str, image: str, log_path: Path) -> None:
+        self.kubeconfig = kubeconfig
+        self.repository, self.tag = image.rsplit(":", 1)
+        self.log_path = log_path
+        self.running = False
+
+    def _install(self, replicas: int) -> None:
+        run_tool(
+            "helm",
+            self.kubeconfig,
+            "upgrade",
+            "--install",
+            RELEASE,
+            str(CHART),
+            "--namespace",
+            RELEASE_NAMESPACE,
+            "--create-namespace",
+            "--set",
+            f"replicas={replicas}",
+            "--set",
+            f"image.repository={self.repository}",
+            "--set",
+            f"image.tag={self.tag}",
+            "--set",
+            "image.pullPolicy=Never",
+            "--set-string",
+            f"nodeSelector.{REAL_NODE_LABEL.replace('.', chr(92) + '.')}=true",
+            # The e2e run's scale tests index a few hundred pods and jobs: more than the default 256Mi.
+            "--set",
+            "resources.limits.memory=768Mi",
+            "--wait",
+            "--timeout",
+            "240s",
+        )
+
+    def _pods(self) -> list[str]:
+        out = kubectl(
+            self.kubeconfig, "get", "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_POD_SELECTOR, "-o", "name"
+        )
+        return out.split()
+
+    def start(self) -> None:
+        self._install(1)
+        wait_for(lambda: len(self._pods()) == 1, 60, "one operator pod")
+        self.running = True
+
+    def stop(self) -> None:
+        with self.log_path.open("a") as log:
+            for pod in self._pods():
+                result = run_tool("kubectl", self.kubeconfig, "logs", "-n", RELEASE_NAMESPACE, pod, check=False)
+                log.write(f"==== {pod}\n{result.stdout}{result.stderr}")
+        self._install(0)
+        wait_for(lambda: not self._pods(), 60, "operator pod gone")
+        self.running = False
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+    def ensure_running(self) -> None:
+        if not self.running:
+            self.start()
+
+
+def operator_image_on_real_nodes(kubeconfig: str) -> str | None:
+    """The operator image when a real node has it (so the chart's Deployment can run it), else None."""
+    image = images_env().get("OPERATOR_IMAGE")
+    nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-l", f"{REAL_NODE_LABEL}=true", "-o", "json"))["items"]
+    for node in nodes:
+        names = {name for entry in node["status"].get("images") or [] for name in entry.get("names") or []}
+        if image and any(name.endswith(image.split("/", 1)[-1]) for name in names):
+            return image
+    return None
 
 
 @pytest.fixture(scope="session")
@@ -189,8 +279,20 @@ def operator_kubeconfig(kubeconfig: str, rlplace_chart: str, tmp_path_factory: p
 
 
 @pytest.fixture(scope="session")
-def rlplace_operator(operator_kubeconfig: str, local_nodegroups: None) -> Iterator[OperatorProcess]:
-    operator = OperatorProcess(operator_kubeconfig, e2e_dir() / "operator-e2e.log")
+def rlplace_operator(
+    kubeconfig: str, operator_kubeconfig: str, local_nodegroups: None
+) -> Iterator[OperatorProcess | InClusterOperator]:
+    """The session's operator. In the cluster (the chart's Deployment on a real node) when the cluster has real
+    nodes with the operator image; else a local process with the chart's ServiceAccount identity.
+    RLPLACE_E2E_OPERATOR=local or =cluster chooses (cluster fails without the image)."""
+    log_path = e2e_dir() / "operator-e2e.log"
+    where = os.environ.get("RLPLACE_E2E_OPERATOR", "auto")
+    image = None if where == "local" else operator_image_on_real_nodes(kubeconfig)
+    if where == "cluster" and image is None:
+        pytest.fail("RLPLACE_E2E_OPERATOR=cluster, but no real node has the operator image (make images)")
+    operator = (
+        InClusterOperator(kubeconfig, image, log_path) if image else OperatorProcess(operator_kubeconfig, log_path)
+    )
     operator.start()
     try:
         yield operator

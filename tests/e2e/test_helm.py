@@ -10,8 +10,21 @@ from pathlib import Path
 
 import pytest
 import yaml
+from kubernetes import client
 
-from rlplace_fixtures import CHART, OPERATOR_SERVICE_ACCOUNT, REPO, run_tool
+from rlplace_fixtures import (
+    CHART,
+    OPERATOR_POD_SELECTOR,
+    OPERATOR_SERVICE_ACCOUNT,
+    REAL_NODE_LABEL,
+    RELEASE_NAMESPACE,
+    REPO,
+    InClusterOperator,
+    Jobs,
+    example_job,
+    images_env,
+    run_tool,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -75,6 +88,7 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["resources"]["limits"] and container["resources"]["requests"]
     assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
     assert "--liveness=http://0.0.0.0:8080/healthz" in container["args"]
     labels = deployment["metadata"]["labels"]
     assert {"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version"} <= set(labels)
@@ -122,3 +136,29 @@ def test_install_notes_tell_the_next_steps(kubeconfig: str, rlplace_chart: str) 
     notes = run_tool("helm", kubeconfig, "get", "notes", "rlplace", "-n", rlplace_chart).stdout
     assert "kubectl get rljobs" in notes and "replicas is 0" in notes
     assert Path(CHART / "values.schema.json").exists()
+
+
+def test_operator_runs_in_the_cluster_from_its_image(
+    kubeconfig: str, rlplace_operator: object, jobs: Jobs, k8s: client.ApiClient
+) -> None:
+    """Issue: the operator runs in the cluster. The session's operator is the chart's Deployment with the image
+    built from operator/Dockerfile, on a real node: its pod runs there with the chart's ServiceAccount, a
+    read-only root filesystem and both probes passing, and it reconciles this test's job (and the run's)."""
+    if not isinstance(rlplace_operator, InClusterOperator):
+        pytest.skip("the session's operator is a local process (no real node with the operator image)")
+    core = client.CoreV1Api(k8s)
+    (pod,) = core.list_namespaced_pod(RELEASE_NAMESPACE, label_selector=OPERATOR_POD_SELECTOR).items
+    node = core.read_node(pod.spec.node_name)
+    assert node.metadata.labels.get(REAL_NODE_LABEL) == "true", pod.spec.node_name
+    assert pod.spec.service_account_name == OPERATOR_SERVICE_ACCOUNT
+    (container,) = pod.spec.containers
+    assert container.image.endswith(images_env()["OPERATOR_IMAGE"].split("/", 1)[-1])
+    assert container.security_context.read_only_root_filesystem is True
+    assert container.liveness_probe and container.readiness_probe
+    assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
+    assert pod.status.container_statuses[0].restart_count == 0
+
+    jobs.create(example_job("collocated"))
+    jobs.wait_phase("collocated", "Running", timeout=90)
+    log = run_tool("kubectl", kubeconfig, "logs", "-n", RELEASE_NAMESPACE, pod.metadata.name).stdout
+    assert f"[{jobs.namespace}/collocated] Handler 'rljob_reconcile" in log, log[-2000:]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from rlplace_operator.admission import Admitted, GroupDemand, QueuedJob, Waiting
-from rlplace_operator.handlers.queue import Ledger, PlannedDemand, PodUse, World, admit, pod_unit_requests
+from rlplace_operator.handlers.queue import (
+    Ledger,
+    PlannedDemand,
+    PodUse,
+    World,
+    admit,
+    pod_unit_requests,
+    pod_units_index,
+)
 from rlplace_operator.models import RLJobSpec
 
 NODES = [f"n{i}" for i in range(8)]
@@ -43,6 +51,17 @@ def test_pod_requests_count_extended_resources_from_limits_and_requests() -> Non
         ]
     }
     assert pod_unit_requests(spec) == {"nvidia.com/gpu": 2, "rlplace.io/franka": 1}
+
+
+def test_a_pod_belongs_to_the_job_its_label_names_whoever_made_its_cluster() -> None:
+    """A RayJob's cluster is named `<job>-<suffix>` by KubeRay: the job label, not the cluster name, says whose."""
+    gpu = {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "8"}}}], "nodeName": "n1"}
+    labels = {"ray.io/cluster": "train-x7k2p", "rlplace.io/job": "train"}
+    (use,) = pod_units_index(namespace="ns", name="w", spec=gpu, status={}, labels=labels).values()
+    assert use.job == ("ns", "train")
+    (use,) = pod_units_index(namespace="ns", name="w", spec=gpu, status={}, labels={"ray.io/cluster": "c"}).values()
+    assert use.job == ("ns", "c")
+    assert pod_units_index(namespace="ns", name="w", spec={**gpu, "nodeName": None}, status={}, labels={}) is None
 
 
 def test_after_a_restart_running_jobs_keep_their_nodes_from_their_rayclusters() -> None:

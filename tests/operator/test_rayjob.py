@@ -66,6 +66,15 @@ def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> No
     assert head["affinity"] == job["spec"]["submitterPodTemplate"]["spec"]["affinity"]
 
 
+def test_the_rayjobs_cluster_says_which_nodes_it_holds_and_whose_pods_it_has() -> None:
+    """KubeRay copies the RayJob's annotations to the RayCluster it makes (named after the RayJob with a suffix):
+    admission reads the held nodes there, and finds the job's worker pods by the job label, not by cluster."""
+    job = build_rayjob("train", spec(), NODES)
+    assert job["metadata"]["annotations"] == {"rlplace.io/nodes": "a800-0,4090-0"}
+    for group in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
+        assert group["template"]["metadata"]["labels"] == {"rlplace.io/job": "train"}
+
+
 def test_run_settings_reach_the_rayjob() -> None:
     run = {
         "submissionMode": "SidecarMode",
