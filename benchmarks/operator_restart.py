@@ -38,8 +38,7 @@ import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 from aiohttp import web  # noqa: E402
 from kubernetes import client, config  # noqa: E402
-from kubernetes.client.exceptions import ApiException  # noqa: E402
-from operator_scale import BENCH_LABEL, GROUP, VERSION, add_nodes, delete_nodes, start_cluster, stop_cluster, wait_for  # noqa: E402
+from operator_scale import GROUP, VERSION, bench_cluster, bench_nodes, wait_for  # noqa: E402
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE"}
 
@@ -177,21 +176,15 @@ def summary(counts: collections.Counter[tuple[str, str]]) -> dict[str, int]:
 def run(api: client.ApiClient, configuration: client.Configuration, jobs: int, quiet: float) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     prefix = f"restart-{uuid.uuid4().hex[:4]}"
-    core.create_namespace({"metadata": {"name": prefix}})
-    wait_for(lambda: core.list_namespaced_service_account(prefix).items, 60, "default ServiceAccount")
-    node_names = add_nodes(core, jobs, prefix)
-    group = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeGroup",
-        "metadata": {"name": prefix},
-        "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: prefix}}},
-    }
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
     proxy = CountingProxy(configuration)
     log = REPO / ".e2e" / f"operator-{prefix}.log"
     proxied = proxy.kubeconfig(REPO / ".e2e" / f"{prefix}.kubeconfig")
-    operator = start_operator(proxied, log)
-    try:
+    operators: list[subprocess.Popen] = []
+    with contextlib.ExitStack() as stack:
+        # The operator (the latest one started) stops last: removing the group waits on its finalizers.
+        stack.callback(lambda: operators and stop_operator(operators[-1]))
+        stack.enter_context(bench_nodes(api, jobs, prefix))
+        operators.append(start_operator(proxied, log))
         settle(proxy, quiet)
         baseline = summary(proxy.counts)
         for i in range(jobs):
@@ -213,14 +206,14 @@ def run(api: client.ApiClient, configuration: client.Configuration, jobs: int, q
 
         wait_for(all_running, 300, f"{jobs} RLJobs Running")
         settle(proxy, quiet)
-        stop_operator(operator)
+        stop_operator(operators[-1])
         events_before = len(core.list_namespaced_event(prefix).items)
         versions_before = {
             j["metadata"]["name"]: j["metadata"]["resourceVersion"]
             for j in custom.list_namespaced_custom_object(GROUP, VERSION, prefix, "rljobs")["items"]
         }
         proxy.reset()
-        operator = start_operator(proxied, log)
+        operators.append(start_operator(proxied, log))
         settle(proxy, quiet)
         restart = summary(proxy.counts)
         events_after = len(core.list_namespaced_event(prefix).items)
@@ -249,12 +242,6 @@ def run(api: client.ApiClient, configuration: client.Configuration, jobs: int, q
         print("requests of the restart by verb and resource:")
         for (verb, resource), count in sorted(proxy.counts.items(), key=lambda item: -item[1]):
             print(f"  {count:>6}  {verb:<6} {resource}")
-    finally:
-        stop_operator(operator)
-        with contextlib.suppress(ApiException):
-            core.delete_namespace(prefix)
-            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
-        delete_nodes(core, node_names)
 
 
 def main() -> None:
@@ -262,32 +249,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=40)
     parser.add_argument("--quiet-seconds", type=float, default=15)
     args = parser.parse_args()
-    state = REPO / ".e2e" / "bench"
-    kubeconfig = os.environ.get("KUBECONFIG")
-    started = kubeconfig is None
-    if started:
-        kubeconfig = start_cluster(state)
-    try:
-        subprocess.run(
-            [
-                str(REPO / ".e2e/bin/kubectl"),
-                "--kubeconfig",
-                kubeconfig,
-                "apply",
-                "--server-side",
-                "--force-conflicts",
-                "-f",
-                str(REPO / "crds"),
-            ],
-            check=True,
-            capture_output=True,
-        )
+    with bench_cluster() as (_, kubeconfig):
         configuration = client.Configuration()
         config.load_kube_config(config_file=kubeconfig, client_configuration=configuration)
         run(client.ApiClient(configuration), configuration, args.jobs, args.quiet_seconds)
-    finally:
-        if started:
-            stop_cluster(state)
 
 
 if __name__ == "__main__":

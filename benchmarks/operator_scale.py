@@ -98,7 +98,7 @@ def configmap_create_latency(core: client.CoreV1Api, namespace: str, count: int 
 
 
 def add_nodes(core: client.CoreV1Api, count: int, prefix: str) -> list[str]:
-    names = [f"{prefix}-{i:04d}" for i in range(count)]
+    names = [node_name(prefix, i) for i in range(count)]
 
     def create(index_name: tuple[int, str]) -> None:
         index, name = index_name
@@ -148,11 +148,15 @@ def bench_cluster() -> Iterator[tuple[client.ApiClient, str]]:
             stop_cluster(state)
 
 
+def node_name(prefix: str, index: int) -> str:
+    """The name `add_nodes` gives the node of rank `index`."""
+    return f"{prefix}-{index:04d}"
+
+
 @contextlib.contextmanager
-def bench_group(api: client.ApiClient, kubeconfig: str, nodes: int, prefix: str) -> Iterator[Operator]:
-    """A namespace and a NodeGroup named `prefix` over `nodes` new 8-GPU kwok nodes, with the operator running
-    and every node ready in the group; afterwards all of it is removed (the operator last, so it can finish
-    the deletions that wait on its finalizers)."""
+def bench_nodes(api: client.ApiClient, nodes: int, prefix: str) -> Iterator[list[str]]:
+    """A namespace and a NodeGroup named `prefix` over `nodes` new 8-GPU kwok nodes (yields their names);
+    afterwards all of it is removed. An operator must run until this exits: deleting waits on its finalizers."""
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     core.create_namespace({"metadata": {"name": prefix}})
     wait_for(lambda: core.list_namespaced_service_account(prefix).items, 60, "default ServiceAccount")
@@ -164,27 +168,37 @@ def bench_group(api: client.ApiClient, kubeconfig: str, nodes: int, prefix: str)
         "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: prefix}}},
     }
     custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
-    operator = Operator(kubeconfig, REPO / ".e2e" / f"operator-{prefix}.log")
     try:
-        wait_for(
-            lambda: (
-                (custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix).get("status") or {}).get(
-                    "readyNodes"
-                )
-                == nodes
-            ),
-            300,
-            f"{nodes} nodes ready in the NodeGroup",
-        )
-        yield operator
+        yield node_names
     finally:
         with contextlib.suppress(ApiException):
             core.delete_namespace(prefix)
             custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
         with contextlib.suppress(TimeoutError):
             wait_for(lambda: not _exists(lambda: core.read_namespace(prefix)), 120, f"namespace {prefix} gone")
-        operator.stop()
         delete_nodes(core, node_names)
+
+
+def wait_group_ready(api: client.ApiClient, group: str, nodes: int) -> None:
+    custom = client.CustomObjectsApi(api)
+
+    def ready() -> bool:
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", group).get("status") or {}
+        return status.get("readyNodes") == nodes
+
+    wait_for(ready, 300, f"{nodes} nodes ready in the NodeGroup")
+
+
+@contextlib.contextmanager
+def bench_group(api: client.ApiClient, kubeconfig: str, nodes: int, prefix: str) -> Iterator[Operator]:
+    """`bench_nodes` with the operator running and every node ready in the group; the operator stops last, so
+    it can finish the deletions that wait on its finalizers."""
+    with contextlib.ExitStack() as stack:
+        operator = Operator(kubeconfig, REPO / ".e2e" / f"operator-{prefix}.log")
+        stack.callback(operator.stop)
+        stack.enter_context(bench_nodes(api, nodes, prefix))
+        wait_group_ready(api, prefix, nodes)
+        yield operator
 
 
 def _exists(read: Callable[[], object]) -> bool:

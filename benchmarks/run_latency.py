@@ -19,28 +19,21 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import os
 import statistics
-import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
-from kubernetes import client, config
-from kubernetes.client.exceptions import ApiException
+from kubernetes import client
 from operator_scale import (
-    BENCH_LABEL,
     GROUP,
-    REPO,
     VERSION,
-    Operator,
-    add_nodes,
-    delete_nodes,
+    bench_cluster,
+    bench_group,
+    node_name,
     percentile,
-    start_cluster,
-    stop_cluster,
     wait_for,
 )
 
@@ -117,28 +110,7 @@ def figures(values: list[float], total: int) -> str:
 def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     prefix = f"benchrun-{uuid.uuid4().hex[:4]}"
-    core.create_namespace({"metadata": {"name": prefix}})
-    wait_for(lambda: core.list_namespaced_service_account(prefix).items, 60, "default ServiceAccount")
-    node_names = add_nodes(core, jobs, prefix)
-    group = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeGroup",
-        "metadata": {"name": prefix},
-        "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: prefix}}},
-    }
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
-    operator = Operator(kubeconfig, REPO / ".e2e" / f"operator-{prefix}.log")
-    try:
-        wait_for(
-            lambda: (
-                (custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix).get("status") or {}).get(
-                    "readyNodes"
-                )
-                == jobs
-            ),
-            300,
-            f"{jobs} nodes ready in the NodeGroup",
-        )
+    with bench_group(api, kubeconfig, jobs, prefix):
 
         def create_rljob(i: int) -> str:
             first = 8 * i
@@ -170,7 +142,7 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
 
         def create_rayjob(i: int) -> str:
             spec = copy.deepcopy(template["spec"])
-            node = node_names[i]
+            node = node_name(prefix, i)
             for worker in spec["rayClusterSpec"]["workerGroupSpecs"]:
                 terms = worker["template"]["spec"]["affinity"]["nodeAffinity"]
                 terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0][
@@ -207,32 +179,14 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
             print(f"  {label:<44} {figures(ours, jobs):>22}   {figures(theirs or [], jobs):>26}{ratio}")
         if not rl.latencies("rljob-verified", rl_created):
             print("  (every process verified: n/a, no driver runs without real nodes)")
-    finally:
-        operator.stop()
-        try:
-            core.delete_namespace(prefix)
-            custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
-        except ApiException:
-            pass
-        delete_nodes(core, node_names)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20)
     args = parser.parse_args()
-    state = REPO / ".e2e" / "bench"
-    kubeconfig = os.environ.get("KUBECONFIG")
-    started = kubeconfig is None
-    if started:
-        kubeconfig = start_cluster(state)
-    try:
-        kubectl = [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig]
-        subprocess.run([*kubectl, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds")], check=True)
-        run(config.new_client_from_config(config_file=kubeconfig), kubeconfig, args.jobs)
-    finally:
-        if started:
-            stop_cluster(state)
+    with bench_cluster() as (api, kubeconfig):
+        run(api, kubeconfig, args.jobs)
 
 
 if __name__ == "__main__":

@@ -121,6 +121,28 @@ REAL_NODE_LABEL = "rlplace.io/real-node"
 OPERATOR_POD_SELECTOR = f"app.kubernetes.io/name=rlplace,app.kubernetes.io/instance={RELEASE}"
 
 
+def install_chart(kubeconfig: str, *values: str, strings: tuple[str, ...] = ()) -> None:
+    """`helm upgrade --install` of the chart as release rlplace in rlplace-system with `values` (key=value) and
+    `strings` (key=value kept a string), waiting until its Deployment is ready."""
+    settings = [arg for value in values for arg in ("--set", value)]
+    settings += [arg for value in strings for arg in ("--set-string", value)]
+    run_tool(
+        "helm",
+        kubeconfig,
+        "upgrade",
+        "--install",
+        RELEASE,
+        str(CHART),
+        "--namespace",
+        RELEASE_NAMESPACE,
+        "--create-namespace",
+        *settings,
+        "--wait",
+        "--timeout",
+        "240s",
+    )
+
+
 def images_env() -> dict[str, str]:
     """e2e/images.env: the names of the images the real nodes run."""
     lines = (REPO / "e2e" / "images.env").read_text().splitlines()
@@ -140,32 +162,15 @@ class InClusterOperator:
         self.running = False
 
     def _install(self, replicas: int) -> None:
-        run_tool(
-            "helm",
+        install_chart(
             self.kubeconfig,
-            "upgrade",
-            "--install",
-            RELEASE,
-            str(CHART),
-            "--namespace",
-            RELEASE_NAMESPACE,
-            "--create-namespace",
-            "--set",
             f"replicas={replicas}",
-            "--set",
             f"image.repository={self.repository}",
-            "--set",
             f"image.tag={self.tag}",
-            "--set",
             "image.pullPolicy=Never",
-            "--set-string",
-            f"nodeSelector.{REAL_NODE_LABEL.replace('.', chr(92) + '.')}=true",
             # The e2e run's scale tests index a few hundred pods and jobs: more than the default 256Mi.
-            "--set",
             "resources.limits.memory=768Mi",
-            "--wait",
-            "--timeout",
-            "240s",
+            strings=(f"nodeSelector.{REAL_NODE_LABEL.replace('.', chr(92) + '.')}=true",),
         )
 
     def _pods(self) -> list[str]:
@@ -212,22 +217,7 @@ def operator_image_on_real_nodes(kubeconfig: str) -> str | None:
 def rlplace_chart(kubeconfig: str) -> str:
     """The Helm chart installed (CRDs, ServiceAccount, RBAC, Deployment with 0 replicas: the operator runs as a
     local process instead, since kwok runs no containers). Returns the release namespace."""
-    run_tool(
-        "helm",
-        kubeconfig,
-        "upgrade",
-        "--install",
-        RELEASE,
-        str(CHART),
-        "--namespace",
-        RELEASE_NAMESPACE,
-        "--create-namespace",
-        "--set",
-        "replicas=0",
-        "--wait",
-        "--timeout",
-        "120s",
-    )
+    install_chart(kubeconfig, "replicas=0")
     return RELEASE_NAMESPACE
 
 
@@ -377,7 +367,7 @@ def jobs(k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_
             helper.delete(job["metadata"]["name"])
     wait_for(
         lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
-        120,
+        180,
         f"Ray pods in {namespace} gone",
     )
 

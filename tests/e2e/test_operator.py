@@ -247,19 +247,25 @@ def test_restarting_the_operator_mid_reconcile_makes_no_duplicates(
 
 def test_delete_does_not_need_the_operator(jobs: Jobs, stop_operator: Callable[[], None]) -> None:
     """Jobs carry no kopf finalizer (the operator has nothing to clean up that the garbage collector does not),
-    Running or still Provisioning: with the operator down both go, and their RayClusters with them."""
+    Running, still Provisioning or Queued: with the operator down all go, and their RayClusters with them."""
     jobs.create(example_job("rljob-disaggregated.yaml"))
     stuck = example_job("rljob-collocated.yaml")
     stuck["spec"]["ray"] = {"workerResources": {"cpu": "1000", "memory": "1Gi"}}  # no node has 1000 CPUs
     jobs.create(stuck)
     jobs.wait_phase("disaggregated", "Running", timeout=90)
     jobs.wait_phase("collocated", "Provisioning", timeout=60)
-    for name in ("disaggregated", "collocated"):
+    waiting = example_job("rljob-disaggregated.yaml")  # the one 4090 node is taken: it queues
+    waiting["metadata"]["name"] = "waiting"
+    jobs.create(waiting)
+    jobs.wait_phase("waiting", "Queued", timeout=60)
+    time.sleep(5)  # a few queue rechecks
+    names = ("disaggregated", "collocated", "waiting")
+    for name in names:
         assert not jobs.get(name)["metadata"].get("finalizers"), jobs.get(name)["metadata"]
     stop_operator()
-    for name in ("disaggregated", "collocated"):
+    for name in names:
         jobs.delete(name)
-    for name in ("disaggregated", "collocated"):
+    for name in names:
         wait_for(lambda name=name: _missing(lambda: jobs.get(name)), 20, f"RLJob {name} deleted without the operator")
         wait_for(lambda name=name: jobs.raycluster(name) is None, 60, f"RayCluster {name} garbage-collected")
 

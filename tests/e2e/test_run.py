@@ -13,9 +13,6 @@ Two tiers:
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,11 +20,10 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.contract import plan_from_configmap
 from placement_core.launcher.verify import find_report
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import kubectl, run_tool
+from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -36,28 +32,12 @@ GROUP, VERSION = "rlplace.io", "v1alpha1"
 REAL_NODE_LABEL = "rlplace.io/real-node"
 
 
-class RunJobs:
-    """RLJob, RayJob and RayCluster helpers bound to one namespace."""
-
-    def __init__(self, api: client.ApiClient, namespace: str) -> None:
-        self.custom = client.CustomObjectsApi(api)
-        self.core = client.CoreV1Api(api)
-        self.namespace = namespace
-
-    def create(self, body: dict) -> dict:
-        return self.custom.create_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", body)
-
-    def get(self, name: str) -> dict:
-        return self.custom.get_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
+class RunJobs(Jobs):
+    """The RLJob helpers, plus the RayJob and RayCluster of a job with an entrypoint; `wait_phase` returns the
+    status, and allows for a driver's start."""
 
     def status(self, name: str) -> dict:
         return self.get(name).get("status") or {}
-
-    def patch(self, name: str, body: dict) -> dict:
-        return self.custom.patch_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name, body)
-
-    def delete(self, name: str) -> None:
-        self.custom.delete_namespaced_custom_object(GROUP, VERSION, self.namespace, "rljobs", name)
 
     def ray(self, plural: str, name: str) -> dict | None:
         try:
@@ -71,37 +51,13 @@ class RunJobs:
         return self.custom.list_namespaced_custom_object("ray.io", "v1", self.namespace, "rayclusters")["items"]
 
     def wait_phase(self, name: str, phase: str, timeout: float = 90) -> dict:
-        def reached() -> dict | None:
-            status = self.status(name)
-            return status if status.get("phase") == phase else None
-
-        try:
-            return wait_for(reached, timeout, f"RLJob {name} phase {phase}")
-        except Exception:
-            raise AssertionError(
-                f"RLJob {name} never reached {phase}: status {json.dumps(self.status(name))[:2000]}"
-            ) from None
-
-    def plan(self, name: str) -> dict:
-        cm = self.core.read_namespaced_config_map(f"{name}-placement", self.namespace)
-        return plan_from_configmap({"data": cm.data, "binaryData": cm.binary_data}).to_dict()
+        return super().wait_phase(name, phase, timeout).get("status") or {}
 
 
 @pytest.fixture
-def run_jobs(
-    k8s: client.ApiClient, namespace: str, local_nodegroups: None, rlplace_operator: object
-) -> Iterator[RunJobs]:
-    """RLJobs in a fresh namespace; afterwards deleted and their Ray pods waited out (GPUs free again)."""
-    helper = RunJobs(k8s, namespace)
-    yield helper
-    for job in helper.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
-        with contextlib.suppress(ApiException):
-            helper.delete(job["metadata"]["name"])
-    wait_for(
-        lambda: not helper.core.list_namespaced_pod(namespace, label_selector="ray.io/cluster").items,
-        180,
-        f"Ray pods in {namespace} gone",
-    )
+def run_jobs(k8s: client.ApiClient, jobs: Jobs) -> RunJobs:
+    """RLJobs in a fresh namespace, deleted afterwards with their Ray pods waited out (the `jobs` fixture)."""
+    return RunJobs(k8s, jobs.namespace)
 
 
 def entrypoint_job(name: str, entrypoint: str = "python -m placement_core.launcher.demo", **spec: object) -> dict:

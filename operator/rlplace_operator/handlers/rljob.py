@@ -13,6 +13,7 @@ job costs no write and no Event.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
@@ -420,14 +421,33 @@ def rljob_reconcile(
         job.write(kube)
 
 
-def _is_queued(status: kopf.Status, **_: Any) -> bool:
-    return status.get("phase") == JobPhase.QUEUED
-
-
-@kopf.timer(GROUP, VERSION, RLJOB_PLURAL, interval=QUEUE_RECHECK_SECONDS, when=_is_queued)
-def rljob_queue_recheck(**kwargs: Any) -> None:
+# A timer on NodeGroups, not on RLJobs: kopf puts a finalizer on every object a timer watches, and a Queued job
+# holds nothing the operator must clean up, so deleting it must not need the operator. Each Queued job is
+# looked at by the timer of its first NodeGroup only.
+@kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=QUEUE_RECHECK_SECONDS)
+def nodegroup_queue_recheck(name: str, memo: kopf.Memo, rljob_index: kopf.Index, **kwargs: Any) -> None:
     """Queued jobs look at the queue again every few seconds: nodes freed, jobs deleted, priorities."""
-    rljob_reconcile(**kwargs)
+    kube: Kube = memo.kube
+    for key in rljob_index:
+        entry = indexed(rljob_index, key)
+        if entry is None or entry["nodeGroups"][:1] != [name] or entry["status"].get("phase") != JobPhase.QUEUED:
+            continue
+        namespace, job_name = key
+        job = kube.get_rljob(namespace, job_name)  # fresh: the reconcile writes its status from this one
+        if job is None or (job.get("status") or {}).get("phase") != JobPhase.QUEUED:
+            continue
+        with contextlib.suppress(kopf.TemporaryError, kopf.PermanentError):  # written to its status already
+            rljob_reconcile(
+                name=job_name,
+                namespace=namespace,
+                body=kopf.Body(job),
+                spec=job["spec"],
+                meta=job["metadata"],
+                status=job.get("status") or {},
+                memo=memo,
+                rljob_index=rljob_index,
+                **{k: v for k, v in kwargs.items() if k.endswith("_index")},
+            )
 
 
 @kopf.on.delete(GROUP, VERSION, RLJOB_PLURAL, optional=True)
