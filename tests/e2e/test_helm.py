@@ -158,7 +158,7 @@ def test_operator_runs_in_the_cluster_from_its_image(
     assert {c.type: c.status for c in pod.status.conditions}["Ready"] == "True"
     assert pod.status.container_statuses[0].restart_count == 0
 
-    jobs.create(example_job("collocated"))
+    jobs.create(example_job("rljob-collocated.yaml"))
     jobs.wait_phase("collocated", "Running", timeout=90)
     log = run_tool("kubectl", kubeconfig, "logs", "-n", RELEASE_NAMESPACE, pod.metadata.name).stdout
     assert f"[{jobs.namespace}/collocated] Handler 'rljob_reconcile" in log, log[-2000:]
