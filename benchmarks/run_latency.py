@@ -1,6 +1,7 @@
 """How fast an RLJob with an entrypoint gets its driver going, against KubeRay's own RayJob in the same run.
 
     .venv/bin/python benchmarks/run_latency.py [--jobs 20]
+    KUBECONFIG=.e2e/kubeconfig .venv/bin/python benchmarks/run_latency.py --real 5
 
 On a real API server with fake (kwok) 8-GPU nodes: add `--jobs` nodes in one NodeGroup, start the operator,
 create the RLJobs at once (each on one node's 8 GPUs, entrypoint set), and measure from each create call to
@@ -9,6 +10,11 @@ submitted (KubeRay's jobDeploymentStatus Running: the RayCluster is up and `ray 
 phase Running), and on clusters with real nodes (d) BindingVerified True (every process checked its own
 placement). Baseline, in the same run: as many RayJobs with the same rayClusterSpec created directly (no
 rlplace), measured to (b) and (c). Under kwok nothing runs Ray, so (d) is reported only with real nodes.
+
+With `--real N` (a cluster with real nodes, e.g. `make cluster-up`): N runs one after another of
+examples/rljob-collocated-run.yaml to Succeeded, measured to (b), (c), (d) and the driver's end; baseline, in
+the same run: N RayJobs with the operator's rayClusterSpec and a copy of the plan ConfigMap (the same driver,
+same nodes, no rlplace), measured to (b), (c) and the driver's end.
 
 Uses the cluster in KUBECONFIG if set, else starts a local control plane in .e2e/bench (and stops it).
 Prints figures; it is not a test.
@@ -20,22 +26,28 @@ import argparse
 import contextlib
 import copy
 import statistics
+import subprocess
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+import yaml
 from kubernetes import client
 from operator_scale import (
     GROUP,
+    REPO,
     VERSION,
+    Operator,
     bench_cluster,
     bench_group,
     node_name,
     percentile,
     wait_for,
 )
+
+from rlplace_operator.names import placement_configmap_name
 
 
 class Stamps:
@@ -58,6 +70,8 @@ def poll(custom: client.CustomObjectsApi, namespace: str, stamps: Stamps, stop: 
             name = job["metadata"]["name"]
             if status.get("phase") in ("Running", "Succeeded"):
                 stamps.mark("rljob-running", name)
+            if status.get("phase") in ("Succeeded", "Failed"):
+                stamps.mark("rljob-ended", name)
             if any(c["type"] == "BindingVerified" and c["status"] == "True" for c in status.get("conditions") or []):
                 stamps.mark("rljob-verified", name)
         for rayjob in custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs")["items"]:
@@ -68,6 +82,8 @@ def poll(custom: client.CustomObjectsApi, namespace: str, stamps: Stamps, stop: 
                 stamps.mark("raycluster", name)
             if status.get("jobDeploymentStatus") in ("Running", "Complete"):
                 stamps.mark("submitted", name)
+            if status.get("jobStatus") in ("SUCCEEDED", "FAILED", "STOPPED"):
+                stamps.mark("driver-ended", name)
         time.sleep(0.1)
 
 
@@ -181,12 +197,106 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
             print("  (every process verified: n/a, no driver runs without real nodes)")
 
 
+def renamed_configmap(value: object, old: str, new: str) -> object:
+    """`value` (a pod spec tree) with every configMap volume named `old` pointing at `new`."""
+    if isinstance(value, dict):
+        if value.get("configMap", {}).get("name") == old:
+            return {**value, "configMap": {**value["configMap"], "name": new}}
+        return {k: renamed_configmap(v, old, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [renamed_configmap(v, old, new) for v in value]
+    return value
+
+
+def run_real(api: client.ApiClient, kubeconfig: str, runs: int) -> None:
+    """One job at a time on the real nodes, so every figure is the path of one job through an idle cluster."""
+    core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+    kubectl = [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig]
+    if not core.list_node(label_selector="rlplace.io/real-node=true").items:
+        raise SystemExit("error: --real needs a cluster with real nodes (make cluster-up)")
+    subprocess.run([*kubectl, "apply", "-f", str(REPO / "examples/nodegroups-real.yaml")], check=True)
+    (example,) = [d for d in yaml.safe_load_all((REPO / "examples/rljob-collocated-run.yaml").read_text()) if d]
+    namespace = f"benchreal-{uuid.uuid4().hex[:4]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    operator = Operator(kubeconfig, REPO / ".e2e" / f"operator-{namespace}.log")
+    ours, theirs = Stamps(), Stamps()
+    rl_created: dict[str, float] = {}
+    kr_created: dict[str, float] = {}
+    template: dict = {}
+
+    def one(stamps: Stamps, created: dict[str, float], name: str, plural: str, group: str, body: dict) -> None:
+        stop = threading.Event()
+        poller = threading.Thread(target=poll, args=(custom, namespace, stamps, stop), daemon=True)
+        poller.start()
+        try:
+            created[name] = time.perf_counter()
+            custom.create_namespaced_custom_object(group, body["apiVersion"].split("/")[1], namespace, plural, body)
+            wait_for(lambda: name in stamps.seen.get("driver-ended", {}), 600, f"{name}'s driver ended")
+            wait_for(lambda: plural == "rayjobs" or name in stamps.seen.get("rljob-ended", {}), 60, f"{name} ended")
+            outcome = custom.get_namespaced_custom_object(
+                group, body["apiVersion"].split("/")[1], namespace, plural, name
+            )
+            status = outcome.get("status") or {}
+            if status.get("phase", status.get("jobStatus")) not in ("Succeeded", "SUCCEEDED"):
+                raise SystemExit(f"error: {name} did not succeed: {status.get('message') or status}")
+        finally:
+            stop.set()
+            poller.join()
+
+    try:
+        wait_for(lambda: core.list_namespaced_service_account(namespace).items, 60, "default ServiceAccount")
+        for i in range(runs):
+            name = f"rl-{i:02d}"
+            body = {**example, "metadata": {"name": name}}
+            one(ours, rl_created, name, "rljobs", GROUP, body)
+            if not template:
+                # Captured before the RLJob (and its ConfigMap) goes: the baseline runs the same driver on the
+                # same plan and nodes.
+                rayjob = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
+                plan = core.read_namespaced_config_map(placement_configmap_name(name), namespace)
+                core.create_namespaced_config_map(namespace, {"metadata": {"name": "kr-plan"}, "data": plan.data})
+                template = renamed_configmap(rayjob["spec"], placement_configmap_name(name), "kr-plan")
+            custom.delete_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs", name)
+            wait_for(lambda: not core.list_namespaced_pod(namespace).items, 300, f"{name}'s pods gone")
+        for i in range(runs):
+            name = f"kr-{i:02d}"
+            body = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": name}, "spec": template}
+            one(theirs, kr_created, name, "rayjobs", "ray.io", body)
+            custom.delete_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", name)
+            wait_for(lambda: not core.list_namespaced_pod(namespace).items, 300, f"{name}'s pods gone")
+    finally:
+        operator.stop()
+        core.delete_namespace(namespace)
+    # RLJob names and RayJob names differ only in the baseline; the RLJob's RayJob has the RLJob's name.
+    print(f"{runs} runs, one at a time, of examples/rljob-collocated-run.yaml on the real nodes;")
+    print("p50 / p95 seconds from the create call")
+    print(f"  {'':<44} {'rlplace RLJob':>22}   {'KubeRay RayJob (baseline)':>26}")
+    rows = [
+        ("to KubeRay's RayCluster", "raycluster", "raycluster"),
+        ("to driver submitted (RayJob Running)", "submitted", "submitted"),
+        ("to every process verified", "rljob-verified", None),
+        ("to the driver's end (RayJob SUCCEEDED)", "driver-ended", "driver-ended"),
+        ("to RLJob phase Succeeded", "rljob-ended", None),
+    ]
+    for label, stage, base in rows:
+        mine = ours.latencies(stage, rl_created)
+        base_values = theirs.latencies(base, kr_created) if base else []
+        ratio = ""
+        if mine and base_values:
+            ratio = f"   p50 {statistics.median(mine) / statistics.median(base_values):.2f}x baseline"
+        print(f"  {label:<44} {figures(mine, runs):>22}   {figures(base_values, runs):>26}{ratio}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=20)
+    parser.add_argument("--real", type=int, metavar="N", help="N runs, one at a time, on the real nodes")
     args = parser.parse_args()
     with bench_cluster() as (api, kubeconfig):
-        run(api, kubeconfig, args.jobs)
+        if args.real:
+            run_real(api, kubeconfig, args.real)
+        else:
+            run(api, kubeconfig, args.jobs)
 
 
 if __name__ == "__main__":
