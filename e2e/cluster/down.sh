@@ -74,8 +74,6 @@ fi
 teardown_real_nodes say
 left=$(real_node_leftovers)
 [[ -z $left ]] || log "WARNING: left on the host after teardown: $(tr '\n' ';' <<<"$left")"
-# The kubelets' symlinks to container logs (a fixed host directory) that point into this state dir.
-find /var/log/containers -maxdepth 1 -type l -lname "$E2E_DIR/*" -delete 2>/dev/null || true
 
 # Ports it had: nothing may listen there any more.
 if [[ -f $STATE/ports.env ]] && command -v ss >/dev/null; then

@@ -55,6 +55,25 @@ pick_node_subnet() {
 # Remove every trace of this cluster's real nodes that the host keeps outside the state dir or that outlives
 # processes: processes in the node namespaces and cgroups, mounts under the state dir, namespaces, links,
 # iptables chain, cgroups. Idempotent; quiet when there is nothing.
+# The host paths every kubelet uses whatever its flags: the device-plugin registration socket (kubelet's
+# pluginapi.KubeletSocket) and the directory of container log symlinks. start-nodes.sh records in
+# KUBELET_HOST_DIRS_MADE which of their directories did not exist before; teardown removes those.
+KUBELET_DEVICE_PLUGIN_SOCKET=/var/lib/kubelet/device-plugins/kubelet.sock
+KUBELET_CONTAINER_LOG_LINKS=/var/log/containers
+KUBELET_HOST_DIRS_MADE="$E2E_NODES_STATE/host-dirs-made"
+
+record_kubelet_host_dirs() {
+  local dir
+  mkdir -p "$E2E_NODES_STATE"
+  : >"$KUBELET_HOST_DIRS_MADE"
+  for dir in "${KUBELET_DEVICE_PLUGIN_SOCKET%/*}" "$KUBELET_CONTAINER_LOG_LINKS"; do
+    while [[ $dir != / && ! -d $dir ]]; do
+      echo "$dir" >>"$KUBELET_HOST_DIRS_MADE" # deepest first
+      dir=${dir%/*}
+    done
+  done
+}
+
 teardown_real_nodes() {
   local say=${1:-log} ns pid i
   # 1. Processes: whatever runs in a node namespace (kubelet, containerd, shims, kube-proxy) and whatever runs
@@ -121,6 +140,13 @@ teardown_real_nodes() {
     [[ -d $cg ]] || continue
     find "$cg" -depth -type d -exec rmdir {} + 2>/dev/null || true
   done
+  # 5. The kubelets' fixed host paths: this cluster's container log links, and the directories it made.
+  find "$KUBELET_CONTAINER_LOG_LINKS" -maxdepth 1 -type l -lname "$E2E_DIR/*" -delete 2>/dev/null || true
+  if [[ -s $KUBELET_HOST_DIRS_MADE ]]; then
+    rm -f "$KUBELET_DEVICE_PLUGIN_SOCKET"
+    local dir
+    while read -r dir; do rmdir "$dir" 2>/dev/null || true; done <"$KUBELET_HOST_DIRS_MADE"
+  fi
 }
 
 # What of this cluster's real nodes is left on the host (for tests and down.sh's final check). Empty: nothing.
@@ -133,5 +159,9 @@ real_node_leftovers() {
   for cg in /sys/fs/cgroup/*/"$E2E_NETNS_PREFIX"*; do [[ -d $cg ]] && echo "cgroup $cg"; done
   awk -v p="$E2E_DIR/" 'index($5, p) == 1 {print "mount " $5}' /proc/self/mountinfo
   [[ ! -e $E2E_NODES_RUN ]] || echo "directory $E2E_NODES_RUN"
+  if [[ -s $KUBELET_HOST_DIRS_MADE ]]; then
+    local dir
+    while read -r dir; do [[ ! -e $dir ]] || echo "directory $dir"; done <"$KUBELET_HOST_DIRS_MADE"
+  fi
   return 0
 }

@@ -177,14 +177,23 @@ for node in "${REAL_NODES[@]}"; do
 done
 log "importing in the background: ${later[*]##*/}"
 
+# Every kubelet serves its device-plugin registration socket at one fixed host path, whatever its --root-dir
+# (KUBELET_DEVICE_PLUGIN_SOCKET, nodes.sh). A starting kubelet empties that directory and then listens there,
+# so two kubelets starting together can race, and the loser exits ("Failed to start ContainerManager ...
+# address already in use"). So they start one at a time, each after the previous one's socket appeared. A
+# later kubelet taking the path over is harmless: the fake accelerators come from the node status patch
+# below, not from a device plugin. down.sh removes the directories if this cluster made them.
+record_kubelet_host_dirs
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
   spec=${E2E_REAL_NODE_SPECS[$i]}
   labels=$(cut -d'|' -f2 <<<"$spec")
+  rm -f "$KUBELET_DEVICE_PLUGIN_SOCKET"
   start "kubelet@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kubelet]}" \
     --config "$E2E_NODES_STATE/$node/kubelet.yaml" --kubeconfig "$STATE/kubelet-$node.kubeconfig" \
-    --root-dir "$E2E_NODES_STATE/$node/kubelet" --hostname-override "$node" --node-ip "$(node_ip "$i")" \
-    --node-labels "rlplace.io/real-node=true,$labels"
+    --root-dir "$E2E_NODES_STATE/$node/kubelet" --cert-dir "$E2E_NODES_STATE/$node/kubelet/pki" \
+    --hostname-override "$node" --node-ip "$(node_ip "$i")" --node-labels "rlplace.io/real-node=true,$labels"
+  wait_for "kubelet@$node" "serving its device-plugin socket" test -S "$KUBELET_DEVICE_PLUGIN_SOCKET"
   start "kube-proxy@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kube-proxy]}" \
     --config "$E2E_NODES_STATE/$node/kube-proxy.yaml"
 done
