@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 
 import kopf
 from kubernetes import client
@@ -118,23 +118,23 @@ class Kube:
         """Whether the API serves ray.io/v1 RayJobs (see raycluster_crd_installed)."""
         return self._ray_kind_served(RAYJOB_PLURAL)
 
-    def container_log_head(self, namespace: str, label_selector: str, container: str, limit_bytes: int) -> str | None:
-        """The first `limit_bytes` of `container`'s log in the newest pod matching `label_selector`; None when
-        no such pod or container has a log yet."""
+    def container_log_heads(
+        self, namespace: str, label_selector: str, container: str, limit_bytes: int
+    ) -> Iterator[str]:
+        """The first `limit_bytes` of `container`'s log in each pod matching `label_selector`, newest pod
+        first, read one at a time as the caller asks; pods whose container has no log yet are skipped."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
-        if not pods:
-            return None
-        newest = max(pods, key=lambda pod: pod.metadata.creation_timestamp)
-        try:
-            return self.core.read_namespaced_pod_log(
-                newest.metadata.name, namespace, container=container, limit_bytes=limit_bytes
-            )
-        except ApiException as err:
-            # 400: the container has not started; 404: the pod just went away; 5xx: the API server could not
-            # reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
-            if err.status in (400, 404) or err.status >= 500:
-                return None
-            raise
+        for pod in sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True):
+            try:
+                yield self.core.read_namespaced_pod_log(
+                    pod.metadata.name, namespace, container=container, limit_bytes=limit_bytes
+                )
+            except ApiException as err:
+                # 400: the container has not started; 404: the pod just went away; 5xx: the API server could
+                # not reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
+                if err.status in (400, 404) or err.status >= 500:
+                    continue
+                raise
 
     def raycluster_crd_installed(self) -> bool:
         """Whether the API serves ray.io/v1 RayClusters."""

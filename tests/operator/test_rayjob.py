@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from placement_core.components import component_placement
+from placement_core.contract import BINDING_REPORT_PREFIX
 from placement_core.launcher.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
@@ -18,6 +19,7 @@ from rlplace_operator.handlers.rayjob import (
     driver_log_command,
     driver_state,
     driver_status,
+    report_in,
 )
 from rlplace_operator.models import JobPhase, RLJobSpec, SubmissionMode
 
@@ -205,6 +207,23 @@ def test_a_failed_driver_keeps_kuberays_reason_and_message() -> None:
     )
     assert condition(status, DRIVER_CONDITION)["reason"] == "AppFailed"
     assert condition(status, BINDING_CONDITION) is None
+
+
+def driver_log(bad_rank: int | None = None) -> str:
+    return f"Running entrypoint\n{BINDING_REPORT_PREFIX}{report(bad_rank).to_json()}\nerror: binding check failed\n"
+
+
+def test_the_report_is_found_past_a_retried_submitter_pod_that_has_no_log_of_it_yet() -> None:
+    # Newest first: the retry pod has only started following the log; the pod before it ran the driver.
+    found = report_in(["Tailing logs until the job exits\n", driver_log(bad_rank=1)], "")
+    assert found is not None and found.first_failure().rank == 1
+
+
+def test_kuberays_message_is_the_last_place_the_report_is_looked_for() -> None:
+    message = f"Job entrypoint command failed with exit code 1, last available logs:\n{driver_log(bad_rank=1)}"
+    assert report_in([], message).first_failure().rank == 1
+    assert report_in([driver_log()], message).first_failure() is None  # a pod's log comes first
+    assert report_in(["no report here"], "Job entrypoint command failed with exit code 1") is None
 
 
 def test_a_restarted_driver_drops_the_previous_runs_verification() -> None:

@@ -13,7 +13,7 @@ the head pod's submitter container.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,15 +157,31 @@ def driver_status(
     }
 
 
+def report_in(logs: Iterable[str], rayjob_message: str) -> BindingReport | None:
+    """The binding report in the first of `logs` that has one, else in KubeRay's status message (which quotes
+    the end of a failed driver's log); None if neither has one.
+
+    Every submitter pod is looked at, newest first: KubeRay's submitter Job retries a pod that exits non-zero,
+    so when a driver fails the newest pod is often a retry that has not started (or only started following
+    the log) while the pod before it printed the whole run."""
+    for log in logs:
+        report = find_report(log)
+        if report is not None:
+            return report
+    return find_report(rayjob_message)
+
+
 def read_report(
     kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]
 ) -> BindingReport | None:
-    """The binding report in the driver's log, or None (no log yet, or the driver printed none)."""
-    selector = driver_log_selector(job, mode, (rayjob.get("status") or {}).get("rayClusterName"))
-    if selector is None:
-        return None
-    log = kube.container_log_head(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES)
-    return None if log is None else find_report(log)
+    """The binding report the driver printed (see report_in), or None (no log yet, or the driver printed
+    none)."""
+    status = rayjob.get("status") or {}
+    selector = driver_log_selector(job, mode, status.get("rayClusterName"))
+    logs = (
+        () if selector is None else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES)
+    )
+    return report_in(logs, status.get("message") or "")
 
 
 def refresh(
