@@ -189,8 +189,11 @@ def test_a_foreign_pod_taking_the_node_before_binding_sends_the_job_back_to_the_
         "victim's worker pod (not bound: the scheduler is paused)",
     )
     jobs.core.create_namespaced_pod(jobs.namespace, foreign_gpu_pod(GPU_4090_NODE))
-    paused_scheduler()
+    # The scheduler stays paused until the watchdog has acted. Resumed earlier, it could bind our pod to the
+    # node before its cache had seen the foreign pod (its informer and its scheduling loop race after a
+    # SIGCONT), and kwok nodes do not refuse an over-committed pod as a kubelet would: the job then ran.
     queued = wait_queued(jobs, "victim", timeout=PARTIAL_BOUND_SECONDS + 15)
+    paused_scheduler()
     admitted = next(c for c in queued["conditions"] if c["type"] == "Admitted")
     assert admitted["status"] == "False"
     assert admitted["reason"] in ("BindTimeout", "Queued")
