@@ -7,8 +7,8 @@ verified counts; a mismatch fails the job naming the first bad rank.
 
 The report is read from the driver's log, the one place a driver writes that the operator can read without
 granting the Ray pods any Kubernetes permission (the operator needs `get` on pods and pods/log). In K8sJobMode
-that log is the submitter Job's pod (KubeRay's `ray job submit` streams the driver's output); in SidecarMode,
-the head pod's submitter container.
+that log is in the submitter Job's pods (KubeRay's `ray job submit` streams the driver's output; a failed one is
+retried, see report_in); in SidecarMode, the head pod's submitter container.
 """
 
 from __future__ import annotations
