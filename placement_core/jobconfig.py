@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from placement_core.cluster import Cluster
-from placement_core.configfile import not_a_number_hint, quote
+from placement_core.configfile import Unresolved, not_a_number_hint, quote, shown
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
 
@@ -23,8 +23,16 @@ _MISSING = object()
 REASONING = "reasoning"
 EMBODIED = "embodied"
 
-PlacementKind = Literal["hybrid", "model-parallel"]
-PLACEMENT_KINDS: tuple[PlacementKind, ...] = ("hybrid", "model-parallel")
+REASONING_EVAL = "reasoning_eval"
+
+PlacementKind = Literal["hybrid", "model-parallel", "model-parallel-eval", "multi-agent", "multi-agent-eval"]
+PLACEMENT_KINDS: tuple[PlacementKind, ...] = (
+    "hybrid",
+    "model-parallel",
+    "model-parallel-eval",
+    "multi-agent",
+    "multi-agent-eval",
+)
 
 
 def config_value(config: Mapping[str, object], path: str, default: object = None) -> object:
@@ -39,6 +47,8 @@ def config_value(config: Mapping[str, object], path: str, default: object = None
         node = node.get(key, _MISSING)
         if node is _MISSING or node is None:
             return default
+        if isinstance(node, Unresolved):
+            raise node.error(".".join(keys[: depth + 1]))
     return node
 
 
@@ -47,7 +57,7 @@ def _positive_int(config: Mapping[str, object], path: str, default: int | None =
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlacementError(f"{path} must be an integer >= 1, got {value!r}{not_a_number_hint(value)}")
+        raise PlacementError(f"{path} must be an integer >= 1, got {shown(value)}{not_a_number_hint(value)}")
     return value
 
 
@@ -60,7 +70,7 @@ def _size(config: Mapping[str, object], path: str, default: int = 1) -> int:
 def _flag(config: Mapping[str, object], path: str, default: bool) -> bool:
     value = config_value(config, path, default)
     if not isinstance(value, bool):
-        raise PlacementError(f"{path} must be true or false, got {value!r}")
+        raise PlacementError(f"{path} must be true or false, got {shown(value)}")
     return value
 
 
@@ -74,8 +84,16 @@ def task_type(config: Mapping[str, object]) -> str:
 
 
 def default_placement_kind(config: Mapping[str, object]) -> PlacementKind:
-    """Reasoning tasks (`runner.task_type: reasoning`) are model-parallel; everything else is hybrid."""
-    return "model-parallel" if task_type(config) == REASONING else "hybrid"
+    """The class the reference's entry script for the config's task uses: `runner.task_type: reasoning` is
+    model-parallel, `reasoning_eval` model-parallel-eval, each multi-agent when the config has an
+    `agentloop.workflow` (the multi-agent scripts' setting); every other task is hybrid."""
+    task = task_type(config)
+    if task not in (REASONING, REASONING_EVAL):
+        return "hybrid"
+    multi_agent = config_value(config, "agentloop.workflow") is not None
+    if task == REASONING:
+        return "multi-agent" if multi_agent else "model-parallel"
+    return "multi-agent-eval" if multi_agent else "model-parallel-eval"
 
 
 def cluster_section(config: Mapping[str, object], why: str = "") -> Mapping[str, object]:
@@ -220,7 +238,7 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
     if profile is None:
         profile = config_value(config, "profile_data", {})
         if not isinstance(profile, Mapping):
-            raise PlacementError(f"profile_data must be a mapping of costs, got {profile!r}")
+            raise PlacementError(f"profile_data must be a mapping of costs, got {shown(profile)}")
     names = {name for entry in entries for name in entry.names}
     return Job(
         cluster=cluster,

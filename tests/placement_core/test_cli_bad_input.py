@@ -156,7 +156,10 @@ CONFIG_CASES: dict[str, tuple[str | bytes, str]] = {
     "interpolation doubling to nothing": (doubling(""), "interpolations would expand to about"),
     "interpolation loop": ("a: ${b}\nb: ${a}\n" + CLUSTER.replace("num_nodes: 1", "num_nodes: ${a}"), "Recursive"),
     "interpolation to nowhere": (CLUSTER.replace("num_nodes: 1", "num_nodes: ${nope.x}"), "'nope.x' not found"),
-    "bad interpolation syntax": (CLUSTER.replace("num_nodes: 1", "num_nodes: ${a"), "cannot resolve"),
+    "bad interpolation syntax": (
+        CLUSTER.replace("num_nodes: 1", "num_nodes: ${a"),
+        "cluster.num_nodes is '${a', which cannot be resolved",
+    ),
     # A placement error quotes at most ~200 characters of a huge value.
     "huge bad placement": (CLUSTER.replace("0-3", "3-1" + "9" * 1_000_000), "characters)"),
     "rlplace manifest": ("apiVersion: rlplace.io/v1\nkind: RLJob\n", "apply it with kubectl"),

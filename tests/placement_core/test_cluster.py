@@ -246,7 +246,7 @@ def test_reserved_labels(label):
 
 def test_unknown_node_group_field():
     with pytest.raises(
-        PlacementError, match=r"node group 'a800': unknown field 'node_rank' \(allowed: label, node_ranks"
+        PlacementError, match=r"node group 'a800': unknown key 'node_rank'; did you mean 'node_ranks'\? \(known: label"
     ):
         cluster_with({"label": "a800", "node_rank": 0})
 
@@ -387,7 +387,7 @@ def test_composite_space_errors():
 
 
 def test_hardware_type_alone_is_an_unknown_field():
-    with pytest.raises(PlacementError, match=r"node group 'robot': unknown field 'hardware_type'"):
+    with pytest.raises(PlacementError, match=r"node group 'robot': unknown key 'hardware_type'; did you mean 'hardware'"):
         cluster_with({"label": "robot", "node_ranks": 2, "hardware_type": "Franka"})
 
 

@@ -201,7 +201,12 @@ def test_json_and_yaml(write, fmt):
         assert len(component["processes"]) == component["world_size"]
         for process in component["processes"]:
             assert set(PLACEMENT_FIELDS) <= set(process)
-    assert data == build_plan(plan_of(REASONING)).to_dict()
+    # The stored plan, plus each component's shares_with (the other components on any of its GPUs).
+    planned = build_plan(plan_of(REASONING))
+    shares = {name: component.pop("shares_with") for name, component in data["components"].items()}
+    assert data == planned.to_dict()
+    assert shares == {"actor": ["rollout", "reward"], "rollout": ["actor", "reward"], "reward": ["actor", "rollout"]}
+    assert list(data["components"]["actor"]) == ["world_size", "strategy", "node_groups", "hardware_ranks", "processes"]
 
 
 def test_json_of_a_large_cluster_is_not_wrapped(write):
