@@ -8,6 +8,8 @@ on what a config says. The operator does not come through here: it builds the sa
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
@@ -138,7 +140,15 @@ class ParallelSizes:
         return self.tp * self.cp * self.pp
 
 
+#: Keys some configs write for a size that is read under another name: refused, naming the right key, since
+#: the size would otherwise be dropped in silence (and a plan made for context parallel size 1).
+_RENAMED_SIZES = {"context_model_parallel_size": "context_parallel_size"}
+
+
 def _model_sizes(config: Mapping[str, object], prefix: str, fallback: ParallelSizes) -> ParallelSizes:
+    for old, new in _RENAMED_SIZES.items():
+        if config_value(config, f"{prefix}.{old}") is not None:
+            raise PlacementError(f"{prefix}.{old} is not a setting; the context parallel size is {prefix}.{new}")
     return ParallelSizes(
         _size(config, f"{prefix}.tensor_model_parallel_size", fallback.tp),
         _size(config, f"{prefix}.context_parallel_size", fallback.cp),
@@ -239,6 +249,7 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
         profile = config_value(config, "profile_data", {})
         if not isinstance(profile, Mapping):
             raise PlacementError(f"profile_data must be a mapping of costs, got {shown(profile)}")
+        check_profile_keys(profile)
     names = {name for entry in entries for name in entry.names}
     return Job(
         cluster=cluster,
@@ -248,3 +259,35 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
         batch=BatchSettings.from_config(config),
         profile=profile,
     )
+
+
+#: What `profile_data` may hold (docs/autoplace.md): per component (`actor`, `rollout`, `env`, ...) its cost,
+#: its cost per GPU type, its memory and its profiled curve, and the model's size and link bandwidths. One
+#: pattern, so a new per-component key is one alternative here.
+PROFILE_DATA_KEY = re.compile(
+    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|[a-z0-9_]*bandwidth[a-z0-9_]*"
+)
+#: Examples of valid keys, for "did you mean" (a typo is compared with these).
+PROFILE_DATA_EXAMPLES = (
+    "actor_cost",
+    "rollout_cost",
+    "inference_cost",
+    "env_profile_data",
+    "rollout_profile_data",
+    "actor_cost_by_type",
+    "actor_memory_gb",
+    "model_size_gb",
+)
+
+
+def check_profile_keys(profile: Mapping[object, object]) -> None:
+    """Refuse a `profile_data` key auto placement cannot read (`actor_cots`), naming the closest known one."""
+    for key in profile:
+        if not isinstance(key, str) or not PROFILE_DATA_KEY.fullmatch(key):
+            close = difflib.get_close_matches(str(key), PROFILE_DATA_EXAMPLES, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise PlacementError(
+                f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
+                "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb and "
+                "bandwidths)"
+            )

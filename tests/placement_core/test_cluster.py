@@ -387,7 +387,9 @@ def test_composite_space_errors():
 
 
 def test_hardware_type_alone_is_an_unknown_field():
-    with pytest.raises(PlacementError, match=r"node group 'robot': unknown key 'hardware_type'; did you mean 'hardware'"):
+    with pytest.raises(
+        PlacementError, match=r"node group 'robot': unknown key 'hardware_type'; did you mean 'hardware'"
+    ):
         cluster_with({"label": "robot", "node_ranks": 2, "hardware_type": "Franka"})
 
 

@@ -38,7 +38,7 @@ def job(
         "actor": {
             "model": {
                 "tensor_model_parallel_size": actor_tp,
-                "context_model_parallel_size": actor_cp,
+                "context_parallel_size": actor_cp,
                 "pipeline_model_parallel_size": actor_pp,
             }
         },
