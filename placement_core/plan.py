@@ -8,6 +8,7 @@ inspected. `Plan.to_json` / `Plan.from_json` are its only serialised form (gzip 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -289,17 +290,14 @@ def _holders(plan: Plan) -> dict[tuple[int, str | None, int], dict[str, None]]:
 
 
 def _others(units: list[dict[str, None]], name: str, order: Mapping[str, int], limit: int) -> tuple[str, ...]:
-    """The components other than `name` holding any of `units`, at most `limit`, in config order. Each unit
-    gives at most `limit + 1` names, so the work is linear in the units whatever the component count."""
+    """The components other than `name` holding any of `units`, the first `limit` in config order. A unit's
+    holders are in config order, and a name among the first `limit` of the union has fewer than `limit`
+    others before it in any unit that holds it, so each unit's first `limit + 1` holders suffice: the work
+    is linear in the units whatever the component count."""
     found: set[str] = set()
     for holders in units:
-        taken = 0
-        for other in holders:
-            if other != name and other not in found:
-                found.add(other)
-                taken += 1
-                if taken >= limit:
-                    break
+        found.update(itertools.islice(holders, limit + 1))
+    found.discard(name)
     return tuple(sorted(found, key=order.__getitem__)[:limit])
 
 
