@@ -595,6 +595,10 @@ class MultiAgentEvalComponentPlacement(ModelParallelEvalComponentPlacement):
             self._check_places(self._entries[name], self._strategies[name], name)
 
 
+#: The reference framework's names for the multi-agent classes, for code written against it.
+MultiAgentModelParallelComponentPlacement = MultiAgentComponentPlacement
+MultiAgentModelParallelEvalComponentPlacement = MultiAgentEvalComponentPlacement
+
 #: Components a multi-agent placement shares over the actor's GPUs; any other is an extra (a judge, a planner).
 _SHARED_MULTI_AGENT = ("actor", "rollout", "reward", "inference")
 

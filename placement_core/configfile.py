@@ -97,7 +97,11 @@ def shown(value: object) -> str:
     if isinstance(value, Unresolved):
         return repr(value)
     if isinstance(value, Mapping | list):
-        return quote(json.dumps(value, default=str, ensure_ascii=False))
+        try:  # YAML flow style, as the user would write it: {A: 1, B: 2}, ['0-1']
+            text = yaml.safe_dump(value, default_flow_style=True, width=2**31 - 1, allow_unicode=True).strip()
+        except yaml.YAMLError:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        return text.removesuffix("\n...").strip() if len(text) <= MAX_QUOTE else quote(text)
     return quote(str(value))
 
 
@@ -118,6 +122,16 @@ def yaml_kind(value: object) -> str:
     return shown(value)
 
 
+def _yaml_float(number: float) -> str:
+    """`number` as YAML 1.1 reads a float: with a dot in the mantissa and a sign in the exponent (`1.0e+308`;
+    `1e308` and `1e+308` are text to it)."""
+    text = repr(number)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
+
+
 def not_a_number_hint(value: object) -> str:
     """For text YAML read as a string but a person meant as a number (`1e2`, `1_000`): how to write it."""
     if not isinstance(value, str):
@@ -128,7 +142,7 @@ def not_a_number_hint(value: object) -> str:
         return ""
     if not math.isfinite(number):
         return ""
-    written = str(int(number)) if number.is_integer() else repr(number)
+    written = str(int(number)) if number.is_integer() and abs(number) < 1e18 else _yaml_float(number)
     return (
         f" ({quote(value)} is text, not a number: write {written} without quotes; a value from "
         "${oc.env:NAME} is always text, ${oc.decode:${oc.env:NAME}} makes it a number)"

@@ -146,7 +146,7 @@ def _points(where: str, raw: object) -> dict[int, float]:
             raise PlacementError(f"{where}: key {key!r} must be a number of instances per GPU >= 1")
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_PROFILED_SECONDS:
             raise PlacementError(
-                f"{where}: value for {key!r} must be a number of seconds from 0 to {MAX_PROFILED_SECONDS:g}, got {value!r}"
+                f"{where}: value for {key!r} must be a finite number of seconds >= 0 (at most {MAX_PROFILED_SECONDS:g}), got {value!r}"
             )
         points[load] = float(value)
     return points

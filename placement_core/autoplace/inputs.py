@@ -88,7 +88,7 @@ def seconds(profile: Mapping[str, object], key: str) -> float:
         or not 0 <= value <= MAX_PROFILED_SECONDS  # also refuses nan and inf
     ):
         raise PlacementError(
-            f"profile_data.{key} must be a number of seconds from 0 to {MAX_PROFILED_SECONDS:g}, got {value!r}"
+            f"profile_data.{key} must be a finite number of seconds >= 0 (at most {MAX_PROFILED_SECONDS:g}), got {value!r}"
             f"{not_a_number_hint(value)}"
         )
     return float(value)

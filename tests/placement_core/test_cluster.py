@@ -173,11 +173,11 @@ def test_cluster_object_api():
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
-        ("2", r"'2' \('2' is text to YAML, not a number; write 2\)"),
+        ("2", r"'2' \('2' is text, not a number: write 2 without quotes; a value from .*makes it a number\)"),
         (0, "0"),
         (-1, "-1"),
-        (True, "True"),
-        (None, "None"),
+        (True, "true"),
+        (None, "null"),
         (1.5, "1.5"),
     ],
 )
@@ -197,7 +197,7 @@ def test_cluster_must_be_a_mapping():
         ([8, 8], r"lists 2 counts for 3 nodes"),
         (-1, r"must hold integers from 0 to 1024, got -1"),
         ("8", r"must hold integers from 0 to 1024, got '8'"),
-        ([8, True, 8], r"must hold integers from 0 to 1024, got True"),
+        ([8, True, 8], r"must hold integers from 0 to 1024, got true"),
     ],
 )
 def test_bad_accelerators_per_node(value, message):
@@ -356,7 +356,7 @@ def test_ignore_hardware_must_be_a_bool():
         ([{"node_ranks": 0, "env_vars": {"A": 1}}], r"env_configs\[0\]: env_vars must be a list of one-key mappings"),
         (
             [{"node_ranks": 0, "env_vars": [{"A": 1, "B": 2}]}],
-            r"env_configs\[0\]: env_vars entry \{'A': 1, 'B': 2\} must be a one-key mapping",
+            r"env_configs\[0\]: env_vars entry \{A: 1, B: 2\} must be a one-key mapping",
         ),
         ([{"node_ranks": 0, "env_vars": ["A=1"]}], r"env_configs\[0\]: env_vars entry 'A=1' must be a one-key mapping"),
         ([{"node_ranks": "x", "env_vars": []}], r"env_configs\[0\]: malformed node ranks 'x'"),

@@ -391,11 +391,19 @@ def test_costs_beyond_the_bound_are_refused_at_input():
     from placement_core.autoplace import predict
 
     config = read(
-        REASONING + "profile_data:\n  actor_cost: 1e308\n  rollout_cost: 1\n  inference_cost: 1\n"
+        REASONING + "profile_data:\n  actor_cost: 1.0e+308\n  rollout_cost: 1\n  inference_cost: 1\n"
         "data:\n  rollout_batch_size: 8\n"
     )
-    with pytest.raises(PlacementError, match=r"profile_data.actor_cost must be a number of seconds from 0 to 1e"):
+    with pytest.raises(
+        PlacementError,
+        match=r"profile_data.actor_cost must be a finite number of seconds >= 0 \(at most 1e\+09\), got 1e\+308$",
+    ):
         predict(read_job(config), "scaling")
+
+
+def test_a_number_yaml_reads_as_text_gets_the_way_to_write_it():
+    with pytest.raises(PlacementError, match=r"'1e308' is text, not a number: write 1\.0e\+308 without quotes"):
+        Cluster.from_config({"num_nodes": read("n: 1e308\n")["n"]})
 
 
 def test_dates_are_shown_as_yaml_not_python():

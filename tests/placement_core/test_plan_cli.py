@@ -313,7 +313,7 @@ def test_bad_yaml(write):
 
 
 @pytest.mark.parametrize(
-    ("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("# only a comment\n", "NoneType")]
+    ("text", "kind"), [("- a\n- b\n", "a list"), ("just text\n", "text"), ("# only a comment\n", "null (nothing)")]
 )
 def test_non_mapping_yaml(write, text, kind):
     path = write(text)
@@ -330,7 +330,9 @@ def test_placement_error(write):
 def test_cluster_error(write):
     path = write("cluster:\n  num_nodes: '2'\n  component_placement:\n    actor: all\n")
     _assert_one_line_error(
-        invoke(path), "cluster.num_nodes must be an integer > 0, got '2' ('2' is text to YAML, not a number; write 2)"
+        invoke(path),
+        "cluster.num_nodes must be an integer > 0, got '2' ('2' is text, not a number: write 2 without quotes; a value "
+        "from ${oc.env:NAME} is always text, ${oc.decode:${oc.env:NAME}} makes it a number)",
     )
 
 
