@@ -14,6 +14,11 @@ from placement_core.components import (
     ComponentPlacement,
     HybridComponentPlacement,
     ModelParallelComponentPlacement,
+    ModelParallelEvalComponentPlacement,
+    MultiAgentComponentPlacement,
+    MultiAgentEvalComponentPlacement,
+    MultiAgentModelParallelComponentPlacement,
+    MultiAgentModelParallelEvalComponentPlacement,
     PlacementMode,
 )
 from placement_core.errors import CapacityError, PlacementError
@@ -32,6 +37,11 @@ __all__ = [
     "FlexiblePlacementStrategy",
     "HybridComponentPlacement",
     "ModelParallelComponentPlacement",
+    "ModelParallelEvalComponentPlacement",
+    "MultiAgentComponentPlacement",
+    "MultiAgentEvalComponentPlacement",
+    "MultiAgentModelParallelComponentPlacement",
+    "MultiAgentModelParallelEvalComponentPlacement",
     "Node",
     "NodeGroup",
     "NodePlacementStrategy",

@@ -7,13 +7,16 @@ the same objects from live NodeGroups and Kubernetes Nodes.
 from __future__ import annotations
 
 import bisect
+import difflib
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from placement_core.configfile import not_a_number_hint
+from placement_core.configfile import Unresolved, not_a_number_hint, quote, shown
 from placement_core.errors import CapacityError, PlacementError
 from placement_core.grammar import parse_rank_list
+from placement_core.placement import RankTuple
 
 ACCELERATOR = "Accelerator"
 ROBOT_TYPES = ("Franka", "DualFranka", "GimArm", "DOSW1", "Turtle2")
@@ -28,7 +31,33 @@ DEFAULT_ACCELERATORS_PER_NODE = 8
 MAX_NODES = 100_000
 MAX_ACCELERATORS_PER_NODE = 1024
 
-_NODE_GROUP_FIELDS = ("label", "node_ranks", "hardware", "ignore_hardware", "env_configs")
+_NODE_GROUP_FIELDS = (
+    "label",
+    "node_ranks",
+    "hardware",
+    "ignore_hardware",
+    "env_configs",
+    # Read by auto placement (docs/autoplace.md): the GPUs of a group, for GPU-aware search.
+    "accelerator_memory_gb",
+    "accelerator_type",
+)
+#: Keys of the `cluster:` section: what rlplace reads, and what the reference framework reads there that
+#: placement does not need (left alone). Any other key is a typo (`gpus_per_node`) and an error.
+CLUSTER_FIELDS = (
+    "num_nodes",
+    "accelerators_per_node",
+    "component_placement",
+    "node_groups",
+    "auto_scheduler",
+    "use_pre_process_policy",
+    "use_wait_before_last_iter_policy",
+    "recreate_nccl_groups",
+    "net_emulation",
+    "tracer",
+)
+#: What a shell (and `export`) takes as a variable name; any other key could not be set, or would run code
+#: when `rlplace plan --env` output is evaluated.
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_CONFIG_FIELDS = ("node_ranks", "env_vars", "python_interpreter_path")
 
 
@@ -212,7 +241,7 @@ class _PerNode(Sequence):  # type: ignore[type-arg]
         rank = self._nodes[index].rank
         devices = self._made.get(rank)
         if devices is None:
-            devices = self._made[rank] = tuple(str(i) for i in range(self._nodes[rank].num_accelerators))
+            devices = self._made[rank] = RankTuple(str(i) for i in range(self._nodes[rank].num_accelerators))
         return devices
 
     def __eq__(self, other: object) -> bool:
@@ -342,10 +371,15 @@ class Cluster:
         """Build the cluster from a `cluster:` mapping as loaded from YAML."""
         if not isinstance(section, Mapping):
             raise PlacementError("'cluster' must be a mapping")
+        check_known_keys(section, CLUSTER_FIELDS, "cluster")
+        for key in ("num_nodes", "accelerators_per_node", "node_groups"):
+            value = section.get(key)
+            if isinstance(value, Unresolved):
+                raise value.error(f"cluster.{key}")
         num_nodes = section.get("num_nodes")
         if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes <= 0:
             raise PlacementError(
-                f"cluster.num_nodes must be an integer > 0, got {num_nodes!r}{not_a_number_hint(num_nodes)}"
+                f"cluster.num_nodes must be an integer > 0, got {shown(num_nodes)}{not_a_number_hint(num_nodes)}"
             )
         if num_nodes > MAX_NODES:
             raise PlacementError(f"cluster.num_nodes is {num_nodes}; at most {MAX_NODES} nodes are supported")
@@ -370,14 +404,14 @@ def _accelerator_counts(value: object, num_nodes: int) -> list[int]:
         if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= MAX_ACCELERATORS_PER_NODE:
             raise PlacementError(
                 f"cluster.accelerators_per_node must hold integers from 0 to {MAX_ACCELERATORS_PER_NODE}, "
-                f"got {count!r}{not_a_number_hint(count)}"
+                f"got {shown(count)}{not_a_number_hint(count)}"
             )
     return list(values)
 
 
 def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
     if not isinstance(raw, Mapping):
-        raise PlacementError(f"a node group must be a mapping, got {raw!r}")
+        raise PlacementError(f"a node group must be a mapping, got {shown(raw)}")
     if "label" not in raw or raw["label"] is None:
         raise PlacementError(f"node group {dict(raw)} has no 'label'")
     label = str(raw["label"]).strip()
@@ -388,9 +422,7 @@ def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
         raise PlacementError(f"{where}: the label is reserved (reserved: {', '.join(RESERVED_LABELS)})")
     if "hardware_type" in raw and "hardware" in raw:
         raise PlacementError(f"{where}: 'hardware_type' is derived from 'hardware.type'; remove it")
-    unknown = [k for k in raw if k not in _NODE_GROUP_FIELDS]
-    if unknown:
-        raise PlacementError(f"{where}: unknown field '{unknown[0]}' (allowed: {', '.join(_NODE_GROUP_FIELDS)})")
+    check_known_keys(raw, _NODE_GROUP_FIELDS, f"cluster.node_groups, {where}")
     if "node_ranks" not in raw:
         raise PlacementError(f"{where}: 'node_ranks' is required")
     num_nodes = len(nodes)
@@ -409,7 +441,7 @@ def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
     hardware = raw.get("hardware")
     ignore = raw.get("ignore_hardware", False)
     if not isinstance(ignore, bool):
-        raise PlacementError(f"{where}: ignore_hardware must be true or false, got {ignore!r}")
+        raise PlacementError(f"{where}: ignore_hardware must be true or false, got {shown(ignore)}")
     if hardware is not None and ignore:
         raise PlacementError(f"{where}: 'hardware' and 'ignore_hardware' cannot both be set")
     hardware_type: str | None
@@ -442,7 +474,7 @@ def _hardware_from_config(
         # Only a real int: a list would not hash, and True or 2.0 would pass as 1 or 2.
         if type(node_rank) is not int or node_rank not in per_node:
             raise PlacementError(
-                f"{where}: hardware config {dict(config)} is on node_rank {node_rank!r}, "
+                f"{where}: hardware config {dict(config)} is on node_rank {shown(node_rank)}, "
                 f"which is not in the group (nodes {','.join(map(str, ranks))})"
             )
         per_node[node_rank] += 1
@@ -481,10 +513,15 @@ def _env_configs_from_config(where: str, raw: object, ranks: list[int]) -> tuple
         for variable in variables:
             if not isinstance(variable, Mapping) or len(variable) != 1:
                 raise PlacementError(
-                    f"{here}: env_vars entry {variable!r} must be a one-key mapping like {{KEY: value}}"
+                    f"{here}: env_vars entry {shown(variable)} must be a one-key mapping like {{KEY: value}}"
                 )
             ((key, value),) = variable.items()
             key = str(key)
+            if not _ENV_NAME.fullmatch(key):
+                raise PlacementError(
+                    f"{here}: {quote(key)} is not an environment variable name (letters, digits and _, not "
+                    "starting with a digit)"
+                )
             if key in keys:
                 raise PlacementError(f"{here}: variable '{key}' is set twice in the group")
             keys.add(key)
@@ -492,3 +529,14 @@ def _env_configs_from_config(where: str, raw: object, ranks: list[int]) -> tuple
         interpreter = entry.get("python_interpreter_path")
         result.append(EnvConfig(tuple(env_ranks), tuple(pairs), None if interpreter is None else str(interpreter)))
     return tuple(result)
+
+
+def check_known_keys(section: Mapping[object, object], known: Sequence[str], where: str) -> None:
+    """Refuse a key of a section rlplace owns that it does not know, naming the closest known one: a typo
+    such as `gpus_per_node` would otherwise be dropped in silence and the plan made from the default."""
+    for key in section:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.5)
+        hint = f"; did you mean '{close[0]}'?" if close else ""
+        raise PlacementError(f"{where}: unknown key {quote(str(key))}{hint} (known: {', '.join(known)})")

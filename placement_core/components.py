@@ -478,6 +478,165 @@ class ModelParallelComponentPlacement(ComponentPlacement):
         return not entry.space.is_node_space and _continuous(entry.hardware_ranks)
 
 
+class MultiAgentComponentPlacement(ModelParallelComponentPlacement):
+    """Multi-agent reasoning (the reference's wideseek-style training): always collocated. Actor and reward are
+    on the same GPUs, every `rollout*` component is inside the actor's GPUs, components other than actor,
+    rollout, reward and inference (a judge, a planner) must not overlap one another, and each is packed like the
+    rollout (its tensor-parallel groups and stride)."""
+
+    def _model_parallel_mode(self, present: list[str]) -> PlacementMode:
+        if "inference" in self._entries:
+            raise PlacementError("collocated mode (actor and rollout on the same GPUs) allows no inference component")
+        return PlacementMode.COLLOCATED
+
+    def _lay_out(self, settings: ModelParallelSettings) -> None:
+        super()._lay_out(settings)
+        check_multi_agent(self, self._entries)
+        rollout = self._strategies["rollout"]
+        assert isinstance(rollout, PackedPlacementStrategy)
+        for name in _extra_components(self._entries):
+            self._strategies[name] = self._packed(name, rollout.num_hardware_per_process, rollout.stride)
+            self._check_places(self._entries[name], self._strategies[name], name)
+
+
+class ModelParallelEvalComponentPlacement(ComponentPlacement):
+    """Evaluation runs (`runner.task_type: reasoning_eval`): rollout and reward, always collocated. The
+    rollout is packed in groups of its tensor parallel size over its continuous GPU range; the reward gets one
+    process per GPU over its range. Other components keep the placement they were given."""
+
+    def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        self._build(placement_entries(config), cluster)
+        self._lay_out(ModelParallelSettings.from_config(config))
+
+    @classmethod
+    def from_entries(
+        cls, entries: Sequence[PlacementEntry], cluster: Cluster, settings: ModelParallelSettings | None = None
+    ) -> ModelParallelEvalComponentPlacement:
+        placement = cls.__new__(cls)
+        placement._build(entries, cluster)
+        placement._lay_out(settings or ModelParallelSettings())
+        return placement
+
+    def _build(self, entries: Sequence[PlacementEntry], cluster: Cluster) -> None:
+        self._strategies: dict[str, PlacementStrategy] = {}
+        super()._build(entries, cluster)
+
+    def _lay_out(self, settings: ModelParallelSettings) -> None:
+        self.settings = settings
+        missing = [name for name in ("rollout", "reward") if name not in self._entries]
+        if missing:
+            raise PlacementError(
+                f"evaluation placement needs components rollout and reward; missing: {', '.join(missing)}"
+            )
+        rollout = self._entries["rollout"]
+        if rollout.space.is_node_space or rollout.space.hardware_types != {ACCELERATOR}:
+            raise PlacementError("component 'rollout': model-parallel components must be placed on GPUs")
+        if not _continuous(rollout.hardware_ranks):
+            raise PlacementError(f"component 'rollout': its GPUs must be one continuous range, got '{rollout.text}'")
+        tp = settings.rollout.tp
+        if tp > len(rollout.hardware_ranks):
+            raise PlacementError(
+                f"component 'rollout': tensor parallel size {tp} is larger than its {len(rollout.hardware_ranks)} "
+                f"GPUs (in '{rollout.key}: {rollout.text}')"
+            )
+        self._strategies["rollout"] = self._packed("rollout", tp)
+        reward = self._entries["reward"]
+        first, last = reward.hardware_ranks[0], reward.hardware_ranks[-1]
+        self._strategies["reward"] = self._packed("reward", 1, first=first, last=last)
+        for name, strategy in self._strategies.items():
+            self._check_places(self._entries[name], strategy, name)
+
+    def _packed(
+        self, name: str, per_process: int, stride: int = 1, first: int | None = None, last: int | None = None
+    ) -> PackedPlacementStrategy:
+        entry = self._entries[name]
+        start = entry.hardware_ranks[0] if first is None else first
+        end = entry.hardware_ranks[-1] if last is None else last
+        try:
+            return PackedPlacementStrategy(start, end, per_process, stride, entry.labels)
+        except PlacementError as err:
+            raise type(err)(f"component '{name}': {err} (in '{entry.key}: {entry.text}')") from None
+
+    @property
+    def placement_mode(self) -> PlacementMode:
+        return PlacementMode.COLLOCATED
+
+    def get_strategy(self, component_name: str) -> PlacementStrategy:
+        self._entry(component_name)
+        strategy = self._strategies.get(component_name)
+        return strategy if strategy is not None else super().get_strategy(component_name)
+
+    def get_hardware_ranks(self, component_name: str) -> list[int]:
+        strategy = self.get_strategy(component_name)
+        if isinstance(strategy, PackedPlacementStrategy):
+            return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
+        return super().get_hardware_ranks(component_name)
+
+    @property
+    def rollout_world_size(self) -> int:
+        return len(self.get_hardware_ranks("rollout"))
+
+    @property
+    def rollout_dp_size(self) -> int:
+        return self.rollout_world_size // self.settings.rollout.model_parallel
+
+
+class MultiAgentEvalComponentPlacement(ModelParallelEvalComponentPlacement):
+    """Multi-agent evaluation: ModelParallelEval, with MultiAgent's rule for extra components (packed like the
+    rollout, not overlapping one another)."""
+
+    def _lay_out(self, settings: ModelParallelSettings) -> None:
+        super()._lay_out(settings)
+        rollout = self._strategies["rollout"]
+        assert isinstance(rollout, PackedPlacementStrategy)
+        _check_exclusive(self, _extra_components(self._entries))
+        for name in _extra_components(self._entries):
+            self._strategies[name] = self._packed(name, rollout.num_hardware_per_process, rollout.stride)
+            self._check_places(self._entries[name], self._strategies[name], name)
+
+
+#: The reference framework's names for the multi-agent classes, for code written against it.
+MultiAgentModelParallelComponentPlacement = MultiAgentComponentPlacement
+MultiAgentModelParallelEvalComponentPlacement = MultiAgentEvalComponentPlacement
+
+#: Components a multi-agent placement shares over the actor's GPUs; any other is an extra (a judge, a planner).
+_SHARED_MULTI_AGENT = ("actor", "rollout", "reward", "inference")
+
+
+def _extra_components(entries: Mapping[str, _Entry]) -> list[str]:
+    return [name for name in entries if name not in _SHARED_MULTI_AGENT]
+
+
+def check_multi_agent(placement: ComponentPlacement, entries: Mapping[str, _Entry]) -> None:
+    """The reference's multi-agent rules: actor and reward on the same GPUs, every `rollout*` component inside
+    the actor's GPUs, extra components not overlapping one another."""
+    actor = placement.get_units("actor")
+    if placement.get_units("reward") != actor:
+        raise PlacementError(
+            "multi-agent placement needs actor and reward on the same GPUs; got "
+            f"actor: {entries['actor'].text}, reward: {entries['reward'].text}"
+        )
+    for name in entries:
+        if name.startswith("rollout") and not placement.get_units(name) <= actor:
+            raise PlacementError(
+                f"multi-agent placement needs every rollout component inside the actor's GPUs; component '{name}' "
+                f"({entries[name].text}) is not inside actor's ({entries['actor'].text})"
+            )
+    _check_exclusive(placement, _extra_components(entries))
+
+
+def _check_exclusive(placement: ComponentPlacement, names: list[str]) -> None:
+    taken: dict[tuple[int, int, str | None], str] = {}
+    for name in names:
+        for unit in placement.get_units(name):
+            other = taken.setdefault(unit, name)
+            if other != name:
+                raise PlacementError(
+                    f"components '{other}' and '{name}' both hold GPU {unit[1]} of node {unit[0]}; extra components "
+                    "of a multi-agent placement must not overlap"
+                )
+
+
 def _continuous(ranks: list[int]) -> bool:
     return ranks == list(range(ranks[0], ranks[0] + len(ranks)))
 
@@ -490,6 +649,14 @@ def component_placement(
     if cluster is None:
         cluster = read_cluster(config)
     kind = kind or default_placement_kind(config)
-    if kind == "model-parallel":
-        return ModelParallelComponentPlacement(config, cluster)
-    return HybridComponentPlacement(config, cluster)
+    return PLACEMENT_CLASSES[kind](config, cluster)
+
+
+#: The class of each `--placement` kind (docs/placement.md, "Placement classes").
+PLACEMENT_CLASSES: dict[PlacementKind, type[ComponentPlacement]] = {
+    "hybrid": HybridComponentPlacement,
+    "model-parallel": ModelParallelComponentPlacement,
+    "model-parallel-eval": ModelParallelEvalComponentPlacement,
+    "multi-agent": MultiAgentComponentPlacement,
+    "multi-agent-eval": MultiAgentEvalComponentPlacement,
+}

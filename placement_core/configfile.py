@@ -11,12 +11,16 @@ still a small node graph), and interpolation is resolved under a time limit. Eve
 from __future__ import annotations
 
 import contextlib
+import datetime
+import json
 import math
 import re
 import signal
 import threading
+import warnings
 from collections.abc import Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import Any, ClassVar
 
 import yaml
 
@@ -48,8 +52,25 @@ _STR_TAG = "tag:yaml.org,2002:str"
 _INT_TAG = "tag:yaml.org,2002:int"
 #: Digits an integer in a config may have.
 MAX_INT_DIGITS = 100
+_FLOAT_TAG = "tag:yaml.org,2002:float"
 # The C loader where PyYAML was built with libyaml (about 10x faster on large files), else the Python one.
-_Loader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+_BaseLoader: type[yaml.SafeLoader] = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+#: YAML 1.1 octal: an integer written with a leading zero (`010` is 8 to PyYAML, 10 to a person).
+_OCTAL = re.compile(r"[-+]?0[0-7_]+")
+
+
+class _Loader(_BaseLoader):  # type: ignore[misc,valid-type]
+    """The safe loader without YAML 1.1's base-60 numbers: `1:0` is the text `1:0` (as in YAML 1.2 and as a
+    person reads it, a placement `resource:process`), never the number 60. Octal (`010`) is refused in
+    `_check_nodes` with the way to write it."""
+
+    yaml_implicit_resolvers: ClassVar[dict[Any, list[tuple[str, re.Pattern[str]]]]] = {
+        first: [
+            (tag, re.compile(r"(?=[^:]*$)" + regexp.pattern, regexp.flags) if tag in (_INT_TAG, _FLOAT_TAG) else regexp)
+            for tag, regexp in resolvers
+        ]
+        for first, resolvers in _BaseLoader.yaml_implicit_resolvers.items()
+    }
 
 
 def quote(value: object, limit: int = MAX_QUOTE) -> str:
@@ -58,6 +79,57 @@ def quote(value: object, limit: int = MAX_QUOTE) -> str:
     if len(text) > limit:
         text = f"{text[:limit]}... ({len(text)} characters)"
     return "'" + text.encode("unicode_escape").decode("ascii").replace("\\\\", "\\") + "'"
+
+
+def shown(value: object) -> str:
+    """`value` for an error message as the user wrote it in YAML, not as Python's repr: `null`, `true`,
+    `'text'`, `2024-01-01 (a date to YAML; quote it for text)`, `[...]`."""
+    if isinstance(value, str):
+        return quote(value)
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return quote(str(value))[1:-1]
+    if isinstance(value, datetime.date):
+        return f"{value.isoformat()} (a date to YAML; quote it for text)"
+    if isinstance(value, Unresolved):
+        return repr(value)
+    if isinstance(value, Mapping | list):
+        try:  # YAML flow style, as the user would write it: {A: 1, B: 2}, ['0-1']
+            text = yaml.safe_dump(value, default_flow_style=True, width=2**31 - 1, allow_unicode=True).strip()
+        except yaml.YAMLError:
+            text = json.dumps(value, default=str, ensure_ascii=False)
+        return text.removesuffix("\n...").strip() if len(text) <= MAX_QUOTE else quote(text)
+    return quote(str(value))
+
+
+def yaml_kind(value: object) -> str:
+    """What YAML made of a document or value, in YAML's words (`a list`, `text`, `null`)."""
+    if value is None:
+        return "null (nothing)"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "text"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, Mapping):
+        return "a mapping"
+    return shown(value)
+
+
+def _yaml_float(number: float) -> str:
+    """`number` as YAML 1.1 reads a float: with a dot in the mantissa and a sign in the exponent (`1.0e+308`;
+    `1e308` and `1e+308` are text to it)."""
+    text = repr(number)
+    if "e" not in text:
+        return text
+    mantissa, exponent = text.split("e")
+    return f"{mantissa if '.' in mantissa else mantissa + '.0'}e{exponent}"
 
 
 def not_a_number_hint(value: object) -> str:
@@ -70,12 +142,18 @@ def not_a_number_hint(value: object) -> str:
         return ""
     if not math.isfinite(number):
         return ""
-    written = str(int(number)) if number.is_integer() else repr(number)
-    return f" ({quote(value)} is text to YAML, not a number; write {written})"
+    written = str(int(number)) if number.is_integer() and abs(number) < 1e18 else _yaml_float(number)
+    return (
+        f" ({quote(value)} is text, not a number: write {written} without quotes; a value from "
+        "${oc.env:NAME} is always text, ${oc.decode:${oc.env:NAME}} makes it a number)"
+    )
 
 
-def read_config_bytes(data: bytes, where: str) -> dict[str, Any]:
-    """The config mapping in `data` (the bytes of the file named by `where`, for messages)."""
+def read_config_bytes(data: bytes, where: str, path: Path | None = None, compose: bool = True) -> dict[str, Any]:
+    """The config mapping in `data` (the bytes of the file named by `where`, for messages).
+
+    A config with a Hydra `defaults:` list is composed as its training script would compose it (`compose`
+    with the file at `path`); `compose=False` reads the file alone."""
     if len(data) > MAX_CONFIG_BYTES:
         raise PlacementError(
             f"{where} is {len(data):,} bytes; a job config may be at most {MAX_CONFIG_BYTES // (1024 * 1024)} MiB"
@@ -92,14 +170,76 @@ def read_config_bytes(data: bytes, where: str) -> dict[str, Any]:
         raise PlacementError(f"{where} is a binary file (it holds NUL bytes), not a YAML config")
     config = load_yaml(text, where)
     if not isinstance(config, dict):
-        raise PlacementError(f"{where} must hold a YAML mapping, got {type(config).__name__}")
+        raise PlacementError(f"{where} must hold a YAML mapping, got {yaml_kind(config)}")
+    if compose and config.get("defaults") is not None:
+        if path is None:
+            raise PlacementError(
+                f"{where} has a Hydra defaults: list, which is composed from the files next to it; give the "
+                "file's path rather than stdin, or --no-compose to read it alone"
+            )
+        return resolve_lazily(_compose(path, config, where), where)
     if _has_interpolation(config):
         config = _resolve_interpolations(config, where)
     return config
 
 
+def _compose(path: Path, config: Mapping[str, Any], where: str) -> Any:
+    """The config at `path` composed by hydra-core from its `defaults:` list, searching the file's directory
+    and its `hydra.searchpath` (entries whose `${...}` cannot be resolved, such as an unset
+    `${oc.env:EMBODIED_PATH}`, are left out and named if a defaults file is then missing). Not resolved."""
+    from hydra import compose, initialize_config_dir
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    if path.suffix != ".yaml":
+        raise PlacementError(
+            f"{where}: Hydra composes only files named *.yaml (its defaults: list needs it); rename it, or give "
+            "--no-compose to read it alone"
+        )
+    searchpath, skipped = _search_path(config, where)
+    override = "hydra.searchpath=[" + ",".join(f"'{entry}'" for entry in searchpath) + "]"
+    try:
+        with (
+            warnings.catch_warnings(),  # Hydra's upgrade notes (a defaults list without _self_) are not the user's error
+            initialize_config_dir(config_dir=str(path.resolve().parent), version_base=None, job_name="rlplace"),
+        ):
+            warnings.simplefilter("ignore")
+            return compose(config_name=path.stem, overrides=[override])
+    except MissingConfigException as err:
+        unset = (
+            f"; left out of the search path because they cannot be resolved: {', '.join(skipped)}" if skipped else ""
+        )
+        looked = ", ".join([str(path.resolve().parent), *searchpath])
+        raise PlacementError(
+            f"{where}: a defaults file cannot be found: {quote(_first_line(err))} (searched {looked}{unset})"
+        ) from None
+    except (HydraException, OmegaConfBaseException, ValueError) as err:
+        raise PlacementError(f"{where}: Hydra cannot compose its defaults: list: {quote(_first_line(err))}") from None
+
+
+def _search_path(config: Mapping[str, Any], where: str) -> tuple[list[str], list[str]]:
+    """`hydra.searchpath` resolved: (the entries to search, the ones that cannot be resolved)."""
+    from omegaconf import OmegaConf
+
+    hydra_section = config.get("hydra")
+    entries = hydra_section.get("searchpath") if isinstance(hydra_section, Mapping) else None
+    if entries is None:
+        return [], []
+    if not isinstance(entries, list):
+        raise PlacementError(f"{where}: hydra.searchpath must be a list of paths, got {quote(entries)}")
+    resolved = resolve_lazily(OmegaConf.create({"searchpath": entries}), where)["searchpath"]
+    usable, skipped = [], []
+    for raw, entry in zip(entries, resolved, strict=True):
+        if isinstance(entry, str) and not any(c in entry for c in "'\\"):
+            usable.append(entry)
+        else:
+            skipped.append(str(raw))
+    return usable, skipped
+
+
 def load_yaml(text: str, where: str, max_nodes: int = MAX_NODES) -> object:
     """One YAML document, strictly and boundedly read (see the module docstring); `where` names it."""
+    _check_flow_depth(text, where)
     loader = _Loader(text)
     try:
         node = loader.get_single_node()
@@ -118,6 +258,32 @@ def load_yaml(text: str, where: str, max_nodes: int = MAX_NODES) -> object:
         raise PlacementError(f"{where} nests too deeply (at most {MAX_DEPTH} levels)") from None
     finally:
         loader.dispose()
+
+
+# Quoted scalars (a quote opens one only where a scalar can start) and comments: brackets inside them are text.
+_QUOTED_OR_COMMENT = re.compile(r"""(?<![^\s\[{,:])(?:'(?:[^']|'')*'|"(?:[^"\\]|\\.)*")|(?<!\S)\#[^\n]*""", re.DOTALL)
+_NOT_A_BRACKET = re.compile(r"[^\[\]{}\n]+")
+
+
+def _check_flow_depth(text: str, where: str) -> None:
+    """Refuse flow collections (`[[[...]]]`) nested deeper than MAX_DEPTH before libyaml sees them: its
+    composer recurses in C once per level, and some 30,000 levels overflow the stack (a crash, no message).
+    Brackets in quoted scalars and comments do not count; one in a plain scalar (`x[0]`) may, which can only
+    make a document already near the limit count deeper. Linear: regexes leave only the brackets to count."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:
+        return
+    brackets = _NOT_A_BRACKET.sub("", _QUOTED_OR_COMMENT.sub("", text))
+    depth = 0
+    line = 1
+    for char in brackets:
+        if char == "\n":
+            line += 1
+        elif char in "[{":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise PlacementError(f"{where} nests more than {MAX_DEPTH} levels deep at line {line}")
+        elif depth:
+            depth -= 1
 
 
 def _line(node: yaml.Node) -> str:
@@ -153,6 +319,20 @@ def _check_nodes(root: yaml.Node, where: str, max_nodes: int) -> None:
         elif node.tag == _INT_TAG and len(node.value) > MAX_INT_DIGITS:
             # Python refuses to convert integers over 4,300 digits (and no setting needs one this long).
             raise PlacementError(f"{where}, {_line(node)}: the number {quote(node.value, 40)} has too many digits")
+        # A plain `010` (style None or "" by loader; a quoted "010" is text and stays so).
+        elif (
+            node.tag == _INT_TAG
+            and isinstance(node, yaml.ScalarNode)
+            and not node.style
+            and _OCTAL.fullmatch(node.value)
+        ):
+            sign = "-" if node.value.startswith("-") else ""
+            decimal = sign + (node.value.lstrip("+-").lstrip("0").replace("_", "") or "0")
+            raise PlacementError(
+                f"{where}, {_line(node)}: {quote(node.value)} has a leading zero, which YAML 1.1 reads as the "
+                f"octal number {yaml.safe_load(node.value)}; write {decimal} for the number, or quote it "
+                f'("{node.value}") for text'
+            )
 
 
 def _check_keys(node: yaml.MappingNode, where: str) -> None:
@@ -215,15 +395,67 @@ def _time_limit(seconds: float) -> Iterator[None]:
 
 
 def _resolve_interpolations(config: dict[str, Any], where: str) -> dict[str, Any]:
-    """The config with every `${...}` resolved by OmegaConf, as plain dicts and lists again."""
+    """The config with its `${...}` resolved value by value (see `resolve_lazily`), as plain dicts and lists."""
     # Imported here: only configs that use interpolation pay for OmegaConf's import.
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
     _check_interpolation_cost(config, where)
+    unparsable: dict[str, Unresolved] = {}
+    config = _set_aside_unparsable(config, unparsable)
     try:
-        with _time_limit(MAX_RESOLVE_SECONDS):
-            resolved = OmegaConf.to_container(OmegaConf.create(config), resolve=True)
+        tree = OmegaConf.create(config)
+    except OmegaConfBaseException as err:
+        raise PlacementError(f"{where}: OmegaConf cannot read it: {quote(_first_line(err))}") from None
+    resolved = resolve_lazily(tree, where)
+    return _put_back(resolved, unparsable) if unparsable else resolved
+
+
+# A string no config holds (NUL is refused on reading): the stand-in for a value OmegaConf cannot parse.
+_UNPARSABLE = "\x00rlplace-unparsable-{}"
+
+
+def _set_aside_unparsable(value: Any, unparsable: dict[str, Unresolved]) -> Any:
+    """`value` with every string whose `${...}` OmegaConf cannot parse (`${a`) replaced by a stand-in, kept
+    in `unparsable`: OmegaConf refuses such a string when the tree is made, and it must fail only when read."""
+    from omegaconf.errors import GrammarParseError
+    from omegaconf.grammar_parser import parse
+
+    if isinstance(value, str):
+        if "${" not in value:
+            return value
+        try:
+            parse(value)
+        except GrammarParseError as err:
+            stand_in = _UNPARSABLE.format(len(unparsable))
+            unparsable[stand_in] = Unresolved(value, f"it is not a valid interpolation ({_first_line(err)})")
+            return stand_in
+        return value
+    if isinstance(value, dict):
+        return {key: _set_aside_unparsable(item, unparsable) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_set_aside_unparsable(item, unparsable) for item in value]
+    return value
+
+
+def _put_back(value: Any, unparsable: dict[str, Unresolved]) -> Any:
+    if isinstance(value, str):
+        return unparsable.get(value, value)
+    if isinstance(value, dict):
+        return {key: _put_back(item, unparsable) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_put_back(item, unparsable) for item in value]
+    return value
+
+
+def resolve_lazily(tree: Any, where: str) -> dict[str, Any]:
+    """A DictConfig as plain dicts and lists, each `${...}` resolved on its own, under the reference's
+    resolvers. A value that cannot be resolved (an unset `${oc.env:X}`, an unknown resolver, a key that only a
+    defaults file would have) becomes an `Unresolved` that fails only when rlplace reads that key: OmegaConf
+    resolves a value when it is read, and so does the training script, so the rest of the file is the user's."""
+    try:
+        with _time_limit(MAX_RESOLVE_SECONDS), reference_resolvers():
+            resolved = _plain(tree)
     except _ResolveTimeout:
         raise PlacementError(
             f"{where}: resolving its ${{...}} interpolations took over {MAX_RESOLVE_SECONDS:g} s "
@@ -231,15 +463,111 @@ def _resolve_interpolations(config: dict[str, Any], where: str) -> dict[str, Any
         ) from None
     except MemoryError:
         raise PlacementError(f"{where}: its ${{...}} interpolations expand to more than fits in memory") from None
-    except OmegaConfBaseException as err:
-        first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        key = getattr(err, "full_key", None)
-        at = f" at {quote(key)}" if key else ""
-        raise PlacementError(f"{where}: cannot resolve an interpolation{at}: {quote(first)}") from None
-    except RecursionError:
-        raise PlacementError(f"{where}: its ${{...}} interpolations refer to each other in a loop") from None
-    assert isinstance(resolved, dict)  # OmegaConf.create of a dict is a DictConfig
+    assert isinstance(resolved, dict)  # a DictConfig's plain form
     return resolved
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else type(err).__name__
+
+
+class Unresolved:
+    """A `${...}` value that could not be resolved. Kept in the config in its place: reading it is an error
+    (`jobconfig.config_value`, the grammar, every typed check that quotes it), leaving it alone is not."""
+
+    __slots__ = ("reason", "text")
+
+    def __init__(self, text: str, reason: str) -> None:
+        self.text = text
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"{self.text!r} (cannot be resolved: {self.reason})"
+
+    __str__ = __repr__
+
+    def error(self, path: str) -> PlacementError:
+        return PlacementError(f"{path} is {self.text!r}, which cannot be resolved: {self.reason}")
+
+
+def _plain(node: Any) -> object:
+    """`node` (a DictConfig, ListConfig or value) as plain Python, interpolations resolved one by one."""
+    from omegaconf import DictConfig, ListConfig, OmegaConf
+
+    if isinstance(node, DictConfig):
+        keys: list[Any] = list(node.keys())
+        out: dict[Any, object] = {}
+    elif isinstance(node, ListConfig):
+        keys = list(range(len(node)))
+        out_list: list[object] = []
+    else:
+        return node
+    raw = OmegaConf.to_container(node, resolve=False)
+    for key in keys:
+        if OmegaConf.is_interpolation(node, key):
+            value = _resolve_one(node, key, raw[key])
+        elif OmegaConf.is_missing(node, key):
+            value = "???"
+        else:
+            value = _plain(node[key])
+        if isinstance(node, DictConfig):
+            out[key] = value
+        else:
+            out_list.append(value)
+    return out if isinstance(node, DictConfig) else out_list
+
+
+def _resolve_one(parent: Any, key: Any, text: object) -> object:
+    from omegaconf import Container, OmegaConf
+
+    try:
+        value = parent[key]
+        if isinstance(value, Container):
+            return OmegaConf.to_container(value, resolve=True)
+        return value
+    except (_ResolveTimeout, MemoryError):
+        raise
+    except RecursionError:
+        return Unresolved(str(text), "its ${...} interpolations refer to each other in a loop")
+    except Exception as err:  # any resolver may raise anything; only a read of this key fails
+        return Unresolved(str(text), _resolution_reason(err))
+
+
+def _resolution_reason(err: BaseException) -> str:
+    first = _first_line(err)
+    cause = err.__cause__
+    if cause is not None and str(cause).strip():
+        first = f"{first}: {_first_line(cause)}" if _first_line(cause) not in first else first
+    return first
+
+
+#: The resolvers the reference framework registers for its configs (same names, same meaning), available
+#: while rlplace resolves a config. `torch.dtype` gives the dtype's name: rlplace has no torch, and no
+#: placement setting is a dtype.
+REFERENCE_RESOLVERS: dict[str, Any] = {
+    "multiply": lambda x, y: x * y,
+    "int_div": lambda x, y: x // y,
+    "subtract": lambda x, y: x - y,
+    "not": lambda x: not bool(x),
+    "torch.dtype": lambda name: f"torch.{name}",
+}
+
+
+@contextlib.contextmanager
+def reference_resolvers() -> Iterator[None]:
+    """Register the reference's resolvers that are not registered yet, and remove them afterwards: a program
+    that imports rlplace keeps its own OmegaConf resolvers, and gets none of ours."""
+    from omegaconf import OmegaConf
+
+    added = [name for name in REFERENCE_RESOLVERS if not OmegaConf.has_resolver(name)]
+    for name in added:
+        OmegaConf.register_new_resolver(name, REFERENCE_RESOLVERS[name])
+    try:
+        yield
+    finally:
+        for name in added:
+            OmegaConf.clear_resolver(name)
 
 
 class _InterpolationCost:

@@ -15,6 +15,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from placement_core.configfile import shown
 from placement_core.errors import PlacementError
 
 _INTEGER = re.compile(r"[0-9]+")
@@ -186,9 +187,11 @@ class PlacementEntry:
     def of(cls, key: object, placement: object, node_group: object = None) -> PlacementEntry:
         """An entry from a key, a placement and an optional node_group value, as a config writes them."""
         names = tuple(parse_component_key(key))
-        if placement is None or isinstance(placement, list | Mapping):
+        # A string, or a scalar YAML typed (`actor: 3`); anything else (a list, a mapping, a date, a `${...}`
+        # that could not be resolved) is no placement.
+        if isinstance(placement, bool) or not isinstance(placement, str | int):
             raise PlacementError(
-                f"component '{','.join(names)}': placement must be a string like '0-7' or 'all', got {placement!r}"
+                f"component '{','.join(names)}': placement must be a string like '0-7' or 'all', got {shown(placement)}"
             )
         labels = None if node_group is None else tuple(parse_labels(node_group))
         return cls(names, str(placement), labels)

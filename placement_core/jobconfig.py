@@ -8,12 +8,14 @@ on what a config says. The operator does not come through here: it builds the sa
 
 from __future__ import annotations
 
+import difflib
+import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
 from placement_core.cluster import Cluster
-from placement_core.configfile import not_a_number_hint, quote
+from placement_core.configfile import Unresolved, not_a_number_hint, quote, shown
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
 
@@ -23,8 +25,16 @@ _MISSING = object()
 REASONING = "reasoning"
 EMBODIED = "embodied"
 
-PlacementKind = Literal["hybrid", "model-parallel"]
-PLACEMENT_KINDS: tuple[PlacementKind, ...] = ("hybrid", "model-parallel")
+REASONING_EVAL = "reasoning_eval"
+
+PlacementKind = Literal["hybrid", "model-parallel", "model-parallel-eval", "multi-agent", "multi-agent-eval"]
+PLACEMENT_KINDS: tuple[PlacementKind, ...] = (
+    "hybrid",
+    "model-parallel",
+    "model-parallel-eval",
+    "multi-agent",
+    "multi-agent-eval",
+)
 
 
 def config_value(config: Mapping[str, object], path: str, default: object = None) -> object:
@@ -39,6 +49,8 @@ def config_value(config: Mapping[str, object], path: str, default: object = None
         node = node.get(key, _MISSING)
         if node is _MISSING or node is None:
             return default
+        if isinstance(node, Unresolved):
+            raise node.error(".".join(keys[: depth + 1]))
     return node
 
 
@@ -47,7 +59,7 @@ def _positive_int(config: Mapping[str, object], path: str, default: int | None =
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise PlacementError(f"{path} must be an integer >= 1, got {value!r}{not_a_number_hint(value)}")
+        raise PlacementError(f"{path} must be an integer >= 1, got {shown(value)}{not_a_number_hint(value)}")
     return value
 
 
@@ -60,7 +72,7 @@ def _size(config: Mapping[str, object], path: str, default: int = 1) -> int:
 def _flag(config: Mapping[str, object], path: str, default: bool) -> bool:
     value = config_value(config, path, default)
     if not isinstance(value, bool):
-        raise PlacementError(f"{path} must be true or false, got {value!r}")
+        raise PlacementError(f"{path} must be true or false, got {shown(value)}")
     return value
 
 
@@ -74,8 +86,16 @@ def task_type(config: Mapping[str, object]) -> str:
 
 
 def default_placement_kind(config: Mapping[str, object]) -> PlacementKind:
-    """Reasoning tasks (`runner.task_type: reasoning`) are model-parallel; everything else is hybrid."""
-    return "model-parallel" if task_type(config) == REASONING else "hybrid"
+    """The class the reference's entry script for the config's task uses: `runner.task_type: reasoning` is
+    model-parallel, `reasoning_eval` model-parallel-eval, each multi-agent when the config has an
+    `agentloop.workflow` (the multi-agent scripts' setting); every other task is hybrid."""
+    task = task_type(config)
+    if task not in (REASONING, REASONING_EVAL):
+        return "hybrid"
+    multi_agent = config_value(config, "agentloop.workflow") is not None
+    if task == REASONING:
+        return "multi-agent" if multi_agent else "model-parallel"
+    return "multi-agent-eval" if multi_agent else "model-parallel-eval"
 
 
 def cluster_section(config: Mapping[str, object], why: str = "") -> Mapping[str, object]:
@@ -120,7 +140,15 @@ class ParallelSizes:
         return self.tp * self.cp * self.pp
 
 
+#: Keys some configs write for a size that is read under another name: refused, naming the right key, since
+#: the size would otherwise be dropped in silence (and a plan made for context parallel size 1).
+_RENAMED_SIZES = {"context_model_parallel_size": "context_parallel_size"}
+
+
 def _model_sizes(config: Mapping[str, object], prefix: str, fallback: ParallelSizes) -> ParallelSizes:
+    for old, new in _RENAMED_SIZES.items():
+        if config_value(config, f"{prefix}.{old}") is not None:
+            raise PlacementError(f"{prefix}.{old} is not a setting; the context parallel size is {prefix}.{new}")
     return ParallelSizes(
         _size(config, f"{prefix}.tensor_model_parallel_size", fallback.tp),
         _size(config, f"{prefix}.context_parallel_size", fallback.cp),
@@ -220,7 +248,8 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
     if profile is None:
         profile = config_value(config, "profile_data", {})
         if not isinstance(profile, Mapping):
-            raise PlacementError(f"profile_data must be a mapping of costs, got {profile!r}")
+            raise PlacementError(f"profile_data must be a mapping of costs, got {shown(profile)}")
+        check_profile_keys(profile)
     names = {name for entry in entries for name in entry.names}
     return Job(
         cluster=cluster,
@@ -230,3 +259,35 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
         batch=BatchSettings.from_config(config),
         profile=profile,
     )
+
+
+#: What `profile_data` may hold (docs/autoplace.md): per component (`actor`, `rollout`, `env`, ...) its cost,
+#: its cost per GPU type, its memory and its profiled curve, and the model's size and link bandwidths. One
+#: pattern, so a new per-component key is one alternative here.
+PROFILE_DATA_KEY = re.compile(
+    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|[a-z0-9_]*bandwidth[a-z0-9_]*"
+)
+#: Examples of valid keys, for "did you mean" (a typo is compared with these).
+PROFILE_DATA_EXAMPLES = (
+    "actor_cost",
+    "rollout_cost",
+    "inference_cost",
+    "env_profile_data",
+    "rollout_profile_data",
+    "actor_cost_by_type",
+    "actor_memory_gb",
+    "model_size_gb",
+)
+
+
+def check_profile_keys(profile: Mapping[object, object]) -> None:
+    """Refuse a `profile_data` key auto placement cannot read (`actor_cots`), naming the closest known one."""
+    for key in profile:
+        if not isinstance(key, str) or not PROFILE_DATA_KEY.fullmatch(key):
+            close = difflib.get_close_matches(str(key), PROFILE_DATA_EXAMPLES, n=1, cutoff=0.6)
+            hint = f"; did you mean '{close[0]}'?" if close else ""
+            raise PlacementError(
+                f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
+                "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb and "
+                "bandwidths)"
+            )

@@ -6,6 +6,35 @@ from __future__ import annotations
 from typing import NamedTuple
 
 
+class RankTuple(tuple):  # type: ignore[type-arg]
+    """An immutable tuple that also compares equal to a list with the same items.
+
+    The reference documents `visible_accelerators` and `local_hardware_ranks` as lists, and code written
+    against it compares them with lists (`p.local_hardware_ranks == [0, 1]`); records stay immutable and
+    hashable. Strategies make one per distinct value and share it, so it costs nothing per process.
+    """
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, list):
+            return tuple.__eq__(self, tuple(other))
+        return tuple.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = tuple.__hash__
+
+    def __repr__(self) -> str:
+        return list.__repr__(list(self))
+
+
+#: The empty RankTuple (node placements hold no hardware ranks).
+NO_RANKS = RankTuple()
+
+
 class Placement(NamedTuple):
     """Where one process of a component runs and which accelerators it sees.
 
@@ -28,12 +57,12 @@ class Placement(NamedTuple):
     """Index of the process among the strategy's processes on its node."""
     local_world_size: int
     """Number of the strategy's processes on the node (processes sharing a GPU included)."""
-    visible_accelerators: tuple[str, ...]
-    """What CUDA_VISIBLE_DEVICES holds for the process."""
+    visible_accelerators: RankTuple
+    """What CUDA_VISIBLE_DEVICES holds for the process (a tuple equal to the documented list)."""
     isolate_accelerator: bool
     """The flag `get_placement` was called with."""
-    local_hardware_ranks: tuple[int, ...]
-    """The process's hardware ranks, local to its node (empty for node placements)."""
+    local_hardware_ranks: RankTuple
+    """The process's hardware ranks, local to its node (empty for node placements; equal to the list)."""
     node_group_label: str
     """Label of the node group that owns the process's first rank."""
 

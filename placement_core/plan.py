@@ -8,6 +8,7 @@ inspected. `Plan.to_json` / `Plan.from_json` are its only serialised form (gzip 
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -17,7 +18,7 @@ from typing import Any
 from placement_core.cluster import ACCELERATOR
 from placement_core.components import ComponentPlacement
 from placement_core.errors import PlacementError
-from placement_core.placement import Placement, placement_env
+from placement_core.placement import Placement, RankTuple, placement_env
 
 #: The first bytes of a gzip stream: `from_json` accepts the plan compressed or not.
 _GZIP_MAGIC = b"\x1f\x8b"
@@ -257,7 +258,7 @@ def _process_from_dict(component: str, index: int, raw: object) -> ProcessPlan:
         if key in _LIST_FIELDS:
             if not isinstance(value, list) or not all(_typed(where, v, kind) for v in value):
                 raise PlacementError(f"{where}: '{key}' must be a list of {kind.__name__}, got {_quote(value)}")
-            value = tuple(value)
+            value = RankTuple(value)
         elif not _typed(where, value, kind):
             raise PlacementError(f"{where}: '{key}' must be {kind.__name__}, got {_quote(value)}")
         values[key] = value
@@ -273,19 +274,66 @@ def _process_from_dict(component: str, index: int, raw: object) -> ProcessPlan:
     return ProcessPlan(Placement(**values), node_name, hardware_type, MappingProxyType(dict(env)))
 
 
-def shared_with(plan: Plan) -> dict[tuple[str, int], tuple[str, ...]]:
+#: Names `shared_with` and `shares_with` list at most, per process or component: with thousands of components
+#: on the same GPUs, full lists would grow with the square of the component count (20,000 components on
+#: `0-7` are 400 million names).
+MAX_SHARING_LISTED = 100
+
+
+def _holders(plan: Plan) -> dict[tuple[int, str | None, int], dict[str, None]]:
+    """Per hardware unit (node, hardware type, local rank): the components with a process on it, in order."""
+    holders: dict[tuple[int, str | None, int], dict[str, None]] = {}
+    for component, process in plan.processes():
+        for unit in process.placement.local_hardware_ranks:
+            holders.setdefault((process.node_rank, process.hardware_type, unit), {})[component.name] = None
+    return holders
+
+
+def _others(units: list[dict[str, None]], name: str, order: Mapping[str, int], limit: int) -> tuple[str, ...]:
+    """The components other than `name` holding any of `units`, the first `limit` in config order. A unit's
+    holders are in config order, and a name among the first `limit` of the union has fewer than `limit`
+    others before it in any unit that holds it, so each unit's first `limit + 1` holders suffice: the work
+    is linear in the units whatever the component count."""
+    found: set[str] = set()
+    for holders in units:
+        found.update(itertools.islice(holders, limit + 1))
+    found.discard(name)
+    return tuple(sorted(found, key=order.__getitem__)[:limit])
+
+
+def shared_with(plan: Plan, limit: int = MAX_SHARING_LISTED) -> dict[tuple[str, int], tuple[str, ...]]:
     """Per process (component, rank): the other components that have a process on one of its hardware units
-    (the same GPU or robot of the same node). Linear in the number of processes and units."""
-    holders: dict[tuple[int, str | None, int], set[str]] = {}
-    for component, process in plan.processes():
-        for unit in process.placement.local_hardware_ranks:
-            holders.setdefault((process.node_rank, process.hardware_type, unit), set()).add(component.name)
+    (the same GPU or robot of the same node), at most `limit` of them (MAX_SHARING_LISTED). Linear in the
+    number of processes and units."""
+    holders = _holders(plan)
     order = {name: index for index, name in enumerate(plan.names)}
-    result: dict[tuple[str, int], tuple[str, ...]] = {}
-    for component, process in plan.processes():
-        others: set[str] = set()
-        for unit in process.placement.local_hardware_ranks:
-            others |= holders[(process.node_rank, process.hardware_type, unit)]
-        others.discard(component.name)
-        result[(component.name, process.rank)] = tuple(sorted(others, key=order.__getitem__))
-    return result
+    return {
+        (component.name, process.rank): _others(
+            [holders[(process.node_rank, process.hardware_type, u)] for u in process.placement.local_hardware_ranks],
+            component.name,
+            order,
+            limit,
+        )
+        for component, process in plan.processes()
+    }
+
+
+def shares_with(plan: Plan, limit: int = MAX_SHARING_LISTED) -> dict[str, tuple[str, ...]]:
+    """Per component: the other components holding at least one of its hardware units, at most `limit`."""
+    holders = _holders(plan)
+    order = {name: index for index, name in enumerate(plan.names)}
+    return {
+        component.name: _others(
+            list(
+                {
+                    id(h): h
+                    for p in component.processes
+                    for h in (holders[(p.node_rank, p.hardware_type, u)] for u in p.placement.local_hardware_ranks)
+                }.values()
+            ),
+            component.name,
+            order,
+            limit,
+        )
+        for component in plan.components
+    }

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
 from placement_core.errors import CapacityError, PlacementError
-from placement_core.placement import Placement
+from placement_core.placement import NO_RANKS, Placement, RankTuple
 
 
 def _labels(node_group: str | Sequence[str] | None, default: str) -> tuple[str, ...]:
@@ -82,6 +82,9 @@ class _HardwareStrategy(PlacementStrategy):
         counts = _NodeCounts([nodes[r[0]] for r in rank_lists if 0 <= r[0] < size])
         cluster_nodes = cluster.nodes
         placements: list[Placement] = []
+        # One RankTuple per distinct local-rank tuple (and its CUDA_VISIBLE_DEVICES strings), shared by every
+        # process that has it: a cluster has few distinct ones, and a dict lookup is cheaper than building.
+        shared: dict[tuple[int, ...], tuple[RankTuple, RankTuple]] = {}
         for process, ranks in enumerate(rank_lists):
             first = ranks[0]
             if not 0 <= first < size or not 0 <= ranks[-1] < size:
@@ -100,9 +103,13 @@ class _HardwareStrategy(PlacementStrategy):
                         f"process {process} mixes hardware types {hw_type} and {types[r]} (ranks {_ranks(ranks)})"
                     )
             # tuple([...]) and map: a generator into tuple() costs twice as much on this hot path.
-            local = tuple([locals_[r] for r in ranks])
+            key = tuple([locals_[r] for r in ranks])
+            made = shared.get(key)
+            if made is None:
+                made = shared[key] = (RankTuple(key), RankTuple(map(str, key)))
+            local = made[0]
             if hw_type == ACCELERATOR and isolate:
-                visible = tuple(map(str, local))
+                visible = made[1]
                 accel_rank = local[0]
             else:
                 visible = cluster.visible_devices[node]
@@ -266,7 +273,7 @@ class NodePlacementStrategy(PlacementStrategy):
                     local_world_size,
                     visible,
                     isolate,
-                    (),
+                    NO_RANKS,
                     space.group[index],
                 )
             )

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from placement_core.autoplace.cost import pipelined_total
-from placement_core.autoplace.inputs import check_gpus, require_profile_keys, seconds
+from placement_core.autoplace.inputs import MAX_PROFILED_SECONDS, check_gpus, require_profile_keys, seconds
 from placement_core.autoplace.search import COLLOCATED, HYBRID, Progress, Schedule, pick_best
 from placement_core.errors import PlacementError
 from placement_core.jobconfig import Job
@@ -144,8 +144,10 @@ def _points(where: str, raw: object) -> dict[int, float]:
             load = 0
         if isinstance(key, bool) or load < 1:
             raise PlacementError(f"{where}: key {key!r} must be a number of instances per GPU >= 1")
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise PlacementError(f"{where}: value for {key!r} must be a finite number of seconds >= 0, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 <= value <= MAX_PROFILED_SECONDS:
+            raise PlacementError(
+                f"{where}: value for {key!r} must be a finite number of seconds >= 0 (at most {MAX_PROFILED_SECONDS:g}), got {value!r}"
+            )
         points[load] = float(value)
     return points
 

@@ -6,12 +6,12 @@ a malformed profile. Bad input is a `PlacementError` with a one-line message nam
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement, ModelParallelComponentPlacement
+from placement_core.configfile import not_a_number_hint
 from placement_core.errors import PlacementError
 from placement_core.grammar import parse_placement_entries
 from placement_core.jobconfig import Job
@@ -75,11 +75,22 @@ def require_profile_keys(profile: Mapping[str, object], keys: tuple[str, ...]) -
         )
 
 
+#: The largest profiled time accepted (about 31 years): sums and ratios of larger ones overflow to inf/nan.
+MAX_PROFILED_SECONDS = 1e9
+
+
 def seconds(profile: Mapping[str, object], key: str) -> float:
-    """A profiled time: a finite number >= 0 (a bool or a string is a typo, not a time)."""
+    """A profiled time: a number from 0 to MAX_PROFILED_SECONDS (a bool or a string is a typo, not a time)."""
     value = profile.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-        raise PlacementError(f"profile_data.{key} must be a finite number of seconds >= 0, got {value!r}")
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int | float)
+        or not 0 <= value <= MAX_PROFILED_SECONDS  # also refuses nan and inf
+    ):
+        raise PlacementError(
+            f"profile_data.{key} must be a finite number of seconds >= 0 (at most {MAX_PROFILED_SECONDS:g}), got {value!r}"
+            f"{not_a_number_hint(value)}"
+        )
     return float(value)
 
 

@@ -19,7 +19,7 @@ import typer
 from typer._click.exceptions import ClickException, NoArgsIsHelpError
 
 from placement_core.cli import autotune, plan
-from placement_core.cli.common import EXIT_BAD_INPUT, one_line
+from placement_core.cli.common import EXIT_BAD_INPUT, OutputClosed, one_line
 
 app = typer.Typer(
     name="rlplace",
@@ -76,7 +76,7 @@ def main(args: list[str] | None = None) -> None:
     except typer.Abort:
         sys.stderr.write("error: interrupted\n")
         status = 1
-    except BrokenPipeError:
+    except (BrokenPipeError, OutputClosed):
         # The reader (`| head`) went away: stop quietly, and keep Python from reporting the flush at exit.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         status = 1

@@ -7,7 +7,9 @@ needs numpy and scipy; they are imported inside the commands, so `rlplace plan` 
 
 from __future__ import annotations
 
+import codecs
 import enum
+import io
 import json
 import os
 import tempfile
@@ -19,7 +21,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from placement_core.cli.common import STDIN, console, fail, load_config, user_errors, write_out
+from placement_core.cli.common import STDIN, NoComposeOpt, console, fail, load_config, user_errors, write_out
 from placement_core.configfile import quote
 
 if TYPE_CHECKING:
@@ -65,6 +67,7 @@ def autotune(
             help="Replace cluster.component_placement in CONFIG.yaml with the result, keeping its comments and layout.",
         ),
     ] = False,
+    no_compose: NoComposeOpt = False,
 ) -> None:
     """Find the component placement with the shortest predicted iteration time.
 
@@ -77,7 +80,7 @@ def autotune(
 
     if write and config_path == STDIN:
         fail("--write needs a config file, not stdin")
-    config = load_config(config_path)
+    config = load_config(config_path, compose=not no_compose)
     with user_errors(), _progress_bar() as progress:
         result = autoplace.autotune(read_job(config), cost_model.value, progress=progress)
     if output_format is OutputFormat.json:
@@ -98,12 +101,13 @@ def cost(
     config_path: ConfigArg,
     cost_model: CostModelOpt = CostModelOption.scaling,
     output_format: FormatOpt = OutputFormat.text,
+    no_compose: NoComposeOpt = False,
 ) -> None:
     """Print the predicted iteration time of the placement already in the config."""
     from placement_core import autoplace
     from placement_core.jobconfig import read_job
 
-    config = load_config(config_path)
+    config = load_config(config_path, compose=not no_compose)
     with user_errors():
         schedule = autoplace.predict(read_job(config), cost_model.value)
     if output_format is OutputFormat.json:
@@ -126,17 +130,22 @@ def cost(
 def write_placement(path: Path, placement: Mapping[str, str]) -> None:
     """Set `cluster.component_placement` in the YAML file at `path` to `placement`, keeping everything else
     (comments, key order, quoting, indentation) as it was: ruamel.yaml's round-trip mode, then an atomic
-    replace so an interrupted write never leaves half a config."""
+    replace so an interrupted write never leaves half a config. A symlink is written through (the file it
+    points to is updated, the link stays), and the file's line endings (CRLF or LF) and UTF-8 BOM are kept."""
     from ruamel.yaml import YAML, CommentedMap
     from ruamel.yaml.error import YAMLError
     from ruamel.yaml.util import load_yaml_guess_indent
 
+    path = Path(os.path.realpath(path))
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
+        bom = data.startswith(codecs.BOM_UTF8)
+        crlf = b"\r\n" in data
+        text = data.decode("utf-8-sig").replace("\r\n", "\n")
         # ruamel does not keep the file's indentation by itself: it guesses the sequences' (and their dashes'
         # offset); a mapping's is the smallest indentation of a key line.
         document, sequence_indent, dash_offset = load_yaml_guess_indent(text)
-    except (OSError, YAMLError) as err:
+    except (OSError, YAMLError, UnicodeDecodeError) as err:
         fail(f"cannot update {quote(str(path))}: {err}")
     key_indents = [
         len(line) - len(line.lstrip(" "))
@@ -164,10 +173,11 @@ def write_placement(path: Path, placement: Mapping[str, str]) -> None:
             old.ca.items[list(old)[-1]] = trailing
     else:
         cluster["component_placement"] = CommentedMap(placement)
-    with tempfile.NamedTemporaryFile(
-        "w", encoding="utf-8", dir=path.parent, prefix=f".{path.name}.", delete=False
-    ) as tmp:
-        yaml.dump(document, tmp)
+    out = io.StringIO()
+    yaml.dump(document, out)
+    updated = out.getvalue().replace("\n", "\r\n") if crlf else out.getvalue()
+    with tempfile.NamedTemporaryFile("wb", dir=path.parent, prefix=f".{path.name}.", delete=False) as tmp:
+        tmp.write((codecs.BOM_UTF8 if bom else b"") + updated.encode("utf-8"))
     os.chmod(tmp.name, path.stat().st_mode & 0o7777)
     os.replace(tmp.name, path)
 

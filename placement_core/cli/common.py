@@ -13,7 +13,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
@@ -46,6 +46,15 @@ def one_line(message: str) -> str:
     return message
 
 
+#: `--no-compose`: every command that reads a job config takes it.
+NoComposeOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-compose", help="Read the config file alone: do not compose its Hydra defaults: list (docs/config.md)."
+    ),
+]
+
+
 def fail(message: str) -> NoReturn:
     """Print `error: <message>` on stderr (one line) and exit with status 2."""
     sys.stderr.write(f"error: {one_line(message)}\n")
@@ -62,11 +71,20 @@ def user_errors(where: str = "") -> Iterator[None]:
         fail(f"{where}{err}")
 
 
+class OutputClosed(Exception):
+    """The reader of stdout went away (`rlplace plan ... | head`). Not an OSError: click would take a broken
+    pipe for a normal end and exit 0, and a script could not tell that the output was cut."""
+
+
 def write_out(text: str) -> None:
-    """Data output: `text` on stdout exactly as given."""
-    sys.stdout.write(text)
-    if not text.endswith("\n"):
-        sys.stdout.write("\n")
+    """Data output: `text` on stdout exactly as given (flushed, so a closed pipe is reported here)."""
+    try:
+        sys.stdout.write(text)
+        if not text.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise OutputClosed from None
 
 
 def console(stderr: bool = False) -> Console:
@@ -112,14 +130,15 @@ def describe(path: str, what: str) -> str:
     return f"{what} on stdin" if path == STDIN else f"{what} {quote(path)}"
 
 
-def load_config(path: str) -> dict[str, Any]:
-    """The job config in `path` (`-` for stdin): strict YAML, bounded, interpolations resolved."""
+def load_config(path: str, compose: bool = True) -> dict[str, Any]:
+    """The job config in `path` (`-` for stdin): strict YAML, bounded, composed from its Hydra `defaults:` list
+    unless `compose` is false, each interpolation resolved when it can be (docs/config.md)."""
     from placement_core.configfile import MAX_CONFIG_BYTES
 
     where = describe(path, "config file")
     data = read_input(path, "config file", MAX_CONFIG_BYTES)
     with user_errors():
-        config = read_config_bytes(data, where)
+        config = read_config_bytes(data, where, None if path == STDIN else Path(path), compose)
     if str(config.get("apiVersion", "")).startswith("rlplace.io/"):
         fail(
             f"{where} is a Kubernetes {quote(config.get('kind', 'object'))} manifest (apply it with kubectl); "

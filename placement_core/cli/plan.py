@@ -7,6 +7,7 @@ import base64
 import binascii
 import enum
 import json
+import shlex
 import zlib
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Annotated
@@ -15,6 +16,7 @@ import typer
 
 from placement_core.cli.common import (
     MAX_INPUT_BYTES,
+    NoComposeOpt,
     describe,
     fail,
     load_config,
@@ -47,6 +49,9 @@ class OutputFormat(enum.StrEnum):
 class PlacementKindOption(enum.StrEnum):
     hybrid = "hybrid"
     model_parallel = "model-parallel"
+    model_parallel_eval = "model-parallel-eval"
+    multi_agent = "multi-agent"
+    multi_agent_eval = "multi-agent-eval"
 
 
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-o", help="Output format.")]
@@ -60,7 +65,11 @@ def plan(
     output_format: FormatOpt = OutputFormat.table,
     placement: Annotated[
         PlacementKindOption | None,
-        typer.Option(help="Placement class. Default: model-parallel when runner.task_type is reasoning, else hybrid."),
+        typer.Option(
+            help="Placement class. Default: the one the reference's entry script for runner.task_type uses "
+            "(reasoning: model-parallel, reasoning_eval: model-parallel-eval, each multi-agent when the config has "
+            "agentloop.workflow; any other task: hybrid)."
+        ),
     ] = None,
     no_isolate: Annotated[
         bool, typer.Option("--no-isolate", help="Let every process see all GPUs of its node.")
@@ -69,12 +78,13 @@ def plan(
         tuple[str, int] | None,
         typer.Option(metavar="COMPONENT RANK", help="Print the environment of one process as export lines."),
     ] = None,
+    no_compose: NoComposeOpt = False,
 ) -> None:
     """Print where every process of every component runs and which GPUs it sees (docs/placement.md)."""
     from placement_core.components import component_placement
     from placement_core.plan import build_plan
 
-    config = load_config(config_path)
+    config = load_config(config_path, compose=not no_compose)
     with user_errors():
         placed = component_placement(config, kind=placement.value if placement else None)
         planned = build_plan(placed, isolate_accelerator=not no_isolate)
@@ -83,7 +93,7 @@ def plan(
             processes = planned.component(component).processes
             if not 0 <= rank < len(processes):
                 fail(f"component '{component}' has ranks 0-{len(processes) - 1}, not {rank}")
-            write_out("".join(f"export {key}={_shell_quote(value)}\n" for key, value in processes[rank].env.items()))
+            write_out("".join(f"export {key}={shlex.quote(value)}\n" for key, value in processes[rank].env.items()))
             return
     print_plan(planned, output_format)
 
@@ -179,11 +189,25 @@ def print_plan(planned: Plan, output_format: OutputFormat) -> None:
         from placement_core.cli.render import indented_json
 
         # Indented down to the process list; each process is one line (see render.py for why).
-        write_out(indented_json(planned.to_dict(), levels=4))
+        write_out(indented_json(_with_sharing(planned), levels=4))
     elif output_format is OutputFormat.yaml:
-        write_out(dump_yaml(planned.to_dict()))
+        write_out(dump_yaml(_with_sharing(planned)))
     else:
         _print_tables(planned)
+
+
+def _with_sharing(planned: Plan) -> dict[str, object]:
+    """The plan's data with each component's `shares_with` (the other components on any of its GPUs or
+    robots, docs/cli.md) after its node groups: what a person reading the output wants, not stored in plans."""
+    from placement_core.plan import shares_with
+
+    data = planned.to_dict()
+    sharing = shares_with(planned)
+    for name, component in data["components"].items():
+        processes = component.pop("processes")
+        component["shares_with"] = list(sharing[name])
+        component["processes"] = processes
+    return data
 
 
 def dump_yaml(data: object) -> str:
@@ -194,16 +218,11 @@ def dump_yaml(data: object) -> str:
     return yaml.dump(data, Dumper=dumper, sort_keys=False, allow_unicode=True, width=2**31 - 1)
 
 
-def _shell_quote(value: str) -> str:
-    safe = value and all(c.isalnum() or c in ",._-/:=" for c in value) and value.isascii()
-    return value if safe else "'" + value.replace("'", "'\\''") + "'"
-
-
 def _print_tables(planned: Plan) -> None:
     from placement_core.cli.render import table
     from placement_core.plan import shared_with
 
-    sharing = shared_with(planned)
+    sharing = shared_with(planned, limit=TABLE_SHARED_WITH + 1)
     out = [f"mode: {planned.mode}\n"]
     for component in planned.components:
         groups = ",".join(component.node_groups)
@@ -217,12 +236,22 @@ def _print_tables(planned: Plan) -> None:
                 p.placement.node_group_label,
                 ",".join(map(str, p.placement.local_hardware_ranks)) or "-",
                 ",".join(p.placement.visible_accelerators) or "-",
-                ",".join(sharing[(component.name, p.rank)]) or "-",
+                _shared_cell(sharing[(component.name, p.rank)]),
             )
             for p in component.processes
         ]
         out.append(table(_COLUMNS, rows, right=(0,)))
     write_out("".join(out))
+
+
+#: Components a table's "shared with" cell names; more are shown as "...", `-o json` lists them.
+TABLE_SHARED_WITH = 8
+
+
+def _shared_cell(others: tuple[str, ...]) -> str:
+    if len(others) > TABLE_SHARED_WITH:
+        return ",".join(others[:TABLE_SHARED_WITH]) + ",..."
+    return ",".join(others) or "-"
 
 
 _COLUMNS = ("rank", "node", "group", "GPUs", "CUDA_VISIBLE_DEVICES", "shared with")

@@ -132,14 +132,17 @@ CONFIG_CASES: dict[str, tuple[str | bytes, str]] = {
         "    actor,rollout,reward: all\nactor: {model: big}\n",
         "actor.model must be a mapping (a section with keys), got 'big'",
     ),
-    "1e2 as num_nodes": (CLUSTER.replace("num_nodes: 1", "num_nodes: 1e2"), "is text to YAML, not a number; write 100"),
+    "1e2 as num_nodes": (
+        CLUSTER.replace("num_nodes: 1", "num_nodes: 1e2"),
+        "is text, not a number: write 100 without quotes",
+    ),
     "1e1 as a tp size": (
         "runner: {task_type: reasoning}\ncluster:\n  num_nodes: 2\n  component_placement:\n"
         "    actor,rollout,reward: all\nactor: {model: {tensor_model_parallel_size: 1e1}}\n",
         "write 10",
     ),
     "cluster is a number": ("cluster: 5\n", "cluster"),
-    "a list, not a mapping": ("- a\n- b\n", "must hold a YAML mapping, got list"),
+    "a list, not a mapping": ("- a\n- b\n", "must hold a YAML mapping, got a list"),
     "invalid YAML": ("cluster: [1, 2\n", "is not valid YAML at line 2"),
     "tab indentation": ("cluster:\n\tnum_nodes: 1\n", "is not valid YAML"),
     # Bounded work.
@@ -156,7 +159,10 @@ CONFIG_CASES: dict[str, tuple[str | bytes, str]] = {
     "interpolation doubling to nothing": (doubling(""), "interpolations would expand to about"),
     "interpolation loop": ("a: ${b}\nb: ${a}\n" + CLUSTER.replace("num_nodes: 1", "num_nodes: ${a}"), "Recursive"),
     "interpolation to nowhere": (CLUSTER.replace("num_nodes: 1", "num_nodes: ${nope.x}"), "'nope.x' not found"),
-    "bad interpolation syntax": (CLUSTER.replace("num_nodes: 1", "num_nodes: ${a"), "cannot resolve"),
+    "bad interpolation syntax": (
+        CLUSTER.replace("num_nodes: 1", "num_nodes: ${a"),
+        "cluster.num_nodes is '${a', which cannot be resolved",
+    ),
     # A placement error quotes at most ~200 characters of a huge value.
     "huge bad placement": (CLUSTER.replace("0-3", "3-1" + "9" * 1_000_000), "characters)"),
     "rlplace manifest": ("apiVersion: rlplace.io/v1\nkind: RLJob\n", "apply it with kubectl"),

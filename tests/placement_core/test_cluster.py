@@ -173,11 +173,11 @@ def test_cluster_object_api():
 @pytest.mark.parametrize(
     ("value", "shown"),
     [
-        ("2", r"'2' \('2' is text to YAML, not a number; write 2\)"),
+        ("2", r"'2' \('2' is text, not a number: write 2 without quotes; a value from .*makes it a number\)"),
         (0, "0"),
         (-1, "-1"),
-        (True, "True"),
-        (None, "None"),
+        (True, "true"),
+        (None, "null"),
         (1.5, "1.5"),
     ],
 )
@@ -197,7 +197,7 @@ def test_cluster_must_be_a_mapping():
         ([8, 8], r"lists 2 counts for 3 nodes"),
         (-1, r"must hold integers from 0 to 1024, got -1"),
         ("8", r"must hold integers from 0 to 1024, got '8'"),
-        ([8, True, 8], r"must hold integers from 0 to 1024, got True"),
+        ([8, True, 8], r"must hold integers from 0 to 1024, got true"),
     ],
 )
 def test_bad_accelerators_per_node(value, message):
@@ -246,7 +246,7 @@ def test_reserved_labels(label):
 
 def test_unknown_node_group_field():
     with pytest.raises(
-        PlacementError, match=r"node group 'a800': unknown field 'node_rank' \(allowed: label, node_ranks"
+        PlacementError, match=r"node group 'a800': unknown key 'node_rank'; did you mean 'node_ranks'\? \(known: label"
     ):
         cluster_with({"label": "a800", "node_rank": 0})
 
@@ -356,7 +356,7 @@ def test_ignore_hardware_must_be_a_bool():
         ([{"node_ranks": 0, "env_vars": {"A": 1}}], r"env_configs\[0\]: env_vars must be a list of one-key mappings"),
         (
             [{"node_ranks": 0, "env_vars": [{"A": 1, "B": 2}]}],
-            r"env_configs\[0\]: env_vars entry \{'A': 1, 'B': 2\} must be a one-key mapping",
+            r"env_configs\[0\]: env_vars entry \{A: 1, B: 2\} must be a one-key mapping",
         ),
         ([{"node_ranks": 0, "env_vars": ["A=1"]}], r"env_configs\[0\]: env_vars entry 'A=1' must be a one-key mapping"),
         ([{"node_ranks": "x", "env_vars": []}], r"env_configs\[0\]: malformed node ranks 'x'"),
@@ -387,7 +387,9 @@ def test_composite_space_errors():
 
 
 def test_hardware_type_alone_is_an_unknown_field():
-    with pytest.raises(PlacementError, match=r"node group 'robot': unknown field 'hardware_type'"):
+    with pytest.raises(
+        PlacementError, match=r"node group 'robot': unknown key 'hardware_type'; did you mean 'hardware'"
+    ):
         cluster_with({"label": "robot", "node_ranks": 2, "hardware_type": "Franka"})
 
 

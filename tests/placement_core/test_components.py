@@ -285,7 +285,7 @@ def test_mapping_value_with_unknown_field():
 
 
 def test_placement_must_be_text():
-    assert error({"actor": ["0-1"]}) == "component 'actor': placement must be a string like '0-7' or 'all', got ['0-1']"
+    assert error({"actor": ["0-1"]}) == "component 'actor': placement must be a string like '0-7' or 'all', got [0-1]"
     assert error({"actor": None}).startswith("component 'actor': placement must be a string")
 
 

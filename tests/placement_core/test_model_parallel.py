@@ -38,7 +38,7 @@ def job(
         "actor": {
             "model": {
                 "tensor_model_parallel_size": actor_tp,
-                "context_model_parallel_size": actor_cp,
+                "context_parallel_size": actor_cp,
                 "pipeline_model_parallel_size": actor_pp,
             }
         },
@@ -276,10 +276,10 @@ def test_rollout_tp_larger_than_its_gpus():
     [
         (
             {"actor_tp": "2"},
-            "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2' ('2' is text to YAML, not a number; write 2)",
+            "actor.model.tensor_model_parallel_size must be an integer >= 1, got '2' ('2' is text, not a number: write 2 without quotes; a value from ${oc.env:NAME} is always text, ${oc.decode:${oc.env:NAME}} makes it a number)",
         ),
         ({"rollout_tp": 0}, "rollout.tensor_parallel_size must be an integer >= 1, got 0"),
-        ({"rollout_pp": True}, "rollout.pipeline_parallel_size must be an integer >= 1, got True"),
+        ({"rollout_pp": True}, "rollout.pipeline_parallel_size must be an integer >= 1, got true"),
         ({"recompute": "yes"}, "algorithm.recompute_logprobs must be true or false, got 'yes'"),
         ({"auto": 1}, "cluster.auto_scheduler must be true or false, got 1"),
     ],

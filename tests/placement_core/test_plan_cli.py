@@ -201,7 +201,12 @@ def test_json_and_yaml(write, fmt):
         assert len(component["processes"]) == component["world_size"]
         for process in component["processes"]:
             assert set(PLACEMENT_FIELDS) <= set(process)
-    assert data == build_plan(plan_of(REASONING)).to_dict()
+    # The stored plan, plus each component's shares_with (the other components on any of its GPUs).
+    planned = build_plan(plan_of(REASONING))
+    shares = {name: component.pop("shares_with") for name, component in data["components"].items()}
+    assert data == planned.to_dict()
+    assert shares == {"actor": ["rollout", "reward"], "rollout": ["actor", "reward"], "reward": ["actor", "rollout"]}
+    assert list(data["components"]["actor"]) == ["world_size", "strategy", "node_groups", "hardware_ranks", "processes"]
 
 
 def test_json_of_a_large_cluster_is_not_wrapped(write):
@@ -308,7 +313,7 @@ def test_bad_yaml(write):
 
 
 @pytest.mark.parametrize(
-    ("text", "kind"), [("- a\n- b\n", "list"), ("just text\n", "str"), ("# only a comment\n", "NoneType")]
+    ("text", "kind"), [("- a\n- b\n", "a list"), ("just text\n", "text"), ("# only a comment\n", "null (nothing)")]
 )
 def test_non_mapping_yaml(write, text, kind):
     path = write(text)
@@ -325,7 +330,9 @@ def test_placement_error(write):
 def test_cluster_error(write):
     path = write("cluster:\n  num_nodes: '2'\n  component_placement:\n    actor: all\n")
     _assert_one_line_error(
-        invoke(path), "cluster.num_nodes must be an integer > 0, got '2' ('2' is text to YAML, not a number; write 2)"
+        invoke(path),
+        "cluster.num_nodes must be an integer > 0, got '2' ('2' is text, not a number: write 2 without quotes; a value "
+        "from ${oc.env:NAME} is always text, ${oc.decode:${oc.env:NAME}} makes it a number)",
     )
 
 
