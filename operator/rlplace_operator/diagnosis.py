@@ -537,8 +537,22 @@ def _pod_loss(info: _Pod, pod: Mapping, nodes: Mapping[str, Mapping]) -> tuple[d
     return None
 
 
+def _gone_pod(name: str, host: str | None, clusters: set[str]) -> _Pod | None:
+    """A pod known only by name: the head or a worker of one of `clusters` (KubeRay names them
+    <cluster>-head-<random> and <cluster>-<group>-worker-<random>); None when it is no pod of theirs. Without
+    clusters (none of the job's pods is left) any Ray-looking name counts."""
+    rests = [name[len(cluster) + 1 :] for cluster in clusters if name.startswith(f"{cluster}-")] or (
+        [] if clusters else [name]
+    )
+    for rest in rests:
+        role = "head" if rest.startswith("head-") or "-head-" in rest else _role_from_name(rest)
+        if role != "pod":
+            return _Pod(name, role, _group_rank(rest) if role == "worker" else None, host, None)
+    return None
+
+
 def _gone_pod_loss(
-    events: Sequence[Mapping], present: set[str], prefixes: tuple[str, ...], nodes: Mapping[str, Mapping]
+    events: Sequence[Mapping], present: set[str], clusters: set[str], nodes: Mapping[str, Mapping]
 ) -> list[tuple[dt.datetime | None, _Pod, str, str]]:
     """Losses of the job's pods that no longer exist, from the events about them (the kubelet names the node
     it runs on as the event's source host)."""
@@ -549,11 +563,10 @@ def _gone_pod_loss(
         reason = _LOSS_EVENTS.get(event.get("reason") or "")
         if involved.get("kind") != "Pod" or name in present or reason is None:
             continue
-        if prefixes and not name.startswith(prefixes):
-            continue
         host = (event.get("source") or {}).get("host") or event.get("reportingInstance") or None
-        role = _role_from_name(name)
-        info = _Pod(name, role, _group_rank(name) if role == "worker" else None, host, None)
+        info = _gone_pod(name, host, clusters)
+        if info is None:
+            continue
         when = _event_first_time(event)
         node = _node_not_ready(nodes, host)
         what = {
@@ -589,7 +602,7 @@ def lost_process(
     ordered = _pods(pods)
     present = {info.name for info, _ in ordered}
     clusters = {
-        f"{cluster}-"
+        cluster
         for _, pod in ordered
         if (cluster := ((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/cluster"))
     }
@@ -598,7 +611,7 @@ def lost_process(
         loss = _pod_loss(info, pod, nodes)
         if loss is not None:
             losses.append((loss[0], info, loss[1], loss[2]))
-    losses += _gone_pod_loss(events, present, tuple(sorted(clusters)), nodes)
+    losses += _gone_pod_loss(events, present, clusters, nodes)
     launcher = _launcher_line(driver_log_tail)
     if losses:
         far_future = dt.datetime.max.replace(tzinfo=dt.UTC)
