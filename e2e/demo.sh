@@ -37,8 +37,10 @@ stop_local_operator() {
 # and its CRDs stay; `make cluster-down` removes the rest). Quick and quiet when the cluster is already gone.
 stop_chart_operator() {
   [[ -f $KUBECONFIG ]] || return 0
-  timeout 20 "$(tool_bin kubectl)" --request-timeout=5s -n "$RELEASE_NAMESPACE" get deployment \
-    -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null | while read -r deployment; do
+  local deployments deployment
+  deployments=$(timeout 20 "$(tool_bin kubectl)" --request-timeout=5s -n "$RELEASE_NAMESPACE" get deployment \
+    -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null) || return 0
+  for deployment in $deployments; do
     log "stopping the operator ($deployment in $RELEASE_NAMESPACE)"
     timeout 20 "$(tool_bin kubectl)" --request-timeout=5s -n "$RELEASE_NAMESPACE" scale "$deployment" \
       --replicas=0 >/dev/null 2>&1 || true
