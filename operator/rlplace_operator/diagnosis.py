@@ -38,6 +38,7 @@ INVALID_IMAGE = "InvalidImage"
 IMAGE_PULL_FAILED = "ImagePullFailed"
 CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
 CONTAINER_START_FAILED = "ContainerStartFailed"
+IMAGE_RUNS_AS_ROOT = "ImageRunsAsRoot"
 UNSCHEDULABLE = "Unschedulable"
 POD_REJECTED = "PodRejected"
 POD_DELETED = "PodDeleted"
@@ -69,7 +70,8 @@ class Cause:
     message: str
     """One line of at most MAX_MESSAGE_CHARS: which pod (component, ranks, node) and the cause, quoted."""
     permanent: bool
-    """Retrying cannot help (Pod Security, an invalid image name, an invalid pod): the job ends Failed."""
+    """Retrying cannot help (Pod Security, an invalid image name, an image that runs as root, an invalid pod):
+    the job ends Failed."""
 
 
 # -- reading the API's objects -------------------------------------------------------------------------------
@@ -392,6 +394,9 @@ def _container_problem(
             detail = f": {last['message']}" if last.get("message") else ""
             restarts = status.get("restartCount", 0)
             return 3, _cause(CRASH_LOOP_BACK_OFF, f"{where} crashes at start ({exited}, {restarts} restarts){detail}")
+        if why == "CreateContainerConfigError" and ("runAsNonRoot" in said or "non-numeric user" in said):
+            # The image's user is root or a name the kubelet cannot check: the same image never starts.
+            return 1, _cause(IMAGE_RUNS_AS_ROOT, f"{where} cannot start as non-root: {said}", True)
         if why in ("CreateContainerConfigError", "CreateContainerError", "RunContainerError"):
             started = _time((pod.get("status") or {}).get("startTime")) or info.created
             if started is not None and now - started < CONTAINER_START_GRACE:

@@ -167,6 +167,27 @@ def test_an_invalid_image_name_is_permanent_at_once() -> None:
     assert "worker pod 'job-node-1-worker-x' (node rank 1, node 'a800-1') container 'ray-worker'" in cause.message
 
 
+def test_an_image_that_runs_as_root_is_permanent_at_once() -> None:
+    said = 'container has runAsNonRoot and image will run as root (pod: "ns/job-head-x", container: ray-head)'
+    root = pod(
+        "job-head-x", role="head", group=None, **waiting("CreateContainerConfigError", said, container="ray-head")
+    )
+    cause = provisioning_failure([root], [], NOW)
+    assert cause == Cause(
+        diagnosis.IMAGE_RUNS_AS_ROOT,
+        f"Ray head pod 'job-head-x' (node 'a800-1') container 'ray-head' cannot start as non-root: {said}",
+        True,
+    )
+    missing = pod(
+        "job-head-y", role="head", group=None, **waiting("CreateContainerConfigError", 'configmap "x" not found')
+    )
+    missing["status"]["startTime"] = at(-5)
+    assert provisioning_failure([missing], [], NOW) is None  # a ConfigMap may still be on its way
+    missing["status"]["startTime"] = at(-30)
+    cause = provisioning_failure([missing], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.CONTAINER_START_FAILED, False)
+
+
 def test_an_image_pull_failure_waits_for_its_grace_then_quotes_the_kubelet() -> None:
     failing = pod("job-node-1-worker-x", **waiting("ImagePullBackOff", 'Back-off pulling image "nope:1"'))
     pulled = event(
