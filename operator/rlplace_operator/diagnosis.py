@@ -432,8 +432,9 @@ def provisioning_failure(pods: Sequence[Mapping], events: Sequence[Mapping], now
     problem is still within its grace).
 
     `pods` are the job's pods, `events` the events about them and about the job's RayCluster, RayJob and
-    submitter Job, `now` the current time (naive means UTC). Permanent causes (Pod Security, an invalid image name, an invalid
-    pod) come first, then the head's problems before the workers' (by node rank) and the submitter's.
+    submitter Job, `now` the current time (naive means UTC). Permanent causes (Pod Security, an invalid image
+    name, an image that runs as root, an invalid pod) come first, then the head's problems before the workers'
+    (by node rank) and the submitter's.
     """
     now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
     ordered = _pods(pods)
