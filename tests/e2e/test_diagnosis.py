@@ -206,6 +206,15 @@ def failing_pods(kubeconfig: str, restricted: str, real_node: str) -> dict[str, 
             imagePullPolicy="Never",
             command=["sh", "-c", "echo cannot start >&2; exit 3"],
         ),
+        "oom": ray_like_pod(
+            "diag-node-0-worker-oom",
+            real_node,
+            ray_image,
+            imagePullPolicy="Never",
+            restartPolicy="Never",
+            # Bytes really written (a zeroed bytearray would stay unmapped and never count against the limit).
+            command=["python3", "-c", "b = b'x' * (512 * 1024 * 1024); print(len(b))"],
+        ),
         "unschedulable": ray_like_pod(
             "diag-node-0-worker-nofit", "a800-1", ray_image, resources={"limits": {"nvidia.com/gpu": "100"}}
         ),
@@ -448,6 +457,36 @@ def test_a_deleted_pod_is_named_from_the_kubelets_events(kubeconfig: str, restri
         cause,
         parts,
         pods=[survivor],
+        events=events,
+        plan=one_node_plan(),
+    )
+
+
+def test_an_oom_killed_container_is_named_with_its_memory_limit(
+    kubeconfig: str, restricted: str, failing_pods: dict[str, str]
+) -> None:
+    name = failing_pods["oom"]
+
+    def terminated() -> list[dict]:
+        pods = [p for p in get_json(kubeconfig, "pods", "-n", restricted) if p["metadata"]["name"] == name]
+        statuses = [s for p in pods for s in p["status"].get("containerStatuses") or []]
+        return pods if any("terminated" in s["state"] for s in statuses) else []
+
+    pods = wait_for(terminated, 120, f"{name} terminated", interval=1)
+    events = events_about(kubeconfig, restricted, name)
+    cause = lost_process(pods, events, {}, one_node_plan(), "")
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.OOM_KILLED, False), (cause, pods)
+    parts = [
+        f"worker pod '{name}' (node rank 0, node '",
+        "actor ranks 0-3) container 'ray-worker' OOMKilled (memory limit 128Mi)",
+    ]
+    record(
+        "worker-oom-killed",
+        "lost",
+        "pod on a real node writing 512 MiB under a 128Mi limit",
+        cause,
+        parts,
+        pods=pods,
         events=events,
         plan=one_node_plan(),
     )
