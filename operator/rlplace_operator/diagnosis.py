@@ -384,8 +384,13 @@ def _container_problem(
                 continue
             error = _pull_error(events, info.name, said or why)
             return 2, _cause(IMAGE_PULL_FAILED, f"{where} cannot pull its image: {error}")
-        if why == "CrashLoopBackOff":
-            last = (status.get("lastState") or {}).get("terminated") or {}
+        now_terminated = (status.get("state") or {}).get("terminated") or {}
+        restarting = (pod.get("spec") or {}).get("restartPolicy", "Always") != "Never"
+        # Between restarts the kubelet shows the container as waiting in CrashLoopBackOff, or (Kubernetes 1.35)
+        # still terminated with its exit code while it backs off.
+        crashed_again = restarting and status.get("restartCount", 0) >= 1 and now_terminated.get("exitCode", 0) != 0
+        if why == "CrashLoopBackOff" or crashed_again:
+            last = now_terminated or (status.get("lastState") or {}).get("terminated") or {}
             exited = f"exit code {last.get('exitCode', '?')}"
             if last.get("reason"):
                 exited += f" ({last['reason']})"
