@@ -92,7 +92,12 @@ def test_the_example_job_runs_to_succeeded_in_a_restricted_namespace(
 def test_the_charts_operator_deployment_is_restricted(kubeconfig: str, restricted_jobs: Jobs) -> None:
     """Server-side dry run of the chart's Deployment in the restricted namespace: Pod Security warns about a
     workload whose pods it would refuse; it says nothing here."""
-    manifest = run_tool("helm", kubeconfig, "template", "rlplace", str(CHART), "-n", restricted_jobs.namespace).stdout
+    # `helm template` renders offline: it is told the cluster's Kubernetes version (the chart requires >= 1.30).
+    version = ("--kube-version", "v1.35.0")
+    manifest = run_tool(
+        "helm", kubeconfig, "template", "rlplace", str(CHART), *version, "-n", restricted_jobs.namespace
+    )
+    manifest = manifest.stdout
     (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
     result = run_tool(
         "kubectl",
