@@ -431,7 +431,7 @@ def _forwarder(worker: type, name: str) -> Any:
         def forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
             # A loop, not `yield from`: Ray resumes a streaming generator with send(), which an iterator a
             # worker's generator delegates to may not have.
-            for item in getattr(self._rlplace_worker, name)(*args, **kwargs):
+            for item in getattr(self._rlplace_worker, name)(*args, **kwargs):  # noqa: UP028
                 yield item
 
     else:
