@@ -210,7 +210,7 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     if last is not None:
         if last.blob("weights") != weights_of(last.step):
             raise LaunchError(f"checkpoint of step {last.step} holds other weights than it saved")
-        resumed_from, total_score = last.step, float(last.state["total_score"])
+        resumed_from, total_score = last.step, float(last.state.get("total_score", 0.0))
     this_attempt = store.attempt if store else 1
     first = resumed_from + 1
     gpus = {name: component_gpus(plan, name) for name in groups}
