@@ -215,7 +215,7 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     first = resumed_from + 1
     gpus = {name: component_gpus(plan, name) for name in groups}
     for step in range(first, options.steps + 1):
-        timer = StepTimer()
+        timer = StepTimer(order=list(groups))
         if options.laws is None:
             total_score += demo_step(groups, timer)
         else:
