@@ -404,8 +404,8 @@ def _host(worker: type) -> type:
         "__module__": __name__,
     }
     for name in dir(worker):
-        if name in members or name.startswith("__") or not callable(getattr(worker, name, None)):
-            continue
+        if name in members or name.startswith("__") or not inspect.isfunction(_function(worker, name)):
+            continue  # as Ray: methods only (not nested classes or callable attributes); no dunders
         members[name] = _forwarder(worker, name)
     return type(worker.__name__, (), members)
 
@@ -414,8 +414,7 @@ def _forwarder(worker: type, name: str) -> Any:
     """A method that calls `name` on the held worker, of the same kind as the worker's (Ray decides async and
     streaming actors from the kinds), with the worker's Ray method options and its signature (names and
     kinds only: annotations and defaults may be the user's objects, whose modules must not load early)."""
-    target = inspect.getattr_static(worker, name)
-    function = target.__func__ if isinstance(target, (staticmethod, classmethod)) else target
+    function = _function(worker, name)
     if inspect.isasyncgenfunction(function):
 
         async def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -444,13 +443,20 @@ def _forwarder(worker: type, name: str) -> Any:
     for key, value in vars(function).items() if hasattr(function, "__dict__") else ():
         if key.startswith("__ray_") and isinstance(value, (str, int, float, bool, type(None))):
             setattr(forward, key, value)
-    signature = _plain_signature(getattr(worker, name), bound=not isinstance(target, staticmethod | classmethod))
+    has_self = not isinstance(inspect.getattr_static(worker, name), staticmethod | classmethod)
+    signature = _plain_signature(getattr(worker, name), has_self)
     if signature is not None:
         forward.__signature__ = signature  # type: ignore[attr-defined]
     return forward
 
 
-def _plain_signature(method: Any, bound: bool) -> inspect.Signature | None:
+def _function(worker: type, name: str) -> Any:
+    """The function behind attribute `name` of the class (unwrapped from staticmethod / classmethod)."""
+    target = inspect.getattr_static(worker, name)
+    return target.__func__ if isinstance(target, staticmethod | classmethod) else target
+
+
+def _plain_signature(method: Any, has_self: bool) -> inspect.Signature | None:
     """`method`'s parameters with a leading `self` (for the host), annotations dropped and defaults None."""
     try:
         signature = inspect.signature(method)
@@ -460,7 +466,7 @@ def _plain_signature(method: Any, bound: bool) -> inspect.Signature | None:
         p.replace(annotation=inspect.Parameter.empty, default=None if p.default is not p.empty else p.empty)
         for p in signature.parameters.values()
     ]
-    if not bound:
+    if not has_self:
         params.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD))
     return inspect.Signature(params)
 
