@@ -221,8 +221,8 @@ class LaunchOptions:
     docstring for what that covers). Actors share Ray's worker pool, so they start about as fast as plain
     ones. `runtime_env`: Ray sets the environment when it starts the worker process (for code that runs
     before any actor: a `worker_process_setup_hook`, `sitecustomize`); each distinct runtime_env gets its
-    own worker pool and setup round trip. benchmarks/launch_scale.py, 64 processes on 4 simulated nodes, three
-    runs on a busy 2-core machine: `constructor` 1.14x plain Ray, `runtime_env` 2.08x (docs/driver.md)."""
+    own worker pool and setup round trip. benchmarks/launch_scale.py, 64 processes on 4 simulated nodes, four
+    runs on a busy 2-core machine: `constructor` 1.06x plain Ray, `runtime_env` 1.87x (docs/driver.md)."""
     pin_node_by: Literal["label", "resource"] = "label"
     """How an actor is held to its planned node: `label`, Ray's `label_selector` on the node label the operator
     sets (Ray's own node targeting); `resource`, one unit of the node's custom resource. Both are exact;
