@@ -64,6 +64,8 @@ class Job:
     annotations: Mapping[str, str] = field(default_factory=dict)
     #: The update handler saw the rlplace.io/profile annotation change (a re-plan, as a spec change).
     profile_changed: bool = False
+    #: Read from the API just now (a handler's body, a GET), not from an index that may lag behind writes.
+    fresh: bool = False
 
     @property
     def key(self) -> tuple[str, str]:
@@ -212,7 +214,7 @@ def _status(wire: Mapping[str, Any]) -> RLJobStatus:
 def reconcile(job: Job, world: World) -> Outcome:
     """What to do about `job` in `world`, and the status that describes it (see the module docstring)."""
     status = dict(job.status)
-    if _driver_done(job):
+    if _driver_done(job) and not job.profile_changed:
         return Outcome((), _status(status))  # ended for this spec: nothing to do until the spec changes
     if job.spec.get("suspend"):
         if status.get("phase") == JobPhase.SUSPENDED and status.get("observedGeneration") == job.generation:
@@ -425,4 +427,6 @@ def job_pod_key(labels: Mapping[str, str], namespace: str) -> tuple[str, str] | 
 
 
 def status_wire(status: RLJobStatus) -> dict[str, Any]:
-    return dump(status)
+    """The status as written: camelCase, no nulls, and no empty top-level lists (an unset list is absent on
+    the wire, so an unchanged job compares equal and costs no write)."""
+    return {key: value for key, value in dump(status).items() if value != []}

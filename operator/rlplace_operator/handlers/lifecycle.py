@@ -15,7 +15,6 @@ deleting a job must not need the operator. Each job is looked at by the timer of
 
 from __future__ import annotations
 
-import base64
 import datetime as dt
 import logging
 import re
@@ -25,7 +24,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.contract import PLAN_GZIP_KEY, PLAN_KEY
+from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
@@ -36,7 +35,7 @@ from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.queue import Ledger, Snapshot, copy_index, queue_pass
 from rlplace_operator.handlers.raycluster import raycluster_ready
 from rlplace_operator.k8s import Kube, StatusConflict
-from rlplace_operator.models import GROUP, VERSION, JobPhase, dump
+from rlplace_operator.models import GROUP, VERSION, JobPhase
 from rlplace_operator.names import (
     API_VERSION,
     JOB_LABEL,
@@ -63,6 +62,7 @@ from rlplace_operator.reconcile import (
     admitted_since,
     holds_nodes,
     reconcile,
+    status_wire,
 )
 
 logger = logging.getLogger(__name__)
@@ -124,7 +124,7 @@ def snapshot_of(indexes: Mapping[str, Any]) -> tuple[Snapshot, dict[tuple[str, s
 # -- observe ---------------------------------------------------------------------------------------------------
 
 
-def job_of(key: tuple[str, str], entry: Mapping[str, Any], profile_changed: bool = False) -> Job:
+def job_of(key: tuple[str, str], entry: Mapping[str, Any], profile_changed: bool = False, fresh: bool = False) -> Job:
     return Job(
         namespace=key[0],
         name=key[1],
@@ -136,6 +136,7 @@ def job_of(key: tuple[str, str], entry: Mapping[str, Any], profile_changed: bool
         created=entry.get("created", ""),
         annotations=entry.get("annotations") or {},
         profile_changed=profile_changed,
+        fresh=fresh,
     )
 
 
@@ -150,7 +151,7 @@ def job_of_body(body: Mapping[str, Any], profile_changed: bool = False) -> Job:
         "created": metadata.get("creationTimestamp", ""),
         "annotations": dict(metadata.get("annotations") or {}),
     }
-    return job_of((metadata["namespace"], metadata["name"]), entry, profile_changed)
+    return job_of((metadata["namespace"], metadata["name"]), entry, profile_changed, fresh=True)
 
 
 def _owned(child: Mapping[str, Any] | None, uid: str) -> bool:
@@ -203,15 +204,11 @@ def job_events(
 
 
 def _plan_of(kube: Kube, job: Job) -> Plan | None:
-    configmap = kube.get_configmap(job.namespace, placement_configmap_name(job.name)) or {}
+    configmap = kube.get_configmap(job.namespace, placement_configmap_name(job.name))
     try:
-        if PLAN_KEY in (configmap.get("data") or {}):
-            return Plan.from_json(configmap["data"][PLAN_KEY])
-        if PLAN_GZIP_KEY in (configmap.get("binaryData") or {}):
-            return Plan.from_json(base64.b64decode(configmap["binaryData"][PLAN_GZIP_KEY]))
+        return None if configmap is None else plan_from_configmap(configmap)
     except PlacementError:
         return None
-    return None
 
 
 def _job_nodes(kube: Kube, job: Job, pods: Sequence[Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
@@ -341,12 +338,16 @@ def run(
         outcome = reconcile(job, observer.world(job, queue, fresh))
         try:
             if any(isinstance(a, Provision) for a in outcome.actions):
+                if not job.fresh:
+                    # Children are applied before the status is written: decide on the job as it is now, not
+                    # on an index entry that may lag behind a write that already ended or requeued it.
+                    raise StatusConflict(job.name)
                 wanted, error = rljob.provision(job, kube, ledger, observer.snapshot, retry)
                 kube.write_rljob_status(_ref(job), job.status, wanted, job.resource_version)
                 if error is not None:
                     raise error
                 return None
-            wanted = dump(outcome.status)
+            wanted = status_wire(outcome.status)
             kube.write_rljob_status(_ref(job), job.status, wanted, job.resource_version)
         except StatusConflict:
             again = _reread(kube, job)
@@ -375,8 +376,10 @@ def rljob_changed(
     run(memo.kube, memo.ledger, Observer(memo.kube, snapshot, rayjobs), job, retry=retry)
 
 
-def _child_changed(namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
-    if type == "DELETED" or JOB_LABEL not in labels:
+def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
+    """Reconcile the job a RayCluster or RayJob belongs to (its deletion too: a job that still holds nodes and
+    lost its child is planned again)."""
+    if JOB_LABEL not in labels:
         return
     snapshot, rayjobs = snapshot_of(kwargs)
     key = (namespace, labels[JOB_LABEL])
@@ -387,15 +390,15 @@ def _child_changed(namespace: str, labels: kopf.Labels, type: str, memo: kopf.Me
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
-def raycluster_changed(namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **kwargs: Any) -> None:
+def raycluster_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
     """A job's RayCluster changed (readiness, KubeRay's events): reconcile the job."""
-    _child_changed(namespace, labels, type, memo, kwargs)
+    _child_changed(namespace, labels, memo, kwargs)
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
-def rayjob_changed(namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **kwargs: Any) -> None:
+def rayjob_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
     """A job's RayJob changed (the driver started, ended or was submitted again): reconcile the job."""
-    _child_changed(namespace, labels, type, memo, kwargs)
+    _child_changed(namespace, labels, memo, kwargs)
 
 
 def _safely(memo: kopf.Memo, observer: Observer, job: Job, queue: Decision | None = None) -> float | None:
