@@ -1,18 +1,25 @@
 #!/usr/bin/env bash
-# `make demo`: the local control plane, rlplace's CRDs, the operator (a local process), the example NodeGroups
+# `make demo`: the local control plane, rlplace installed the way users install it (`helm install` of
+# charts/rlplace with the operator image `make images` built, its pod on a real node), the example NodeGroups
 # and RLJobs; then shows what they became. Everything keeps running until `make cluster-down`.
+# A cluster without real nodes (RLPLACE_E2E_REAL_NODES=0: kwok runs no containers) gets the chart without its
+# Deployment and the operator as a local process instead, as `make operator` runs it for development.
 #   e2e/demo.sh               run the demo
 #   e2e/demo.sh stop-operator stop the demo's operator (cluster-down calls it)
 set -euo pipefail
 source "$(dirname "$0")/cluster/lib.sh"
+source "$(dirname "$0")/images.env"
 E2E_LOG_PREFIX=demo
 cd "$E2E_REPO"
 export KUBECONFIG="$E2E_DIR/kubeconfig"
 PIDFILE="$E2E_DIR/operator.pid"
 LOGFILE="$E2E_DIR/operator.log"
+RELEASE=rlplace
+RELEASE_NAMESPACE=rlplace-system
 kubectl() { "$(tool_bin kubectl)" "$@"; }
+helm() { "$(tool_bin helm)" "$@"; }
 
-stop_operator() {
+stop_local_operator() {
   if [[ -f $PIDFILE ]]; then
     local pid
     pid=$(<"$PIDFILE")
@@ -26,8 +33,23 @@ stop_operator() {
   fi
 }
 
+# The in-cluster operator: its Deployment scaled to 0, so it stops acting before the cluster goes (the release
+# and its CRDs stay; `make cluster-down` removes the rest). Quick and quiet when the cluster is already gone.
+stop_chart_operator() {
+  [[ -f $KUBECONFIG ]] || return 0
+  local deployments deployment
+  deployments=$(timeout 20 "$(tool_bin kubectl)" --request-timeout=5s -n "$RELEASE_NAMESPACE" get deployment \
+    -l "app.kubernetes.io/instance=$RELEASE" -o name 2>/dev/null) || return 0
+  for deployment in $deployments; do
+    log "stopping the operator ($deployment in $RELEASE_NAMESPACE)"
+    timeout 20 "$(tool_bin kubectl)" --request-timeout=5s -n "$RELEASE_NAMESPACE" scale "$deployment" \
+      --replicas=0 >/dev/null 2>&1 || true
+  done
+}
+
 if [[ ${1:-} == stop-operator ]]; then
-  stop_operator
+  stop_local_operator
+  stop_chart_operator
   exit 0
 fi
 
@@ -35,27 +57,59 @@ if ! bash e2e/cluster/status.sh >/dev/null 2>&1; then
   bash e2e/cluster/up.sh
 fi
 
-log "installing rlplace's CRDs"
+stop_local_operator
+# The operator image is on the real nodes when `make images` built it and up.sh imported it.
+in_cluster=
+if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) ]]; then
+  in_cluster=1
+fi
+chart_values=(--set replicas=0)
+if [[ -n $in_cluster ]]; then
+  chart_values=(--set replicas=1 --set "image.repository=${OPERATOR_IMAGE%:*}" --set "image.tag=${OPERATOR_IMAGE##*:}"
+    --set image.pullPolicy=Never --set-string 'nodeSelector.rlplace\.io/real-node=true')
+  # up.sh imports the Ray and operator images into the real nodes in the background (start-nodes.sh).
+  for state in "$E2E_DIR"/cluster/nodes/*/; do
+    for _ in $(seq 600); do
+      [[ -f $state/images.failed ]] && die "importing the images into $(basename "$state") failed: $(cat "$state/images.failed")"
+      [[ -f $state/images.imported ]] && break
+      sleep 1
+    done
+    [[ -f $state/images.imported ]] || die "the images were not imported into $(basename "$state") within 10 minutes"
+  done
+  log "installing rlplace: helm install $RELEASE charts/rlplace -n $RELEASE_NAMESPACE (image $OPERATOR_IMAGE)"
+else
+  log "installing rlplace's CRDs and RBAC: helm install $RELEASE charts/rlplace -n $RELEASE_NAMESPACE (replicas=0)"
+fi
+if ! helm upgrade --install "$RELEASE" charts/rlplace --namespace "$RELEASE_NAMESPACE" --create-namespace \
+  "${chart_values[@]}" --wait --timeout 300s >/dev/null; then
+  kubectl -n "$RELEASE_NAMESPACE" get pods -o wide >&2 || true
+  die "helm install of charts/rlplace failed"
+fi
+# helm installs the chart's CRDs only on a first install; bring them up to date (they are generated files).
 kubectl apply --server-side --force-conflicts -f crds/ >/dev/null
 kubectl wait --for=condition=Established crd/rljobs.rlplace.io crd/nodegroups.rlplace.io --timeout=60s >/dev/null
 
-stop_operator
-port=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-log "starting the operator (log: ${LOGFILE#"$E2E_REPO"/})"
-nohup .venv/bin/python -m rlplace_operator.main --liveness "http://127.0.0.1:$port/healthz" >"$LOGFILE" 2>&1 &
-echo $! >"$PIDFILE"
-for _ in $(seq 150); do
-  curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-  kill -0 "$(<"$PIDFILE")" 2>/dev/null || { tail -20 "$LOGFILE" >&2; die "the operator exited"; }
-  sleep 0.2
-done
+if [[ -n $in_cluster ]]; then
+  LOGS="kubectl -n $RELEASE_NAMESPACE logs deploy/$RELEASE-operator"
+else
+  port=$(.venv/bin/python -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  log "no real nodes to run the operator's image: starting the operator as a local process (log: ${LOGFILE#"$E2E_REPO"/})"
+  nohup .venv/bin/python -m rlplace_operator.main --liveness "http://127.0.0.1:$port/healthz" >"$LOGFILE" 2>&1 &
+  echo $! >"$PIDFILE"
+  for _ in $(seq 150); do
+    curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
+    kill -0 "$(<"$PIDFILE")" 2>/dev/null || { tail -20 "$LOGFILE" >&2; die "the operator exited"; }
+    sleep 0.2
+  done
+  LOGS="cat $LOGFILE"
+fi
 
 log "applying examples/nodegroups-local.yaml, rljob-collocated.yaml and rljob-heterogeneous.yaml"
 kubectl apply -f examples/nodegroups-local.yaml >/dev/null
 kubectl apply -n default -f examples/rljob-collocated.yaml -f examples/rljob-heterogeneous.yaml >/dev/null
 if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Running rljob/collocated rljob/heterogeneous --timeout=180s >/dev/null; then
   kubectl -n default get rljobs -o wide
-  die "the example RLJobs did not reach Running (operator log: $LOGFILE)"
+  die "the example RLJobs did not reach Running (operator log: $LOGS)"
 fi
 
 echo
@@ -90,6 +144,7 @@ cat <<MSG
 The cluster and the operator keep running. Try:
   export PATH=\$PWD/.e2e/bin:\$PATH KUBECONFIG=\$PWD/.e2e/kubeconfig
   kubectl get rljobs -o wide
+  $LOGS   # the operator's log
   kubectl apply -f examples/rljob-disaggregated.yaml   # waits for the 4090 node, held by 'heterogeneous'
   make cluster-down                                    # stops everything
 MSG

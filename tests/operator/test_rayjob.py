@@ -58,8 +58,14 @@ def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> No
                         }
                     }
                 },
+                "securityContext": {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}},
                 "containers": [
-                    {"name": "ray-job-submitter", "image": "rayproject/ray:2.60.0", "resources": {"limits": SUBMITTER}}
+                    {
+                        "name": "ray-job-submitter",
+                        "image": "rayproject/ray:2.60.0",
+                        "resources": {"limits": SUBMITTER},
+                        "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                    }
                 ],
             }
         },

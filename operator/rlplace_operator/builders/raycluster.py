@@ -40,6 +40,22 @@ class WorkerNode:
     """NodeGroup variables for workers on this node."""
 
 
+def pod_security_context() -> dict:
+    """The pod-level half of the `restricted` Pod Security Standard, on every pod rlplace makes (Ray head,
+    workers, the RayJob's submitter): a non-root user and the container runtime's default seccomp profile.
+
+    The user is the image's own: it must be numeric and not 0 (the kubelet refuses to start the container
+    otherwise), as in the stock Ray images (uid 1000) and e2e/images/ray.Containerfile. Forcing a uid here would
+    run other images as a user that owns nothing in them (HOME unwritable, ...)."""
+    return {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+
+
+def container_security_context() -> dict:
+    """The container-level half of the `restricted` standard: no privilege escalation, no capabilities.
+    KubeRay copies it to the init container it adds to worker pods."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
 def _env(values: Mapping[str, str]) -> list[dict]:
     return [{"name": k, "value": v} for k, v in values.items()]
 
@@ -60,6 +76,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
     container = {
         "name": "ray-worker",
         "image": spec.ray.worker_image or spec.ray.image,
+        "securityContext": container_security_context(),
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
         "env": [
             *_env(node.env),
@@ -81,6 +98,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
             "metadata": {"labels": {JOB_LABEL: job}},
             "spec": {
                 "affinity": on_nodes([node.name]),
+                "securityContext": pod_security_context(),
                 "containers": [container],
                 **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
             },
@@ -108,10 +126,12 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
             "metadata": {"labels": child_labels(job)},
             "spec": {
                 "affinity": on_nodes(head_nodes(nodes)),
+                "securityContext": pod_security_context(),
                 "containers": [
                     {
                         "name": "ray-head",
                         "image": spec.ray.image,
+                        "securityContext": container_security_context(),
                         "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
                         "env": _env(env),
                         "volumeMounts": [{"name": "plan", "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],

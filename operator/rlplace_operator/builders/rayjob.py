@@ -5,7 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster_spec, head_nodes, on_nodes
+from rlplace_operator.builders.raycluster import (
+    WorkerNode,
+    build_raycluster_spec,
+    container_security_context,
+    head_nodes,
+    on_nodes,
+    pod_security_context,
+)
 from rlplace_operator.models import RLJobSpec, SubmissionMode
 from rlplace_operator.names import (
     NODES_ANNOTATION,
@@ -23,8 +30,20 @@ SUBMITTER_LIMITS = {"cpu": "200m", "memory": "512Mi"}
 def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
     """KubeRay's submitter pod (K8sJobMode) on one of the job's nodes, like the head; KubeRay fills in the
     `ray job submit` command."""
-    container = {"name": SUBMITTER_CONTAINER, "image": spec.ray.image, "resources": {"limits": SUBMITTER_LIMITS}}
-    return {"spec": {"restartPolicy": "Never", "affinity": on_nodes(head_nodes(nodes)), "containers": [container]}}
+    container = {
+        "name": SUBMITTER_CONTAINER,
+        "image": spec.ray.image,
+        "resources": {"limits": SUBMITTER_LIMITS},
+        "securityContext": container_security_context(),
+    }
+    return {
+        "spec": {
+            "restartPolicy": "Never",
+            "affinity": on_nodes(head_nodes(nodes)),
+            "securityContext": pod_security_context(),
+            "containers": [container],
+        }
+    }
 
 
 def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:

@@ -1,0 +1,640 @@
+"""Why a job's Ray pods cannot start, or which of its processes died: one named cause from what the API shows.
+
+Pure functions over the Kubernetes API's JSON objects (pods, events, nodes as `kubectl get -o json` items) and
+the job's `Plan`; no client, no kopf. The reconcile reads the objects and puts the `Cause` in the RLJob's
+condition and message.
+
+Where the causes show:
+- A pod the API server refused (Pod Security, ResourceQuota, LimitRange, an admission webhook or policy) never
+  exists; its creator posts a Warning event with the API's error: KubeRay on the RayCluster
+  (FailedToCreateHeadPod, FailedToCreateWorkerPod), KubeRay on the RayJob when the submitter Job is refused
+  (FailedToCreateRayJobSubmitter), the Job controller on the submitter Job (FailedCreate).
+- Image pulls, crashing containers and containers that cannot be created show in the pod's container statuses;
+  a pod the scheduler cannot place in its PodScheduled condition; a pod the kubelet rejected in its phase.
+- A lost process: the pod's deletionTimestamp, phase Failed (evicted), a terminated container (OOMKilled, exit
+  code), its node's Ready condition, or, for a pod already gone, the kubelet's events about it (Killing,
+  Evicted, ...). The driver's log adds the launcher's own line (WorkerDiedError names component and rank).
+
+Messages are one line of at most MAX_MESSAGE_CHARS and never carry a log dump.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from placement_core.plan import Plan
+from rlplace_operator.names import SUBMITTER_CONTAINER
+
+# -- reasons (condition reasons on the RLJob) ------------------------------------------------------------------
+POD_SECURITY_REFUSED = "PodSecurityRefused"
+QUOTA_EXCEEDED = "QuotaExceeded"
+LIMIT_RANGE_EXCEEDED = "LimitRangeExceeded"
+ADMISSION_REFUSED = "AdmissionRefused"
+POD_INVALID = "PodInvalid"
+INVALID_IMAGE = "InvalidImage"
+IMAGE_PULL_FAILED = "ImagePullFailed"
+CRASH_LOOP_BACK_OFF = "CrashLoopBackOff"
+CONTAINER_START_FAILED = "ContainerStartFailed"
+IMAGE_RUNS_AS_ROOT = "ImageRunsAsRoot"
+UNSCHEDULABLE = "Unschedulable"
+POD_REJECTED = "PodRejected"
+POD_DELETED = "PodDeleted"
+POD_EVICTED = "PodEvicted"
+OOM_KILLED = "OOMKilled"
+NODE_NOT_READY = "NodeNotReady"
+CONTAINER_EXITED = "ContainerExited"
+WORKER_DIED = "WorkerDied"
+
+#: A status message stays this short: the cause quoted, never a log.
+MAX_MESSAGE_CHARS = 300
+
+#: An image that failed to pull gets this long (from the first failure) to succeed on a retry: a registry
+#: hiccup is not a job failure, a missing image still is named well within the 30 s the operator promises.
+IMAGE_PULL_GRACE = dt.timedelta(seconds=20)
+#: A container that cannot be created (a missing ConfigMap, runAsNonRoot on a root image) gets as long.
+CONTAINER_START_GRACE = dt.timedelta(seconds=20)
+#: The scheduler may refuse a pod for a while in normal operation: the job before it on the same node may
+#: still have terminating pods (30 s grace by default). Longer than that, the node really cannot take it.
+UNSCHEDULABLE_GRACE = dt.timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """Why a job's pods cannot start or its driver failed, as the RLJob's condition shows it."""
+
+    reason: str
+    """CamelCase condition reason (one of this module's constants)."""
+    message: str
+    """One line of at most MAX_MESSAGE_CHARS: which pod (component, ranks, node) and the cause, quoted."""
+    permanent: bool
+    """Retrying cannot help (Pod Security, an invalid image name, an image that runs as root, an invalid pod):
+    the job ends Failed."""
+
+
+# -- reading the API's objects -------------------------------------------------------------------------------
+
+
+def _time(value: object) -> dt.datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def _event_time(event: Mapping) -> dt.datetime | None:
+    """When an event was last seen: lastTimestamp (core/v1 events), series or eventTime (events.k8s.io)."""
+    series = event.get("series") or {}
+    for value in (
+        event.get("lastTimestamp"),
+        series.get("lastObservedTime"),
+        event.get("eventTime"),
+        event.get("firstTimestamp"),
+        (event.get("metadata") or {}).get("creationTimestamp"),
+    ):
+        if (parsed := _time(value)) is not None:
+            return parsed
+    return None
+
+
+def _event_first_time(event: Mapping) -> dt.datetime | None:
+    return _time(event.get("firstTimestamp")) or _time(event.get("eventTime")) or _event_time(event)
+
+
+def _one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def _cut(text: str, limit: int) -> str:
+    text = _one_line(text)
+    return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
+
+
+def _cause(reason: str, message: str, permanent: bool = False) -> Cause:
+    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent)
+
+
+def _ranges(ranks: Iterable[int]) -> str:
+    """0,1,2,3,6 -> '0-3,6'."""
+    parts: list[str] = []
+    ordered = sorted(set(ranks))
+    start = prev = None
+    for rank in [*ordered, None]:
+        if rank is not None and prev is not None and rank == prev + 1:
+            prev = rank
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = rank
+    return ",".join(parts)
+
+
+_WORKER_GROUP = re.compile(r"(?:^|-)node-(\d+)(?:-|$)")
+
+
+@dataclass(frozen=True)
+class _Pod:
+    """What a message says about a pod: its role in the Ray cluster, node rank, node."""
+
+    name: str
+    role: str
+    """head, worker, submitter or pod."""
+    node_rank: int | None
+    node: str | None
+    created: dt.datetime | None
+
+    @property
+    def order(self) -> tuple[int, int, str]:
+        roles = {"head": 0, "worker": 1, "submitter": 2}
+        return roles.get(self.role, 3), self.node_rank if self.node_rank is not None else -1, self.name
+
+    def describe(self, plan: Plan | None = None) -> str:
+        where = [f"node rank {self.node_rank}"] if self.node_rank is not None and self.role == "worker" else []
+        if self.node:
+            where.append(f"node '{self.node}'")
+        processes = _processes_on(plan, self) if plan is not None else ""
+        if processes:
+            where.append(processes)
+        label = {"head": "Ray head pod", "worker": "worker pod", "submitter": "submitter pod"}.get(self.role, "pod")
+        return f"{label} '{self.name}'" + (f" ({', '.join(where)})" if where else "")
+
+
+def _pinned_node(spec: Mapping) -> str | None:
+    """The node a pod's required node affinity names, when it names exactly one (rlplace pins by name)."""
+    affinity = ((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    names = [
+        value
+        for term in affinity.get("nodeSelectorTerms") or []
+        for field in term.get("matchFields") or []
+        if field.get("key") == "metadata.name"
+        for value in field.get("values") or []
+    ]
+    return names[0] if len(names) == 1 else None
+
+
+def _group_rank(text: str | None) -> int | None:
+    match = _WORKER_GROUP.search(text or "")
+    return int(match.group(1)) if match else None
+
+
+def _role_from_name(name: str) -> str:
+    if "-head-" in name or name.endswith("-head"):
+        return "head"
+    if "-worker-" in name or name.endswith("-worker"):
+        return "worker"
+    return "pod"
+
+
+def _pod(pod: Mapping) -> _Pod:
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    spec = pod.get("spec") or {}
+    name = meta.get("name") or meta.get("generateName") or "?"
+    node_type = labels.get("ray.io/node-type")
+    owners = {owner.get("kind") for owner in meta.get("ownerReferences") or []}
+    if node_type in ("head", "worker"):
+        role = node_type
+    elif "batch.kubernetes.io/job-name" in labels or "job-name" in labels or "Job" in owners:
+        role = "submitter"
+    else:
+        role = _role_from_name(name)
+    rank = _group_rank(labels.get("ray.io/group")) if role == "worker" else None
+    return _Pod(name, role, rank, spec.get("nodeName") or _pinned_node(spec), _time(meta.get("creationTimestamp")))
+
+
+def _processes_on(plan: Plan, pod: _Pod) -> str:
+    """The plan's processes in a pod: 'actor ranks 0-3, rollout ranks 0-3' (by node rank, else node name)."""
+    if pod.role != "worker":
+        return ""
+    ranks: dict[str, list[int]] = {}
+    for component, process in plan.processes():
+        if (pod.node_rank is not None and process.node_rank == pod.node_rank) or (
+            pod.node_rank is None and pod.node is not None and process.node_name == pod.node
+        ):
+            ranks.setdefault(component.name, []).append(process.rank)
+    return ", ".join(f"{name} rank{'s' if len(found) > 1 else ''} {_ranges(found)}" for name, found in ranks.items())
+
+
+def _pods(pods: Sequence[Mapping]) -> list[tuple[_Pod, Mapping]]:
+    return sorted(((_pod(pod), pod) for pod in pods), key=lambda item: item[0].order)
+
+
+def _statuses(pod: Mapping) -> list[Mapping]:
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
+def _container_limit(pod: Mapping, container: str, resource: str) -> str | None:
+    spec = pod.get("spec") or {}
+    for entry in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]:
+        if entry.get("name") == container:
+            return ((entry.get("resources") or {}).get("limits") or {}).get(resource)
+    return None
+
+
+def _pod_events(events: Sequence[Mapping], name: str) -> list[Mapping]:
+    return [
+        event
+        for event in events
+        if (event.get("involvedObject") or event.get("regarding") or {}).get("kind") == "Pod"
+        and (event.get("involvedObject") or event.get("regarding") or {}).get("name") == name
+    ]
+
+
+def _involved(event: Mapping) -> Mapping:
+    return event.get("involvedObject") or event.get("regarding") or {}
+
+
+def _note(event: Mapping) -> str:
+    return str(event.get("message") or event.get("note") or "")
+
+
+# -- provisioning ------------------------------------------------------------------------------------------
+
+#: Warning events that carry the API server's error for a pod (or the submitter Job) it refused to create.
+_REFUSAL_EVENTS = {
+    ("RayCluster", "FailedToCreateHeadPod"): "head",
+    ("RayCluster", "FailedToCreateWorkerPod"): "worker",
+    ("RayJob", "FailedToCreateRayJobSubmitter"): "submitter",
+    ("Job", "FailedCreate"): "submitter",
+}
+
+_REFUSED_NAME = re.compile(r'pods? "([^"]*)" is (?:forbidden|invalid)')
+
+
+def _classify_refusal(error: str) -> tuple[str, str, bool] | None:
+    """(reason, the quoted part of the API's error, permanent) for an error refusing a pod; None when the
+    error is not a refusal (a timeout, a conflict: the creator retries those by itself)."""
+    at = error.find("violates PodSecurity")
+    if at >= 0:
+        return POD_SECURITY_REFUSED, error[at:], True
+    at = error.find("exceeded quota")
+    if at >= 0:
+        return QUOTA_EXCEEDED, error[at:], False
+    if re.search(r"(maximum|minimum) \S+ usage per (Container|Pod)|limit to request ratio per", error):
+        return LIMIT_RANGE_EXCEEDED, error.split("is forbidden:", 1)[-1], False
+    match = re.search(r"admission webhook .* denied the request|ValidatingAdmissionPolicy .* denied request", error)
+    if match:
+        return ADMISSION_REFUSED, error[match.start() :], False
+    if " is invalid:" in error or " is invalid: " in error:
+        return POD_INVALID, error.split(" is invalid:", 1)[-1], True
+    if " is forbidden:" in error:
+        return ADMISSION_REFUSED, error.split(" is forbidden:", 1)[-1], False
+    return None
+
+
+def _refusal(pods: list[tuple[_Pod, Mapping]], events: Sequence[Mapping]) -> Cause | None:
+    """A pod refused by the API server and not created since: a refusal older than the newest pod of the same
+    role (and worker group) was retried with success."""
+    newest: dict[tuple[str, int | None], dt.datetime] = {}
+    for pod, _ in pods:
+        for key in ((pod.role, pod.node_rank), (pod.role, None)):
+            if pod.created is not None and (key not in newest or pod.created > newest[key]):
+                newest[key] = pod.created
+    found: list[tuple[int, tuple[int, int], Cause]] = []
+    for event in events:
+        involved = _involved(event)
+        role = _REFUSAL_EVENTS.get((involved.get("kind"), event.get("reason")))
+        if role is None or event.get("type", "Warning") != "Warning":
+            continue
+        error = _note(event)
+        classified = _classify_refusal(error)
+        if classified is None:
+            continue
+        reason, quoted, permanent = classified
+        named = _REFUSED_NAME.search(error)
+        pod_name = named.group(1) if named else ""
+        rank = _group_rank(pod_name.removeprefix(involved.get("name") or "")) if role == "worker" else None
+        seen = _event_time(event)
+        last_created = newest.get((role, rank))
+        if seen is not None and last_created is not None and seen <= last_created:
+            continue
+        owner = f"{involved.get('kind')} '{involved.get('name')}'"
+        what = {
+            "head": f"the Ray head pod of {owner}",
+            "worker": f"the worker pod for node rank {rank} of {owner}"
+            if rank is not None
+            else f"a worker pod of {owner}",
+            "submitter": f"the submitter pod of {owner}"
+            if involved.get("kind") == "Job"
+            else f"the submitter Job of {owner}",
+        }[role]
+        label = {
+            POD_SECURITY_REFUSED: "refused by Pod Security",
+            QUOTA_EXCEEDED: "refused by a ResourceQuota",
+            LIMIT_RANGE_EXCEEDED: "refused by a LimitRange",
+            ADMISSION_REFUSED: "refused by admission",
+            POD_INVALID: "refused as invalid",
+        }[reason]
+        order = ({"head": 0, "worker": 1, "submitter": 2}[role], rank if rank is not None else -1)
+        found.append((0 if permanent else 1, order, _cause(reason, f"{what} {label}: {quoted.strip()}", permanent)))
+    if not found:
+        return None
+    return min(found, key=lambda item: (item[0], item[1]))[2]
+
+
+def _pull_started(pod: Mapping, events: Sequence[Mapping], name: str) -> dt.datetime | None:
+    """When pulling the pod's image first failed (the kubelet's Failed event), else when the pod started."""
+    failures = [
+        time
+        for event in _pod_events(events, name)
+        if event.get("reason") in ("Failed", "ErrImagePull") and "pull" in _note(event).lower()
+        if (time := _event_first_time(event)) is not None
+    ]
+    if failures:
+        return min(failures)
+    status = pod.get("status") or {}
+    return _time(status.get("startTime")) or _time((pod.get("metadata") or {}).get("creationTimestamp"))
+
+
+def _pull_error(events: Sequence[Mapping], name: str, fallback: str) -> str:
+    """The kubelet's own words for the last failed pull (its event says what the registry answered)."""
+    failures = [
+        event
+        for event in _pod_events(events, name)
+        if event.get("reason") == "Failed" and "pull" in _note(event).lower()
+    ]
+    if failures:
+        latest = max(failures, key=lambda e: _event_time(e) or dt.datetime.min.replace(tzinfo=dt.UTC))
+        return _note(latest)
+    return fallback
+
+
+def _container_problem(
+    info: _Pod, pod: Mapping, events: Sequence[Mapping], now: dt.datetime
+) -> tuple[int, Cause] | None:
+    """The first container of a pod that cannot start, ranked: (rank, cause); lower ranks win."""
+    for status in _statuses(pod):
+        container = status.get("name") or "?"
+        waiting = (status.get("state") or {}).get("waiting") or {}
+        why, said = waiting.get("reason"), waiting.get("message") or ""
+        where = f"{info.describe()} container '{container}'"
+        if why == "InvalidImageName":
+            return 1, _cause(INVALID_IMAGE, f"{where}: invalid image name '{status.get('image', '')}': {said}", True)
+        if why in ("ErrImagePull", "ImagePullBackOff"):
+            started = _pull_started(pod, events, info.name)
+            if started is not None and now - started < IMAGE_PULL_GRACE:
+                continue
+            error = _pull_error(events, info.name, said or why)
+            return 2, _cause(IMAGE_PULL_FAILED, f"{where} cannot pull its image: {error}")
+        if why == "CrashLoopBackOff":
+            last = (status.get("lastState") or {}).get("terminated") or {}
+            exited = f"exit code {last.get('exitCode', '?')}"
+            if last.get("reason"):
+                exited += f" ({last['reason']})"
+            if last.get("reason") == "OOMKilled" and (limit := _container_limit(pod, container, "memory")):
+                exited += f", memory limit {limit}"
+            detail = f": {last['message']}" if last.get("message") else ""
+            restarts = status.get("restartCount", 0)
+            return 3, _cause(CRASH_LOOP_BACK_OFF, f"{where} crashes at start ({exited}, {restarts} restarts){detail}")
+        if why == "CreateContainerConfigError" and ("runAsNonRoot" in said or "non-numeric user" in said):
+            # The image's user is root or a name the kubelet cannot check: the same image never starts.
+            return 1, _cause(IMAGE_RUNS_AS_ROOT, f"{where} cannot start as non-root: {said}", True)
+        if why in ("CreateContainerConfigError", "CreateContainerError", "RunContainerError"):
+            started = _time((pod.get("status") or {}).get("startTime")) or info.created
+            if started is not None and now - started < CONTAINER_START_GRACE:
+                continue
+            return 4, _cause(CONTAINER_START_FAILED, f"{where} cannot start ({why}): {said}")
+    return None
+
+
+def _scheduling_problem(info: _Pod, pod: Mapping, now: dt.datetime) -> tuple[int, Cause] | None:
+    status = pod.get("status") or {}
+    deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
+    rejected = status.get("reason") not in (None, "", "Evicted")
+    if status.get("phase") == "Failed" and not deleting and rejected and not _statuses(pod):
+        # The kubelet rejected the pod at admission (OutOfcpu, OutOfnvidia.com/gpu, NodeAffinity ...).
+        return 5, _cause(
+            POD_REJECTED, f"{info.describe()} rejected by its node ({status['reason']}): {status.get('message', '')}"
+        )
+    for condition in status.get("conditions") or []:
+        if (
+            condition.get("type") == "PodScheduled"
+            and condition.get("status") == "False"
+            and condition.get("reason") == "Unschedulable"
+        ):
+            since = _time(condition.get("lastTransitionTime")) or info.created
+            if since is not None and now - since < UNSCHEDULABLE_GRACE:
+                return None
+            return 6, _cause(UNSCHEDULABLE, f"{info.describe()} unschedulable: {condition.get('message', '')}")
+    return None
+
+
+def provisioning_failure(pods: Sequence[Mapping], events: Sequence[Mapping], now: dt.datetime) -> Cause | None:
+    """Why the job's Ray pods (head, workers, submitter) cannot all start, or None while nothing is wrong (or a
+    problem is still within its grace).
+
+    `pods` are the job's pods, `events` the events about them and about the job's RayCluster, RayJob and
+    submitter Job, `now` the current time (naive means UTC). Permanent causes (Pod Security, an invalid image
+    name, an image that runs as root, an invalid pod) come first, then the head's problems before the workers'
+    (by node rank) and the submitter's.
+    """
+    now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
+    ordered = _pods(pods)
+    refused = _refusal(ordered, events)
+    if refused is not None and refused.permanent:
+        return refused
+    found: list[tuple[int, int, Cause]] = []
+    for index, (info, pod) in enumerate(ordered):
+        for problem in (_container_problem(info, pod, events, now), _scheduling_problem(info, pod, now)):
+            if problem is not None:
+                found.append((problem[0], index, problem[1]))
+    permanent = [item for item in found if item[2].permanent]
+    if permanent:
+        return min(permanent, key=lambda item: (item[0], item[1]))[2]
+    if refused is not None:
+        return refused
+    return min(found, key=lambda item: (item[0], item[1]))[2] if found else None
+
+
+# -- a lost process ------------------------------------------------------------------------------------------
+
+#: The launcher's one-line errors in a driver's log (placement_core.launcher.errors), WorkerDiedError first.
+_LAUNCHER_LINE = re.compile(r"\b(WorkerDiedError|LaunchError): (.+)$")
+_DIED_RANK = re.compile(r"component '([^']+)' rank (\d+) \(node rank (\d+)\)")
+#: Kubelet and controller events that say a pod (maybe gone since) was stopped, and why.
+_LOSS_EVENTS = {
+    "Killing": POD_DELETED,
+    "Evicted": POD_EVICTED,
+    "Preempted": POD_EVICTED,
+    "TaintManagerEviction": NODE_NOT_READY,
+    "NodeNotReady": NODE_NOT_READY,
+    "OOMKilling": OOM_KILLED,
+}
+
+
+def _launcher_line(driver_log_tail: str) -> str | None:
+    """The last line of the launcher's own error in the driver's log ([state-dump] lines never match)."""
+    found = None
+    for line in driver_log_tail.splitlines():
+        if "[state-dump]" in line:
+            continue
+        match = _LAUNCHER_LINE.search(line)
+        if match and (found is None or match.group(1) == "WorkerDiedError" or found[0] != "WorkerDiedError"):
+            found = (match.group(1), match.group(2).strip())
+    return found[1] if found else None
+
+
+def _node_not_ready(nodes: Mapping[str, Mapping], name: str | None) -> tuple[dt.datetime | None, str] | None:
+    if not name or name not in nodes:
+        return None
+    status = nodes[name].get("status") or {}
+    taints = [t.get("key", "") for t in (nodes[name].get("spec") or {}).get("taints") or []]
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            state = "NotReady" if condition.get("status") == "False" else "unreachable"
+            detail = condition.get("message") or condition.get("reason") or ""
+            return _time(condition.get("lastTransitionTime")), f"node '{name}' {state}: {detail}"
+    if "node.kubernetes.io/unreachable" in taints or "node.kubernetes.io/not-ready" in taints:
+        return None, f"node '{name}' {'unreachable' if 'node.kubernetes.io/unreachable' in taints else 'NotReady'}"
+    return None
+
+
+def _terminated(pod: Mapping) -> tuple[dt.datetime | None, str, Mapping, str] | None:
+    """The first terminated container of a pod that did not exit cleanly: (when, container, state, kind)."""
+    for status in _statuses(pod):
+        if status.get("name") == SUBMITTER_CONTAINER:
+            continue  # SidecarMode's submitter in the head pod exits with the driver: the failure, not its cause
+        for state in ((status.get("state") or {}).get("terminated"), (status.get("lastState") or {}).get("terminated")):
+            if state and (state.get("exitCode") not in (0, None) or state.get("reason") == "OOMKilled"):
+                return _time(state.get("finishedAt")), status.get("name") or "?", state, state.get("reason") or ""
+    return None
+
+
+def _pod_loss(info: _Pod, pod: Mapping, nodes: Mapping[str, Mapping]) -> tuple[dt.datetime | None, str, str] | None:
+    """(when, reason, what happened) for a pod of the job that is lost or losing its processes."""
+    meta = pod.get("metadata") or {}
+    status = pod.get("status") or {}
+    if info.role == "submitter":
+        return None  # the submitter ends with the driver; its exit is the failure, not its cause
+    node = _node_not_ready(nodes, info.node)
+    if node is not None:
+        return node[0], NODE_NOT_READY, node[1]
+    if status.get("phase") == "Failed" and status.get("reason") == "Evicted":
+        return None, POD_EVICTED, f"evicted: {status.get('message', '')}"
+    terminated = _terminated(pod)
+    if terminated is not None:
+        when, container, state, kind = terminated
+        if kind == "OOMKilled":
+            limit = _container_limit(pod, container, "memory")
+            return (
+                when,
+                OOM_KILLED,
+                f"container '{container}' OOMKilled" + (f" (memory limit {limit})" if limit else ""),
+            )
+        code = state.get("exitCode")
+        signal = f", signal {state['signal']}" if state.get("signal") else ""
+        return (
+            when,
+            CONTAINER_EXITED,
+            f"container '{container}' exited with code {code}" + (f" ({kind}{signal})" if kind else signal),
+        )
+    if meta.get("deletionTimestamp"):
+        deleted = _time(meta["deletionTimestamp"])
+        grace = meta.get("deletionGracePeriodSeconds") or 0
+        when = deleted - dt.timedelta(seconds=grace) if deleted is not None else None
+        return when, POD_DELETED, "deleted"
+    return None
+
+
+def _gone_pod(name: str, host: str | None, clusters: set[str]) -> _Pod | None:
+    """A pod known only by name: the head or a worker of one of `clusters` (KubeRay names them
+    <cluster>-head-<random> and <cluster>-<group>-worker-<random>); None when it is no pod of theirs. Without
+    clusters (none of the job's pods is left) any Ray-looking name counts."""
+    rests = [name[len(cluster) + 1 :] for cluster in clusters if name.startswith(f"{cluster}-")] or (
+        [] if clusters else [name]
+    )
+    for rest in rests:
+        role = "head" if rest.startswith("head-") or "-head-" in rest else _role_from_name(rest)
+        if role != "pod":
+            return _Pod(name, role, _group_rank(rest) if role == "worker" else None, host, None)
+    return None
+
+
+def _gone_pod_loss(
+    events: Sequence[Mapping], present: set[str], clusters: set[str], nodes: Mapping[str, Mapping]
+) -> list[tuple[dt.datetime | None, _Pod, str, str]]:
+    """Losses of the job's pods that no longer exist, from the events about them (the kubelet names the node
+    it runs on as the event's source host)."""
+    losses: dict[str, tuple[dt.datetime | None, _Pod, str, str]] = {}
+    for event in events:
+        involved = _involved(event)
+        name = involved.get("name") or ""
+        reason = _LOSS_EVENTS.get(event.get("reason") or "")
+        if involved.get("kind") != "Pod" or name in present or reason is None:
+            continue
+        host = (event.get("source") or {}).get("host") or event.get("reportingInstance") or None
+        info = _gone_pod(name, host, clusters)
+        if info is None:
+            continue
+        when = _event_first_time(event)
+        node = _node_not_ready(nodes, host)
+        what = {
+            POD_DELETED: "deleted",
+            POD_EVICTED: f"evicted: {_note(event)}",
+            NODE_NOT_READY: node[1] if node else _note(event),
+            OOM_KILLED: f"OOMKilled: {_note(event)}",
+        }[reason]
+        if node is not None:
+            reason = NODE_NOT_READY
+            what = node[1]
+        earlier = losses.get(name)
+        if earlier is None or (when is not None and (earlier[0] is None or when < earlier[0])):
+            losses[name] = (when, info, reason, what)
+    return list(losses.values())
+
+
+def lost_process(
+    pods: Sequence[Mapping],
+    events: Sequence[Mapping],
+    nodes: Mapping[str, Mapping],
+    plan: Plan | None,
+    driver_log_tail: str,
+) -> Cause | None:
+    """Which of the job's pods died first and why, with the plan's processes on it and the launcher's own line
+    from the driver's log; None when nothing shows a loss.
+
+    `pods` are the job's current Ray pods, `events` the events about them (including pods already deleted, whose
+    names start with their RayCluster's name), `nodes` the job's nodes by name, `plan` the job's plan (None
+    when unreadable), `driver_log_tail` the end of the driver's log. The earliest loss is the cause: when the
+    head dies its workers follow, not the other way round.
+    """
+    ordered = _pods(pods)
+    present = {info.name for info, _ in ordered}
+    clusters = {
+        cluster
+        for _, pod in ordered
+        if (cluster := ((pod.get("metadata") or {}).get("labels") or {}).get("ray.io/cluster"))
+    }
+    losses: list[tuple[dt.datetime | None, _Pod, str, str]] = []
+    for info, pod in ordered:
+        loss = _pod_loss(info, pod, nodes)
+        if loss is not None:
+            losses.append((loss[0], info, loss[1], loss[2]))
+    losses += _gone_pod_loss(events, present, clusters, nodes)
+    launcher = _launcher_line(driver_log_tail)
+    if losses:
+        far_future = dt.datetime.max.replace(tzinfo=dt.UTC)
+        _, info, reason, what = min(losses, key=lambda item: (item[0] or far_future, item[1].order))
+        message = f"{info.describe(plan)} {what}"
+        if launcher:
+            message = f"{_cut(message, 180)}; launcher: {launcher}"
+        return _cause(reason, message)
+    if launcher:
+        died = _DIED_RANK.search(launcher)
+        if died and plan is not None:
+            node = next(
+                (p.node_name for c, p in plan.processes() if c.name == died.group(1) and p.rank == int(died.group(2))),
+                None,
+            )
+            if node:
+                return _cause(WORKER_DIED, f"{launcher} (on node '{node}')")
+        return _cause(WORKER_DIED, launcher)
+    return None

@@ -1,0 +1,535 @@
+"""diagnosis.py on real objects: pods refused, images that cannot be pulled, crashing containers, unschedulable
+and deleted pods, and a worker pod deleted under a running driver, made on the local cluster (KubeRay, kwok and
+real nodes) in a namespace that enforces the `restricted` Pod Security Standard. Each test reads the live pods,
+events and nodes the way the operator does and checks the cause diagnosis names.
+
+RLPLACE_DIAGNOSIS_SNAPSHOTS=<dir> also writes each case's objects (trimmed to what a diagnosis reads) with the
+expected cause as <dir>/<case>.json: tests/operator/snapshots/ holds such captures, replayed by
+tests/operator/test_diagnosis.py without a cluster.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import os
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from placement_core.components import component_placement
+from placement_core.plan import Plan, build_plan
+from rlplace_operator import diagnosis
+from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
+from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
+from rlplace_operator.models import RLJobSpec
+
+from e2e_cluster import delete_namespace_freeing_nodes, wait_for
+from rlplace_fixtures import Jobs, images_env, kubectl
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_NODE_LABEL = "rlplace.io/real-node"
+RESTRICTED = "pod-security.kubernetes.io/enforce=restricted"
+#: What every pod in a restricted namespace must carry (builders/raycluster.py gives rlplace's pods the same).
+POD_SECURITY = {"runAsNonRoot": True, "seccompProfile": {"type": "RuntimeDefault"}}
+CONTAINER_SECURITY = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+# -- reading and recording the objects -------------------------------------------------------------------------
+
+
+def get_json(kubeconfig: str, *args: str) -> list[dict]:
+    return json.loads(kubectl(kubeconfig, "get", *args, "-o", "json"))["items"]
+
+
+def _pick(source: Mapping, keys: tuple[str, ...]) -> dict:
+    return {key: source[key] for key in keys if key in source}
+
+
+def trim_pod(pod: dict) -> dict:
+    meta = pod["metadata"]
+    spec = pod.get("spec") or {}
+    status = pod.get("status") or {}
+    return {
+        "metadata": {
+            **_pick(meta, ("name", "generateName", "labels", "creationTimestamp", "deletionTimestamp")),
+            **_pick(meta, ("deletionGracePeriodSeconds",)),
+            "ownerReferences": [_pick(o, ("kind", "name")) for o in meta.get("ownerReferences") or []],
+        },
+        "spec": {
+            **_pick(spec, ("nodeName", "affinity", "restartPolicy")),
+            "containers": [_pick(c, ("name", "image", "resources")) for c in spec.get("containers") or []],
+        },
+        "status": _pick(
+            status,
+            ("phase", "reason", "message", "startTime", "conditions", "containerStatuses", "initContainerStatuses"),
+        ),
+    }
+
+
+def trim_event(event: dict) -> dict:
+    keys = ("reason", "message", "type", "count", "firstTimestamp", "lastTimestamp", "eventTime", "source")
+    return {
+        "involvedObject": _pick(event["involvedObject"], ("kind", "name", "namespace", "fieldPath")),
+        **_pick(event, keys),
+        **_pick(event, ("reportingComponent", "reportingInstance", "series")),
+    }
+
+
+def trim_node(node: dict) -> dict:
+    return {
+        "metadata": {"name": node["metadata"]["name"]},
+        "spec": _pick(node.get("spec") or {}, ("taints",)),
+        "status": {"conditions": (node.get("status") or {}).get("conditions") or []},
+    }
+
+
+def record(
+    case: str,
+    kind: str,
+    captured_from: str,
+    cause: Cause,
+    parts: list[str],
+    *,
+    pods: list[dict],
+    events: list[dict],
+    now: dt.datetime | None = None,
+    nodes: Mapping[str, dict] | None = None,
+    plan: Plan | None = None,
+    driver_log_tail: str = "",
+) -> None:
+    """Check that `cause` holds every part, and write the snapshot when RLPLACE_DIAGNOSIS_SNAPSHOTS is set."""
+    for part in parts:
+        assert part in cause.message, (part, cause)
+    assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS
+    folder = os.environ.get("RLPLACE_DIAGNOSIS_SNAPSHOTS")
+    if not folder:
+        return
+    snapshot = {
+        "kind": kind,
+        "capturedFrom": captured_from,
+        "now": (now or dt.datetime.now(dt.UTC)).isoformat(),
+        "pods": [trim_pod(p) for p in pods],
+        "events": [trim_event(e) for e in events],
+        "nodes": {name: trim_node(node) for name, node in (nodes or {}).items()},
+        "plan": plan.to_dict() if plan is not None else None,
+        "driverLogTail": driver_log_tail,
+        "expect": {"reason": cause.reason, "permanent": cause.permanent, "messageContains": parts},
+    }
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / f"{case}.json").write_text(json.dumps(snapshot, indent=1) + "\n")
+
+
+def events_about(kubeconfig: str, namespace: str, *names: str) -> list[dict]:
+    return [e for e in get_json(kubeconfig, "events", "-n", namespace) if e["involvedObject"].get("name") in names]
+
+
+# -- the namespace and the pods ----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def restricted(k8s: client.ApiClient, kubeconfig: str) -> Iterator[str]:
+    """A namespace that enforces the restricted Pod Security Standard, shared by the module's cases so that
+    their grace periods run out together."""
+    core = client.CoreV1Api(k8s)
+    name = f"e2e-psa-{uuid.uuid4().hex[:6]}"
+    labels = {"rlplace.io/e2e": "true", "pod-security.kubernetes.io/enforce": "restricted"}
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels=labels)))
+    wait_for(lambda: core.list_namespaced_service_account(name).items, 30, f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        delete_namespace_freeing_nodes(k8s, name)
+
+
+@pytest.fixture(scope="module")
+def real_node(k8s: client.ApiClient) -> str:
+    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+    if not nodes:
+        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: pulling and running images needs a real node")
+    return sorted(n.metadata.name for n in nodes)[0]
+
+
+def ray_like_pod(name: str, node: str, image: str, **container: object) -> dict:
+    """A pod shaped like a worker of RayCluster 'diag' (its labels, pinned by name), restricted-compliant."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": name,
+            "labels": {"ray.io/cluster": "diag", "ray.io/node-type": "worker", "ray.io/group": "node-0"},
+        },
+        "spec": {
+            "restartPolicy": container.pop("restartPolicy", "Always"),
+            "terminationGracePeriodSeconds": 2,
+            "securityContext": POD_SECURITY,
+            "affinity": {
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [
+                            {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+                        ]
+                    }
+                }
+            },
+            "containers": [
+                {
+                    "name": "ray-worker",
+                    "image": image,
+                    "imagePullPolicy": container.pop("imagePullPolicy", "IfNotPresent"),
+                    "securityContext": CONTAINER_SECURITY,
+                    "resources": {"limits": {"cpu": "100m", "memory": "128Mi"}},
+                    **container,
+                }
+            ],
+        },
+    }
+
+
+@pytest.fixture(scope="module")
+def failing_pods(kubeconfig: str, restricted: str, real_node: str) -> dict[str, str]:
+    """Every failing pod at once (their grace periods run together): case -> pod name."""
+    ray_image = images_env()["RAY_RLPLACE_IMAGE"]
+    pods = {
+        "image-pull": ray_like_pod("diag-node-0-worker-pull", real_node, "localhost/rlplace/no-such-image:1"),
+        "invalid-image": ray_like_pod("diag-node-0-worker-badname", real_node, "localhost/rlplace/Bad_Name:x"),
+        "crash-loop": ray_like_pod(
+            "diag-node-0-worker-crash",
+            real_node,
+            ray_image,
+            imagePullPolicy="Never",
+            command=["sh", "-c", "echo cannot start >&2; exit 3"],
+        ),
+        "unschedulable": ray_like_pod(
+            "diag-node-0-worker-nofit", "a800-1", ray_image, resources={"limits": {"nvidia.com/gpu": "100"}}
+        ),
+    }
+    kubectl(
+        kubeconfig,
+        "apply",
+        "-n",
+        restricted,
+        "-f",
+        "-",
+        stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": list(pods.values())}),
+    )
+    return {case: pod["metadata"]["name"] for case, pod in pods.items()}
+
+
+def diagnose_pod(kubeconfig: str, namespace: str, name: str) -> tuple[Cause | None, list[dict], list[dict]]:
+    pods = [p for p in get_json(kubeconfig, "pods", "-n", namespace) if p["metadata"]["name"] == name]
+    events = events_about(kubeconfig, namespace, name)
+    return provisioning_failure(pods, events, dt.datetime.now(dt.UTC)), pods, events
+
+
+def wait_diagnosed(kubeconfig: str, namespace: str, name: str, timeout: float) -> tuple[Cause, list, list]:
+    return wait_for(
+        lambda: (found := diagnose_pod(kubeconfig, namespace, name))[0] is not None and found,
+        timeout,
+        f"a diagnosis of pod {name}",
+        interval=1,
+    )
+
+
+# -- refused by Pod Security ----------------------------------------------------------------------------------
+
+
+def test_a_raycluster_refused_by_pod_security_is_named_permanent(kubeconfig: str, restricted: str) -> None:
+    """KubeRay's own pods of a RayCluster without rlplace's securityContext: the API refuses them, KubeRay says
+    so in FailedToCreateHeadPod/FailedToCreateWorkerPod events, and the diagnosis quotes Pod Security."""
+    spec = RLJobSpec.model_validate(
+        {"nodeGroups": ["a800"], "componentPlacement": [{"components": "actor", "placement": "0-7"}]}
+    )
+    body = build_raycluster("psa", spec, [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8})])
+    body["metadata"] = {"name": "psa"}  # not an rlplace job's: the operator leaves it alone
+    for group in [body["spec"]["headGroupSpec"], *body["spec"]["workerGroupSpecs"]]:
+        group["template"]["spec"].pop("securityContext")
+        group["template"]["metadata"] = {}
+        for container in group["template"]["spec"]["containers"]:
+            container.pop("securityContext")
+    kubectl(kubeconfig, "apply", "-n", restricted, "-f", "-", stdin=json.dumps(body))
+
+    def refused() -> tuple[Cause, list[dict], list[dict]] | None:
+        events = [
+            e
+            for e in get_json(kubeconfig, "events", "-n", restricted)
+            if e["involvedObject"]["kind"] == "RayCluster" and e["involvedObject"]["name"] == "psa"
+        ]
+        pods = get_json(kubeconfig, "pods", "-n", restricted, "-l", "ray.io/cluster=psa")
+        reasons = {e["reason"] for e in events}
+        if not {"FailedToCreateHeadPod", "FailedToCreateWorkerPod"} <= reasons:
+            return None
+        cause = provisioning_failure(pods, events, dt.datetime.now(dt.UTC))
+        return (cause, pods, events) if cause else None
+
+    cause, pods, events = wait_for(refused, 60, "KubeRay's refused-pod events", interval=1)
+    assert not pods
+    assert (cause.reason, cause.permanent) == (diagnosis.POD_SECURITY_REFUSED, True), cause
+    parts = ["the Ray head pod of RayCluster 'psa' refused by Pod Security", 'violates PodSecurity "restricted']
+    record(
+        "raycluster-refused-by-pod-security",
+        "provisioning",
+        "KubeRay v1.6.1 RayCluster in a restricted namespace, pods without a securityContext",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+    )
+    kubectl(kubeconfig, "delete", "-n", restricted, "raycluster", "psa", "--wait=false")
+
+
+def test_a_submitter_job_refused_by_pod_security_is_named_permanent(kubeconfig: str, restricted: str) -> None:
+    job = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "diag-submit"},
+        "spec": {
+            "backoffLimit": 0,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "nodeSelector": {"rlplace.io/gpu-type": "a800"},
+                    "containers": [{"name": "ray-job-submitter", "image": images_env()["RAY_RLPLACE_IMAGE"]}],
+                }
+            },
+        },
+    }
+    kubectl(kubeconfig, "apply", "-n", restricted, "-f", "-", stdin=json.dumps(job))
+
+    def refused() -> tuple[Cause, list[dict]] | None:
+        events = events_about(kubeconfig, restricted, "diag-submit")
+        cause = provisioning_failure([], events, dt.datetime.now(dt.UTC))
+        return (cause, events) if cause else None
+
+    cause, events = wait_for(refused, 60, "the Job controller's FailedCreate event", interval=1)
+    assert (cause.reason, cause.permanent) == (diagnosis.POD_SECURITY_REFUSED, True), cause
+    parts = ["the submitter pod of Job 'diag-submit' refused by Pod Security", "runAsNonRoot != true"]
+    record(
+        "submitter-job-refused-by-pod-security",
+        "provisioning",
+        "batch/v1 Job (as KubeRay's K8sJobMode submitter) with a root pod in a restricted namespace",
+        cause,
+        parts,
+        pods=[],
+        events=events,
+    )
+    kubectl(kubeconfig, "delete", "-n", restricted, "job", "diag-submit", "--wait=false")
+
+
+# -- pods that cannot start -------------------------------------------------------------------------------
+
+
+def test_an_invalid_image_name_is_named_permanent_at_once(
+    kubeconfig: str, restricted: str, failing_pods: dict[str, str]
+) -> None:
+    name = failing_pods["invalid-image"]
+    cause, pods, events = wait_diagnosed(kubeconfig, restricted, name, 60)
+    assert (cause.reason, cause.permanent) == (diagnosis.INVALID_IMAGE, True), cause
+    parts = [f"worker pod '{name}' (node rank 0, node '", "invalid image name 'localhost/rlplace/Bad_Name:x'"]
+    record(
+        "invalid-image-name",
+        "provisioning",
+        "pod on a real node (kubelet + containerd) with an invalid image reference",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+    )
+
+
+def test_an_unpullable_image_is_named_after_its_grace(
+    kubeconfig: str, restricted: str, failing_pods: dict[str, str]
+) -> None:
+    name = failing_pods["image-pull"]
+    cause, pods, events = wait_diagnosed(kubeconfig, restricted, name, 90)
+    assert (cause.reason, cause.permanent) == (diagnosis.IMAGE_PULL_FAILED, False), cause
+    first = min(dt.datetime.fromisoformat(e["firstTimestamp"]) for e in events if e["reason"] == "Failed")
+    assert dt.datetime.now(dt.UTC) - first >= diagnosis.IMAGE_PULL_GRACE
+    parts = [f"worker pod '{name}'", "cannot pull its image:", "localhost/rlplace/no-such-image:1"]
+    record(
+        "image-pull-failed",
+        "provisioning",
+        "pod on a real node pulling an image no registry has",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+    )
+
+
+def test_a_container_crashing_at_start_is_named_with_its_exit_code(
+    kubeconfig: str, restricted: str, failing_pods: dict[str, str]
+) -> None:
+    name = failing_pods["crash-loop"]
+    cause, pods, events = wait_diagnosed(kubeconfig, restricted, name, 90)
+    assert (cause.reason, cause.permanent) == (diagnosis.CRASH_LOOP_BACK_OFF, False), cause
+    parts = [f"worker pod '{name}'", "container 'ray-worker' crashes at start (exit code 3 (Error)"]
+    record(
+        "crash-loop-back-off",
+        "provisioning",
+        "pod on a real node whose container exits 3 at once",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+    )
+
+
+def test_a_pod_that_does_not_fit_its_pinned_node_is_named_unschedulable(
+    kubeconfig: str, restricted: str, failing_pods: dict[str, str]
+) -> None:
+    name = failing_pods["unschedulable"]
+    cause, pods, events = wait_diagnosed(kubeconfig, restricted, name, 120)
+    assert (cause.reason, cause.permanent) == (diagnosis.UNSCHEDULABLE, False), cause
+    parts = [f"worker pod '{name}' (node rank 0, node 'a800-1') unschedulable:", "Insufficient nvidia.com/gpu"]
+    record(
+        "unschedulable-on-pinned-node",
+        "provisioning",
+        "pod pinned to kwok node a800-1 asking for more GPUs than it has",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+    )
+
+
+# -- lost processes --------------------------------------------------------------------------------------
+
+
+def one_node_plan() -> Plan:
+    return build_plan(component_placement({"cluster": {"num_nodes": 1, "component_placement": {"actor": "0-3"}}}))
+
+
+def test_a_deleted_pod_is_named_from_the_kubelets_events(kubeconfig: str, restricted: str, real_node: str) -> None:
+    pod = ray_like_pod(
+        "diag-node-0-worker-deleted",
+        real_node,
+        images_env()["RAY_RLPLACE_IMAGE"],
+        imagePullPolicy="Never",
+        command=["sleep", "600"],
+    )
+    kubectl(kubeconfig, "apply", "-n", restricted, "-f", "-", stdin=json.dumps(pod))
+    name = pod["metadata"]["name"]
+    wait_for(
+        lambda: any(
+            p["status"].get("phase") == "Running"
+            for p in get_json(kubeconfig, "pods", "-n", restricted)
+            if p["metadata"]["name"] == name
+        ),
+        90,
+        f"{name} Running",
+        interval=1,
+    )
+    kubectl(kubeconfig, "delete", "-n", restricted, "pod", name, "--wait=true", "--timeout=60s")
+    events = wait_for(
+        lambda: (
+            [e for e in events_about(kubeconfig, restricted, name) if e["reason"] == "Killing"]
+            and events_about(kubeconfig, restricted, name)
+        ),
+        30,
+        "the kubelet's Killing event",
+        interval=1,
+    )
+    survivor = ray_like_pod("diag-head-alive", real_node, "unused")
+    survivor["metadata"]["labels"]["ray.io/node-type"] = "head"
+    cause = lost_process([survivor], events, {}, one_node_plan(), "")
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.POD_DELETED, False), cause
+    parts = [f"worker pod '{name}' (node rank 0, node '{real_node}', actor ranks 0-3) deleted"]
+    record(
+        "worker-pod-deleted",
+        "lost",
+        "pod on a real node deleted; the kubelet's events outlive it",
+        cause,
+        parts,
+        pods=[survivor],
+        events=events,
+        plan=one_node_plan(),
+    )
+
+
+#: A driver that starts the actor processes and keeps them busy (the reference driver ends in seconds).
+LONG_DRIVER = (
+    "python -c 'from placement_core.launcher.demo import Worker; "
+    "from placement_core.launcher.groups import connect, launch_all; "
+    "from placement_core.launcher.plan import read_plan; "
+    'connect("auto", ship_code=True, logging_level="WARNING"); '
+    'groups = launch_all(read_plan(), {"actor": Worker}); '
+    'print("rlplace-e2e: started", flush=True); '
+    'groups["actor"].run("train_step", 600.0)\''
+)
+
+
+def test_a_worker_pod_deleted_under_a_running_driver_is_named_with_its_ranks(
+    k8s: client.ApiClient, kubeconfig: str, jobs: Jobs, real_node: str
+) -> None:
+    """The example job in a restricted namespace, its worker pod deleted while the actors work: the job's pods,
+    events, nodes, plan and the driver's log name the pod, node, ranks and the launcher's line."""
+    kubectl(kubeconfig, "label", "ns", jobs.namespace, RESTRICTED, "--overwrite")
+    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
+    (body,) = [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-collocated-run.yaml").read_text()) if doc]
+    body["metadata"]["name"] = "lost"
+    body["spec"]["entrypoint"] = LONG_DRIVER
+    body["spec"]["run"]["ttlSecondsAfterFinished"] = 300
+    jobs.create(body)
+    namespace = jobs.namespace
+
+    def started() -> bool:
+        out = (
+            kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
+            if get_json(kubeconfig, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=lost")
+            else ""
+        )
+        return "rlplace-e2e: started" in out
+
+    wait_for(lambda: _quiet(started), 300, "the driver's actors started", interval=2)
+    (worker,) = get_json(kubeconfig, "pods", "-n", namespace, "-l", "ray.io/node-type=worker")
+    kubectl(kubeconfig, "delete", "-n", namespace, "pod", worker["metadata"]["name"], "--wait=false")
+    wait_for(
+        lambda: (
+            (jobs.get("lost").get("status") or {}).get("phase") == "Failed"
+            or "WorkerDiedError" in kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
+        ),
+        180,
+        "the driver to fail",
+        interval=2,
+    )
+    log = kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
+    tail = log.encode()[-1024:].decode(errors="replace")
+    pods = get_json(kubeconfig, "pods", "-n", namespace, "-l", "rlplace.io/job=lost")
+    pods += get_json(kubeconfig, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=lost")
+    events = get_json(kubeconfig, "events", "-n", namespace)
+    plan = Plan.from_dict(jobs.plan("lost"))
+    node_names = sorted({p.node_name for _, p in plan.processes()})
+    nodes = {n["metadata"]["name"]: n for n in get_json(kubeconfig, "nodes") if n["metadata"]["name"] in node_names}
+    cause = lost_process(pods, events, nodes, plan, tail)
+    assert cause is not None and cause.reason == diagnosis.POD_DELETED, cause
+    parts = [
+        f"worker pod '{worker['metadata']['name']}' (node rank 0, node '{node_names[0]}', actor ranks 0-3",
+        "deleted; launcher: component 'actor' rank",
+    ]
+    record(
+        "worker-pod-deleted-under-driver",
+        "lost",
+        "rljob-collocated-run in a restricted namespace (KubeRay "
+        "v1.6.1, real node), worker pod deleted while the actors ran",
+        cause,
+        parts,
+        pods=pods,
+        events=[e for e in events if e["involvedObject"]["kind"] in ("Pod", "RayCluster", "RayJob", "Job")],
+        nodes=nodes,
+        plan=plan,
+        driver_log_tail=tail,
+    )
+
+
+def _quiet(probe) -> bool:
+    try:
+        return probe()
+    except AssertionError:
+        return False

@@ -1,0 +1,418 @@
+"""diagnosis.py: one named cause from the API's pods, events and nodes (no cluster).
+
+The snapshots in snapshots/ are real objects captured from the e2e cluster by tests/e2e/test_diagnosis.py
+(RLPLACE_DIAGNOSIS_SNAPSHOTS=<dir>), trimmed to the fields a diagnosis reads; the small dicts built here are
+the cases a local cluster cannot produce on demand (a node going NotReady, a ResourceQuota's wording).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import pytest
+
+from placement_core.components import component_placement
+from placement_core.plan import Plan, build_plan
+from rlplace_operator import diagnosis
+from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
+
+SNAPSHOTS = Path(__file__).parent / "snapshots"
+NOW = dt.datetime(2026, 11, 24, 2, 0, 0, tzinfo=dt.UTC)
+
+
+def at(seconds: float) -> str:
+    """A timestamp `seconds` after NOW (negative: before)."""
+    return (NOW + dt.timedelta(seconds=seconds)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod(name: str, role: str = "worker", group: str | None = "node-1", node: str | None = "a800-1", **status) -> dict:
+    labels = {"ray.io/cluster": "job", "ray.io/node-type": role, "rlplace.io/job": "job"}
+    if group and role == "worker":
+        labels["ray.io/group"] = group
+    return {
+        "metadata": {"name": name, "labels": labels, "creationTimestamp": at(-120)},
+        "spec": {
+            "nodeName": node,
+            "containers": [{"name": f"ray-{role}", "resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}],
+        },
+        "status": {"phase": "Running", **status},
+    }
+
+
+def event(kind: str, name: str, reason: str, message: str, seen: float = -5, **extra) -> dict:
+    return {
+        "involvedObject": {"kind": kind, "name": name, "namespace": "ns"},
+        "reason": reason,
+        "message": message,
+        "type": "Warning",
+        "firstTimestamp": at(seen - 10),
+        "lastTimestamp": at(seen),
+        **extra,
+    }
+
+
+def waiting(reason: str, message: str = "", container: str = "ray-worker", **extra) -> dict:
+    return {
+        "containerStatuses": [
+            {"name": container, "image": "img", "state": {"waiting": {"reason": reason, "message": message}}, **extra}
+        ]
+    }
+
+
+PLAN: Plan = build_plan(
+    component_placement(
+        {
+            "cluster": {
+                "num_nodes": 2,
+                "component_placement": {"actor": "0-11", "rollout": "12-15"},
+            }
+        }
+    )
+)
+
+
+# -- provisioning: refused pods ------------------------------------------------------------------------------
+
+PSA = (
+    'Failed to create head Pod ns/job-head-, pods "job-head-" is forbidden: violates PodSecurity '
+    '"restricted:latest": allowPrivilegeEscalation != false (container "ray-head" must set '
+    "securityContext.allowPrivilegeEscalation=false)"
+)
+
+
+def test_a_head_pod_refused_by_pod_security_is_permanent_and_quoted() -> None:
+    cause = provisioning_failure([], [event("RayCluster", "job", "FailedToCreateHeadPod", PSA)], NOW)
+    assert cause == Cause(
+        diagnosis.POD_SECURITY_REFUSED,
+        "the Ray head pod of RayCluster 'job' refused by Pod Security: violates PodSecurity \"restricted:latest\": "
+        'allowPrivilegeEscalation != false (container "ray-head" must set securityContext.allowPrivilegeEscalation'
+        "=false)",
+        True,
+    )
+
+
+def test_a_refusal_followed_by_a_created_pod_is_over() -> None:
+    head = pod("job-head-abcde", role="head", group=None)
+    head["metadata"]["creationTimestamp"] = at(-1)
+    assert (
+        provisioning_failure([head], [event("RayCluster", "job", "FailedToCreateHeadPod", PSA, seen=-5)], NOW) is None
+    )
+    # ... and one after the newest pod still counts.
+    assert provisioning_failure([head], [event("RayCluster", "job", "FailedToCreateHeadPod", PSA, seen=0)], NOW)
+
+
+@pytest.mark.parametrize(
+    ("kind", "reason", "message", "expected", "permanent"),
+    [
+        (
+            "RayCluster",
+            "FailedToCreateWorkerPod",
+            'Failed to create worker Pod ns/, pods "job-node-2-worker-" is forbidden: exceeded quota: gpus, '
+            "requested: requests.nvidia.com/gpu=8, used: requests.nvidia.com/gpu=16, limited: requests.nvidia.com/gpu=16",
+            "the worker pod for node rank 2 of RayCluster 'job' refused by a ResourceQuota: exceeded quota: gpus, "
+            "requested: requests.nvidia.com/gpu=8",
+            False,
+        ),
+        (
+            "RayCluster",
+            "FailedToCreateWorkerPod",
+            'Failed to create worker Pod ns/, pods "job-node-0-worker-" is forbidden: maximum memory usage per '
+            "Container is 512Mi, but limit is 1Gi",
+            "the worker pod for node rank 0 of RayCluster 'job' refused by a LimitRange:  maximum memory usage",
+            False,
+        ),
+        (
+            "Job",
+            "FailedCreate",
+            'Error creating: admission webhook "policy.example.com" denied the request: images must come from '
+            "registry.example.com",
+            "the submitter pod of Job 'job' refused by admission: admission webhook \"policy.example.com\" denied",
+            False,
+        ),
+        (
+            "RayJob",
+            "FailedToCreateRayJobSubmitter",
+            'Failed to create new Kubernetes Job ns/job: jobs.batch "job" is forbidden: ValidatingAdmissionPolicy '
+            "'require-team' with binding 'b' denied request: the label 'team' is missing",
+            "the submitter Job of RayJob 'job' refused by admission: ValidatingAdmissionPolicy 'require-team'",
+            False,
+        ),
+    ],
+)
+def test_refusals_name_what_refused_which_pod(
+    kind: str, reason: str, message: str, expected: str, permanent: bool
+) -> None:
+    cause = provisioning_failure([], [event(kind, "job", reason, message)], NOW)
+    assert cause is not None
+    assert cause.message.startswith(expected.replace("  ", " ")), cause.message
+    assert cause.permanent is permanent
+
+
+def test_errors_that_are_not_refusals_are_left_to_the_creator_to_retry() -> None:
+    timeout = "Failed to create head Pod ns/job-head-, Timeout: request did not complete within requested timeout"
+    assert provisioning_failure([], [event("RayCluster", "job", "FailedToCreateHeadPod", timeout)], NOW) is None
+    normal = {**event("RayCluster", "job", "FailedToCreateHeadPod", PSA), "type": "Normal"}
+    assert provisioning_failure([], [normal], NOW) is None
+
+
+# -- provisioning: pods that cannot start ----------------------------------------------------------------------
+
+
+def test_an_invalid_image_name_is_permanent_at_once() -> None:
+    bad = pod("job-node-1-worker-x", **waiting("InvalidImageName", 'Failed to apply default image tag "Bad:Tag"'))
+    cause = provisioning_failure([bad], [], NOW)
+    assert cause is not None and cause.reason == diagnosis.INVALID_IMAGE and cause.permanent
+    assert "worker pod 'job-node-1-worker-x' (node rank 1, node 'a800-1') container 'ray-worker'" in cause.message
+
+
+def test_an_image_that_runs_as_root_is_permanent_at_once() -> None:
+    said = 'container has runAsNonRoot and image will run as root (pod: "ns/job-head-x", container: ray-head)'
+    root = pod(
+        "job-head-x", role="head", group=None, **waiting("CreateContainerConfigError", said, container="ray-head")
+    )
+    cause = provisioning_failure([root], [], NOW)
+    assert cause == Cause(
+        diagnosis.IMAGE_RUNS_AS_ROOT,
+        f"Ray head pod 'job-head-x' (node 'a800-1') container 'ray-head' cannot start as non-root: {said}",
+        True,
+    )
+    missing = pod(
+        "job-head-y", role="head", group=None, **waiting("CreateContainerConfigError", 'configmap "x" not found')
+    )
+    missing["status"]["startTime"] = at(-5)
+    assert provisioning_failure([missing], [], NOW) is None  # a ConfigMap may still be on its way
+    missing["status"]["startTime"] = at(-30)
+    cause = provisioning_failure([missing], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.CONTAINER_START_FAILED, False)
+
+
+def test_an_image_pull_failure_waits_for_its_grace_then_quotes_the_kubelet() -> None:
+    failing = pod("job-node-1-worker-x", **waiting("ImagePullBackOff", 'Back-off pulling image "nope:1"'))
+    pulled = event(
+        "Pod",
+        "job-node-1-worker-x",
+        "Failed",
+        'Failed to pull image "nope:1": failed to resolve reference "docker.io/library/nope:1": no such host',
+        seen=-1,
+    )
+    pulled["firstTimestamp"] = at(-5)
+    assert provisioning_failure([failing], [pulled], NOW) is None  # 5 s: a registry hiccup may still pass
+    cause = provisioning_failure([failing], [pulled], NOW + dt.timedelta(seconds=30))
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.IMAGE_PULL_FAILED, False)
+    assert cause.message.endswith(
+        'cannot pull its image: Failed to pull image "nope:1": failed to resolve reference '
+        '"docker.io/library/nope:1": no such host'
+    )
+
+
+def test_a_crash_loop_names_exit_code_and_reason() -> None:
+    crashing = pod(
+        "job-head-x",
+        role="head",
+        group=None,
+        **waiting(
+            "CrashLoopBackOff",
+            "back-off 10s restarting failed container",
+            container="ray-head",
+            restartCount=2,
+            lastState={"terminated": {"exitCode": 3, "reason": "Error"}},
+        ),
+    )
+    cause = provisioning_failure([crashing], [], NOW)
+    assert cause == Cause(
+        diagnosis.CRASH_LOOP_BACK_OFF,
+        "Ray head pod 'job-head-x' (node 'a800-1') container 'ray-head' crashes at start (exit code 3 (Error), "
+        "2 restarts)",
+        False,
+    )
+
+
+def test_unschedulable_after_its_grace_quotes_the_scheduler() -> None:
+    stuck = pod("job-node-1-worker-x", node=None)
+    stuck["spec"]["affinity"] = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a800-1"]}]}
+                ]
+            }
+        }
+    }
+    message = "0/7 nodes are available: 1 Insufficient nvidia.com/gpu, 6 node(s) didn't match Pod's node affinity."
+    stuck["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": at(-30),
+            }
+        ],
+    }
+    assert provisioning_failure([stuck], [], NOW) is None
+    cause = provisioning_failure([stuck], [], NOW + dt.timedelta(seconds=31))
+    assert cause == Cause(
+        diagnosis.UNSCHEDULABLE,
+        f"worker pod 'job-node-1-worker-x' (node rank 1, node 'a800-1') unschedulable: {message}",
+        False,
+    )
+
+
+def test_a_permanent_cause_comes_before_a_retryable_one_and_messages_stay_short() -> None:
+    crashing = pod("job-head-x", role="head", group=None, **waiting("CrashLoopBackOff", container="ray-head"))
+    invalid = pod("job-node-3-worker-y", group="node-3", **waiting("InvalidImageName", "x" * 2000))
+    cause = provisioning_failure([crashing, invalid], [], NOW)
+    assert cause is not None and cause.reason == diagnosis.INVALID_IMAGE
+    assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS and cause.message.endswith("...")
+    assert provisioning_failure([pod("fine")], [], NOW) is None
+
+
+# -- a lost process ----------------------------------------------------------------------------------------
+
+
+def test_a_deleted_worker_pod_names_its_node_processes_and_the_launchers_line() -> None:
+    gone = pod("job-node-1-worker-x")
+    gone["metadata"] |= {"deletionTimestamp": at(25), "deletionGracePeriodSeconds": 30}
+    log = (
+        "[state-dump] NodeManager: ... 20,000 characters of it\n"
+        "placement_core.launcher.errors.WorkerDiedError: component 'actor' rank 8 (node rank 1) died during "
+        "'train_step' (ActorDiedError)\n"
+    )
+    cause = lost_process([pod("job-head-h", role="head", group=None), gone], [], {}, PLAN, log)
+    assert cause == Cause(
+        diagnosis.POD_DELETED,
+        "worker pod 'job-node-1-worker-x' (node rank 1, node 'a800-1', actor ranks 8-11, rollout ranks 0-3) deleted; "
+        "launcher: component 'actor' rank 8 (node rank 1) died during 'train_step' (ActorDiedError)",
+        False,
+    )
+    assert "[state-dump]" not in cause.message
+
+
+def test_an_oom_killed_worker_names_its_memory_limit() -> None:
+    killed = pod(
+        "job-node-0-worker-x",
+        group="node-0",
+        containerStatuses=[
+            {
+                "name": "ray-worker",
+                "restartCount": 1,
+                "state": {"running": {}},
+                "lastState": {"terminated": {"exitCode": 137, "reason": "OOMKilled", "finishedAt": at(-3)}},
+            }
+        ],
+    )
+    cause = lost_process([killed], [], {}, PLAN, "")
+    assert cause is not None and cause.reason == diagnosis.OOM_KILLED
+    assert cause.message == (
+        "worker pod 'job-node-0-worker-x' (node rank 0, node 'a800-1', actor ranks 0-7) container 'ray-worker' "
+        "OOMKilled (memory limit 1Gi)"
+    )
+
+
+def test_a_node_not_ready_is_the_cause_of_its_pods_loss() -> None:
+    nodes = {
+        "a800-1": {
+            "status": {
+                "conditions": [
+                    {
+                        "type": "Ready",
+                        "status": "Unknown",
+                        "reason": "NodeStatusUnknown",
+                        "message": "Kubelet stopped posting node status.",
+                        "lastTransitionTime": at(-40),
+                    }
+                ]
+            }
+        }
+    }
+    cause = lost_process([pod("job-node-1-worker-x")], [], nodes, PLAN, "")
+    assert cause is not None and cause.reason == diagnosis.NODE_NOT_READY
+    assert cause.message.endswith("node 'a800-1' unreachable: Kubelet stopped posting node status.")
+
+
+def test_the_earliest_loss_is_the_cause_and_the_sidecar_submitters_exit_is_not() -> None:
+    head = pod(
+        "job-head-h",
+        role="head",
+        group=None,
+        node="a800-0",
+        containerStatuses=[
+            {"name": "ray-head", "state": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": at(-30)}}},
+            {"name": "ray-job-submitter", "state": {"terminated": {"exitCode": 1, "finishedAt": at(-40)}}},
+        ],
+    )
+    worker = pod(
+        "job-node-1-worker-x",
+        containerStatuses=[
+            {"name": "ray-worker", "state": {"terminated": {"exitCode": 1, "reason": "Error", "finishedAt": at(-10)}}}
+        ],
+    )
+    cause = lost_process([worker, head], [], {}, PLAN, "")
+    assert cause == Cause(
+        diagnosis.CONTAINER_EXITED,
+        "Ray head pod 'job-head-h' (node 'a800-0') container 'ray-head' exited with code 1 (Error)",
+        False,
+    )
+
+
+def test_a_pod_already_gone_is_found_by_the_kubelets_events() -> None:
+    replacement = pod("job-node-1-worker-new")
+    replacement["metadata"]["creationTimestamp"] = at(-2)
+    killing = event("Pod", "job-node-1-worker-old", "Killing", "Stopping container ray-worker", seen=-8)
+    killing |= {"type": "Normal", "source": {"component": "kubelet", "host": "a800-1"}}
+    foreign = event("Pod", "other-job-node-1-worker-z", "Killing", "Stopping container ray-worker", seen=-20)
+    cause = lost_process([replacement], [killing, foreign], {}, PLAN, "")
+    assert cause is not None and cause.reason == diagnosis.POD_DELETED
+    assert cause.message.startswith("worker pod 'job-node-1-worker-old' (node rank 1, node 'a800-1', actor ranks 8-11")
+
+
+def test_the_launchers_line_alone_is_mapped_to_its_node() -> None:
+    log = "Traceback ...\nWorkerDiedError: component 'rollout' rank 2 (node rank 1) died during 'generate' (RayActorError)"
+    cause = lost_process([], [], {}, PLAN, log)
+    assert cause == Cause(
+        diagnosis.WORKER_DIED,
+        "component 'rollout' rank 2 (node rank 1) died during 'generate' (RayActorError) (on node 'node-1')",
+        False,
+    )
+    assert lost_process([pod("job-node-1-worker-x")], [], {}, PLAN, "[state-dump] nothing here") is None
+
+
+# -- real objects captured from the e2e cluster ----------------------------------------------------------------
+
+
+def load(name: str) -> dict:
+    return json.loads((SNAPSHOTS / f"{name}.json").read_text())
+
+
+def snapshot_now(snapshot: dict) -> dt.datetime:
+    return dt.datetime.fromisoformat(snapshot["now"])
+
+
+def snapshot_plan(snapshot: dict) -> Plan | None:
+    return Plan.from_dict(snapshot["plan"]) if snapshot.get("plan") else None
+
+
+def captured() -> list[str]:
+    return sorted(path.stem for path in SNAPSHOTS.glob("*.json"))
+
+
+@pytest.mark.parametrize("name", captured())
+def test_captured_snapshot(name: str) -> None:
+    """Each captured snapshot says what diagnosis it must give (`expect`: reason, permanent, message parts)."""
+    snapshot = load(name)
+    if snapshot["kind"] == "provisioning":
+        cause = provisioning_failure(snapshot["pods"], snapshot["events"], snapshot_now(snapshot))
+    else:
+        cause = lost_process(
+            snapshot["pods"], snapshot["events"], snapshot["nodes"], snapshot_plan(snapshot), snapshot["driverLogTail"]
+        )
+    expect = snapshot["expect"]
+    assert cause is not None, name
+    assert (cause.reason, cause.permanent) == (expect["reason"], expect["permanent"]), cause
+    for part in expect["messageContains"]:
+        assert part in cause.message, (part, cause.message)
+    assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS and "\n" not in cause.message
