@@ -16,7 +16,6 @@ import pytest
 from placement_core.components import component_placement
 from placement_core.launcher.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
-from rlplace_operator import diagnosis
 from rlplace_operator.admission import Admitted, GroupDemand, Waiting
 from rlplace_operator.handlers.queue import Ledger, PlannedDemand, copy_index, queue_pass
 from rlplace_operator.handlers.queue import World as QueueWorld
@@ -35,10 +34,6 @@ from rlplace_operator.reconcile import (
 NOW = dt.datetime(2026, 11, 24, 1, 0, 0, tzinfo=dt.UTC)
 KEY = ("ns", "train")
 ADMITTED = "2026-11-24T00:59:40Z"  # 20 s before NOW
-NEEDS_DIAGNOSIS = pytest.mark.skipif(
-    (diagnosis.__doc__ or "").startswith("Placeholder"),
-    reason="needs the diagnosis module of wt-21b (this branch has its placeholder until it is merged)",
-)
 
 
 def condition(status: dict, type_: str) -> dict | None:
@@ -98,13 +93,16 @@ def pod(name: str, kind: str = "worker", node: str | None = "kwok-0", **status: 
     }
 
 
-def event(kind: str, name: str, reason: str, message: str, when: str = "2026-11-24T00:59:50Z") -> dict:
+def event(
+    kind: str, name: str, reason: str, message: str, when: str = "2026-11-24T00:59:50Z", first: str | None = None
+) -> dict:
     return {
         "metadata": {"name": f"{name}.1", "namespace": "ns"},
         "involvedObject": {"kind": kind, "name": name, "namespace": "ns"},
         "type": "Warning",
         "reason": reason,
         "message": message,
+        "firstTimestamp": first or when,
         "lastTimestamp": when,
         "count": 3,
     }
@@ -190,7 +188,6 @@ POD_SECURITY = (
 )
 
 
-@NEEDS_DIAGNOSIS
 def test_a_pod_refused_by_pod_security_fails_the_job_naming_the_cause_and_frees_its_nodes() -> None:
     events = [event("RayCluster", "train", "FailedToCreateWorkerPod", POD_SECURITY)]
     outcome = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(), events=events))
@@ -202,7 +199,6 @@ def test_a_pod_refused_by_pod_security_fails_the_job_naming_the_cause_and_frees_
     assert status.ray_cluster is None
 
 
-@NEEDS_DIAGNOSIS
 def test_an_image_that_cannot_be_pulled_requeues_the_job_with_backoff_and_says_so() -> None:
     waiting = {"waiting": {"reason": "ImagePullBackOff", "message": 'Back-off pulling image "nope.invalid/ray:1"'}}
     pulling = pod(
@@ -210,7 +206,14 @@ def test_an_image_that_cannot_be_pulled_requeues_the_job_with_backoff_and_says_s
         containerStatuses=[{"name": "ray-worker", "ready": False, "restartCount": 0, "state": waiting}],
     )
     events = [
-        event("Pod", "train-node-0-worker-abcde", "Failed", 'Failed to pull image "nope.invalid/ray:1": not found')
+        # The first pull failed 22 s ago: past the grace a registry hiccup gets.
+        event(
+            "Pod",
+            "train-node-0-worker-abcde",
+            "Failed",
+            'Failed to pull image "nope.invalid/ray:1": not found',
+            first="2026-11-24T00:59:38Z",
+        )
     ]
     outcome = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(), pods=[pulling], events=events))
     status = outcome.status
@@ -299,7 +302,6 @@ def test_a_driver_failure_keeps_a_short_message_never_the_state_dump() -> None:
     assert ReleaseNodes() in outcome.actions
 
 
-@NEEDS_DIAGNOSIS
 def test_a_worker_pod_deleted_mid_run_fails_the_job_naming_component_rank_node_and_pod() -> None:
     message = f"Job entrypoint command failed with exit code 1, last available logs (truncated):\n{STATE_DUMP}"
     failed = rayjob("Failed", "FAILED", reason="AppFailed", message=message)
