@@ -32,7 +32,7 @@ from rlplace_operator.admission import Decision
 from rlplace_operator.handlers import rayjob as driver
 from rlplace_operator.handlers import rljob
 from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger, Snapshot, copy_index, queue_pass
+from rlplace_operator.handlers.queue import Ledger, Snapshot, queue_pass
 from rlplace_operator.handlers.raycluster import raycluster_ready
 from rlplace_operator.k8s import Kube, StatusConflict
 from rlplace_operator.models import GROUP, VERSION, JobPhase
@@ -116,9 +116,11 @@ def rayjob_children_index(
     return {(namespace, job): _trimmed(body, ("suspend", "submissionMode"))} if job else None
 
 
-def snapshot_of(indexes: Mapping[str, Any]) -> tuple[Snapshot, dict[tuple[str, str], list[Any]]]:
-    """The snapshot of every index one reconcile reads (RayJobs are kept beside it, keyed the same way)."""
-    return Snapshot.of(indexes), copy_index(indexes["rayjob_children_index"])
+def one(indexes: Mapping[str, Any], index: str, key: object) -> Any | None:
+    """A copy of the one value a kopf index holds for `key` (None: none), without copying the whole index."""
+    store = indexes[index].get(key)
+    values = list(store) if store is not None else []
+    return values[0] if values else None
 
 
 # -- observe ---------------------------------------------------------------------------------------------------
@@ -223,13 +225,20 @@ def _job_nodes(kube: Kube, job: Job, pods: Sequence[Mapping[str, Any]]) -> dict[
 
 
 class Observer:
-    """Builds `World`s from one snapshot; Warning events are listed once per namespace per observer."""
+    """Builds `World`s from the kopf indexes: a job's own entries are copied as it is looked at, the whole
+    `Snapshot` (what admission reads) once, when first needed; Warning events are listed once per namespace."""
 
-    def __init__(self, kube: Kube, snapshot: Snapshot, rayjobs: Mapping[tuple[str, str], list[Any]]) -> None:
+    def __init__(self, kube: Kube, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> None:
         self.kube = kube
-        self.snapshot = snapshot
-        self.rayjobs = rayjobs
+        self.indexes = indexes
+        self._snapshot = snapshot
         self._events: MutableMapping[str, list[dict]] = {}
+
+    @property
+    def snapshot(self) -> Snapshot:
+        if self._snapshot is None:
+            self._snapshot = Snapshot.of(self.indexes)
+        return self._snapshot
 
     def events(self, namespace: str) -> list[dict]:
         if namespace not in self._events:
@@ -241,14 +250,15 @@ class Observer:
         if not holds_nodes(job.status):
             return World(now=now, child_known=False, queue=queue)
         key = job.key
-        pods = [p for p in self.snapshot.job_pods.get(key, []) if isinstance(p, Mapping)]
+        store = self.indexes["job_pods_index"].get(key)
+        pods = [p for p in (list(store) if store is not None else []) if isinstance(p, Mapping)]
         if job.entrypoint:
-            rayjob = indexed(self.rayjobs, key)
+            rayjob = one(self.indexes, "rayjob_children_index", key)
             if rayjob is None or fresh:
                 rayjob = self.kube.get_rayjob(job.namespace, rayjob_name(job.name))  # the index may lag an apply
             rayjob = rayjob if _owned(rayjob, job.uid) else None
             return self._driver_world(job, now, rayjob, pods)
-        cluster = indexed(self.snapshot.children, key)
+        cluster = one(self.indexes, "ray_children_index", key)
         if cluster is None or fresh:
             cluster = self.kube.get_raycluster(job.namespace, raycluster_name(job.name))
         cluster = cluster if _owned(cluster, job.uid) else None
@@ -371,9 +381,8 @@ def rljob_changed(
     body: kopf.Body, memo: kopf.Memo, diff: kopf.Diff | None = None, retry: int = 0, **kwargs: Any
 ) -> None:
     """A job created, changed (spec or profile annotation) or found at start-up: reconcile it."""
-    snapshot, rayjobs = snapshot_of(kwargs)
     job = job_of_body(body, rljob.profile_changed(diff))
-    run(memo.kube, memo.ledger, Observer(memo.kube, snapshot, rayjobs), job, retry=retry)
+    run(memo.kube, memo.ledger, Observer(memo.kube, kwargs), job, retry=retry)
 
 
 def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
@@ -381,12 +390,11 @@ def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs:
     lost its child is planned again)."""
     if JOB_LABEL not in labels:
         return
-    snapshot, rayjobs = snapshot_of(kwargs)
     key = (namespace, labels[JOB_LABEL])
-    entry = indexed(snapshot.rljobs, key)
+    entry = one(kwargs, "rljob_index", key)
     if entry is None or not holds_nodes(entry["status"]):
         return
-    _safely(memo, Observer(memo.kube, snapshot, rayjobs), job_of(key, entry))
+    _safely(memo, Observer(memo.kube, kwargs), job_of(key, entry))
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -430,10 +438,10 @@ def _needs_look(entry: Mapping[str, Any]) -> bool:
 def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """The queue pass (one admission decision over every waiting job), then a reconcile of each job of this
     NodeGroup that waits, provisions or has not verified its driver's binding yet."""
-    snapshot, rayjobs = snapshot_of(kwargs)
+    snapshot = Snapshot.of(kwargs)
     ledger: Ledger = memo.ledger
     decisions = queue_pass(ledger, rljob.admission_world(snapshot))
-    observer = Observer(memo.kube, snapshot, rayjobs)
+    observer = Observer(memo.kube, kwargs, snapshot)
     for key in list(snapshot.rljobs):
         entry = indexed(snapshot.rljobs, key)
         if entry is None or entry["nodeGroups"][:1] != [name] or not _needs_look(entry):

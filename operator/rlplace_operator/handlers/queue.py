@@ -172,8 +172,6 @@ class Snapshot:
     rljobs: Mapping[JobKey, list[Any]]
     rayclusters: Mapping[JobKey, list[Any]]
     pods: Mapping[str, list[Any]]
-    job_pods: Mapping[JobKey, list[Any]]
-    children: Mapping[JobKey, list[Any]]
 
     @classmethod
     def of(cls, indexes: Mapping[str, Any]) -> Snapshot:
@@ -184,8 +182,6 @@ class Snapshot:
             rljobs=copy_index(indexes["rljob_index"]),
             rayclusters=copy_index(indexes["raycluster_nodes_index"]),
             pods=copy_index(indexes["pod_units_index"]),
-            job_pods=copy_index(indexes["job_pods_index"]),
-            children=copy_index(indexes["ray_children_index"]),
         )
 
 
