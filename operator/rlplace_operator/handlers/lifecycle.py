@@ -422,6 +422,9 @@ def _safely(memo: kopf.Memo, observer: Observer, job: Job, queue: Decision | Non
             "RLJob %s/%s: reconcile failed (%s %s); the next pass looks again", *job.key, err.status, err.reason
         )
         return None
+    except Exception:  # one job's failure must not stop the pass (the queue never stalls): said, then go on
+        logger.exception("RLJob %s/%s: reconcile failed; the next pass looks again", *job.key)
+        return None
 
 
 def _needs_look(entry: Mapping[str, Any]) -> bool:
