@@ -292,7 +292,10 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             if not isinstance(kept, tuple):
                 ledger.reserved[job.key] = kept.nodes
                 return kept
-        decisions = decide([job, *_waiting_queue(ledger, world, job.key)], pool)
+        # Only the jobs ahead of it decide where it goes (or its place): a burst of new jobs costs each one a
+        # pass over the few still waiting ahead of it, not over the whole queue.
+        ahead = [other for other in _waiting_queue(ledger, world, job.key) if other.order() < job.order()]
+        decisions = decide([job, *ahead], pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
                 ledger.reserved[key] = decision.nodes
