@@ -47,6 +47,9 @@ from rlplace_operator.selection import JobGroup
 RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 
 
+#: Job shapes whose demand is kept for other jobs of the same shape (a new node set makes new shapes).
+MAX_SHAPES = 64
+
 #: Phases of jobs that wait for admission: Queued, and new jobs the operator has not reconciled yet (so jobs
 #: created at the same moment are admitted in queue order, not in the order their handlers happen to run).
 _WAITING_PHASES = {None, "", JobPhase.QUEUED}
@@ -120,6 +123,8 @@ class Ledger:
     lock: threading.Lock = field(default_factory=threading.Lock)
     reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     demands: dict[JobKey, tuple[tuple, PlannedDemand]] = field(default_factory=dict)
+    #: Demands by job shape, shared by jobs planned the same (the oldest dropped past MAX_SHAPES).
+    shapes: dict[tuple, tuple] = field(default_factory=dict)
 
     def release(self, key: JobKey) -> None:
         with self.lock:
@@ -138,6 +143,17 @@ class Ledger:
     def remember_demand(self, key: JobKey, fingerprint: tuple, demand: PlannedDemand) -> None:
         with self.lock:
             self.demands[key] = (fingerprint, demand)
+
+    def shared_demand(self, shape: tuple) -> tuple | None:
+        """The demand planned for another job of the same shape (placement fields, profile, nodes)."""
+        with self.lock:
+            return self.shapes.get(shape)
+
+    def remember_shared_demand(self, shape: tuple, demand: tuple) -> None:
+        with self.lock:
+            self.shapes[shape] = demand
+            while len(self.shapes) > MAX_SHAPES:
+                self.shapes.pop(next(iter(self.shapes)))
 
 
 def copy_index(index: Mapping[Any, Any]) -> dict[Any, list[Any]]:
