@@ -259,6 +259,8 @@ def _bind_timeout(job: Job, world: World) -> str | None:
     since = admitted_since(job.status)
     if since is None or (world.now - since).total_seconds() < BIND_TIMEOUT_SECONDS:
         return None
+    if job.status.get("attempts"):
+        return None  # its driver ran on these nodes: a retry's new pods are KubeRay's to bring up, not a bind race
     expected = int(job.status.get("nodes") or 0)
     bound = [p for p in _worker_pods(world.pods) if (p.get("spec") or {}).get("nodeName")]
     if len(bound) >= expected:
