@@ -372,3 +372,13 @@ def test_an_ended_job_is_left_alone_until_its_spec_changes() -> None:
 def test_a_job_whose_cluster_is_gone_is_planned_again() -> None:
     outcome = reconcile(job(live_status("Running")), World(now=NOW, raycluster=None))
     assert outcome.actions == (Provision(),)
+
+
+def test_a_driver_kuberay_retries_is_not_sent_back_to_the_queue_while_its_new_pods_come_up() -> None:
+    retrying = rayjob("Retrying", "")
+    unbound = pod("train-abcde-node-0-worker-new02", node=None)
+    outcome = reconcile(
+        job(running_driver_status(), "python train.py"), World(now=NOW, rayjob=retrying, pods=[unbound])
+    )
+    assert outcome.status.phase == "Provisioning"
+    assert DeleteChildren() not in outcome.actions
