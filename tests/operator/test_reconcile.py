@@ -377,8 +377,8 @@ def test_a_job_whose_cluster_is_gone_is_planned_again() -> None:
 def test_a_driver_kuberay_retries_is_not_sent_back_to_the_queue_while_its_new_pods_come_up() -> None:
     retrying = rayjob("Retrying", "")
     unbound = pod("train-abcde-node-0-worker-new02", node=None)
-    outcome = reconcile(
-        job(running_driver_status(), "python train.py"), World(now=NOW, rayjob=retrying, pods=[unbound])
-    )
+    status = running_driver_status()
+    status["conditions"][0]["lastTransitionTime"] = "2026-11-24T00:59:10Z"  # admitted 50 s ago
+    outcome = reconcile(job(status, "python train.py"), World(now=NOW, rayjob=retrying, pods=[unbound]))
     assert outcome.status.phase == "Provisioning"
     assert DeleteChildren() not in outcome.actions
