@@ -58,7 +58,7 @@ from rlplace_operator.names import (
     rayjob_name,
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
-from rlplace_operator.reconcile import Job
+from rlplace_operator.reconcile import Job, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
@@ -406,6 +406,11 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         waitingFor=None,
         retryAfter=None,
     )
+    if job.before.get("observedGeneration") != job.generation:
+        job.set(restarts=None, provisioningRetries=None)  # a new spec starts a new history
+    if job_spec.entrypoint and not holds_nodes(job.before):
+        # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one).
+        job.set(attempts=None, driverStartTime=None, driverEndTime=None)
     # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
     job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
     if job_spec.entrypoint:
