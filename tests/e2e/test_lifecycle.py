@@ -139,6 +139,23 @@ def test_a_pod_the_api_refuses_names_the_cause_and_the_next_job_gets_the_nodes(
 # -- real nodes -------------------------------------------------------------------------------------------
 
 
+def ray_pods(jobs: RunJobs, job: str, kind: str) -> list[client.V1Pod]:
+    """A job's Ray pods of one kind (head, worker): by the job label, since KubeRay names a RayJob's cluster
+    after the RayJob with a random suffix."""
+    selector = f"rlplace.io/job={job},ray.io/node-type={kind}"
+    return jobs.core.list_namespaced_pod(jobs.namespace, label_selector=selector).items
+
+
+def wait_group_ready(jobs: RunJobs, group: str) -> None:
+    """The real nodes' NodeGroup observed with a ready node (the fixture applies it just before)."""
+
+    def ready() -> bool:
+        body = jobs.custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+        return bool((body.get("status") or {}).get("readyNodes"))
+
+    wait_for(ready, 60, f"NodeGroup {group} ready")
+
+
 def long_driver(seconds: int) -> str:
     """The reference driver, then a Ray actor on node rank 0's worker called every second for `seconds`: a
     driver whose processes stay alive on the workers, so losing a pod fails it."""
@@ -154,6 +171,7 @@ def test_an_image_that_cannot_be_pulled_names_the_cause_and_the_next_job_gets_th
     run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
     real_nodes: list[str],  # noqa: F811
 ) -> None:
+    wait_group_ready(run_jobs, "real-a800")
     body = example("rljob-collocated-run.yaml")
     body["metadata"]["name"] = "unpullable"
     body["spec"]["ray"]["image"] = "localhost/rlplace/does-not-exist:1"
@@ -186,7 +204,7 @@ def test_a_worker_pod_deleted_mid_run_fails_the_job_naming_the_pod_and_node(
     wait_for(
         lambda: condition(run_jobs.status("lose-worker"), "BindingVerified").get("status") == "True", 300, "verified"
     )
-    (worker,) = [p for p in run_jobs.pods("lose-worker") if p.metadata.labels.get("ray.io/node-type") == "worker"][:1]
+    (worker,) = ray_pods(run_jobs, "lose-worker", "worker")[:1]
     run_jobs.core.delete_namespaced_pod(worker.metadata.name, run_jobs.namespace)
     status = run_jobs.wait_phase("lose-worker", "Failed", timeout=240)
     assert worker.metadata.name in status["message"], status["message"]
@@ -207,7 +225,7 @@ def test_the_head_pod_deleted_mid_run_shows_attempt_2_and_a_fresh_binding_check(
         lambda: condition(run_jobs.status("lose-head"), "BindingVerified").get("status") == "True", 300, "verified"
     )
     assert run_jobs.status("lose-head")["attempts"] == 1
-    (head,) = [p for p in run_jobs.pods("lose-head") if p.metadata.labels.get("ray.io/node-type") == "head"][:1]
+    (head,) = ray_pods(run_jobs, "lose-head", "head")[:1]
     deleted_at = time.time()
     run_jobs.core.delete_namespaced_pod(head.metadata.name, run_jobs.namespace)
 
