@@ -185,6 +185,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
                 description="Every launched process checked its own placement from inside (True/False)",
             ),
             age,
+            _column("Attempts", ".status.attempts", "integer", "Driver submissions of the current spec", priority=1),
             _column("RayJob", ".status.rayJob", description="The RayJob running the entrypoint", priority=1),
             _column("Driver log", ".status.driverLog", description="Command that prints the driver's log", priority=1),
             _column("Predicted", ".status.predictedIterationTime", "number", "Predicted s/iteration", priority=1),

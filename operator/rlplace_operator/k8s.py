@@ -32,6 +32,10 @@ DISCOVERY_TTL_SECONDS = 60.0
 _APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
 
 
+class StatusConflict(Exception):
+    """The job changed since its status was read (optimistic concurrency): read it again, reconcile again."""
+
+
 class Kube:
     """Thin typed wrappers over the official client, made once at operator start-up."""
 
@@ -119,12 +123,14 @@ class Kube:
         return self._ray_kind_served(RAYJOB_PLURAL)
 
     def container_log_heads(
-        self, namespace: str, label_selector: str, container: str, limit_bytes: int
+        self, namespace: str, label_selector: str, container: str, limit_bytes: int, newest_only: bool = False
     ) -> Iterator[str]:
         """The first `limit_bytes` of `container`'s log in each pod matching `label_selector`, newest pod
-        first, read one at a time as the caller asks; pods whose container has no log yet are skipped."""
+        first, read one at a time as the caller asks; pods whose container has no log yet are skipped. With
+        `newest_only`, only the newest pod's."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
-        for pod in sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True):
+        pods = sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
+        for pod in pods[:1] if newest_only else pods:
             try:
                 yield self.core.read_namespaced_pod_log(
                     pod.metadata.name, namespace, container=container, limit_bytes=limit_bytes
@@ -135,6 +141,43 @@ class Kube:
                 if err.status in (400, 404) or err.status >= 500:
                     continue
                 raise
+
+    def container_log_tail(self, namespace: str, label_selector: str, container: str, lines: int) -> str:
+        """The last `lines` of `container`'s log in the newest pod matching `label_selector` ('' if none)."""
+        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
+        for pod in sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True):
+            try:
+                return self.core.read_namespaced_pod_log(
+                    pod.metadata.name, namespace, container=container, tail_lines=lines
+                )
+            except ApiException as err:
+                if err.status in (400, 404) or err.status >= 500:
+                    continue
+                raise
+        return ""
+
+    def warning_events(self, namespace: str) -> list[dict]:
+        """The namespace's Warning events (core/v1), as API JSON dicts."""
+        response = self.core.list_namespaced_event(namespace, field_selector="type=Warning", _preload_content=False)
+        return list(json.loads(response.data).get("items") or [])
+
+    def get_node(self, name: str) -> dict | None:
+        try:
+            response = self.core.read_node(name, _preload_content=False)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
+
+    def get_configmap(self, namespace: str, name: str) -> dict | None:
+        try:
+            response = self.core.read_namespaced_config_map(name, namespace, _preload_content=False)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+        return json.loads(response.data)
 
     def raycluster_crd_installed(self) -> bool:
         """Whether the API serves ray.io/v1 RayClusters."""
@@ -170,13 +213,25 @@ class Kube:
                 return None
             raise
 
-    def patch_rljob_status(self, namespace: str, name: str, patch: dict) -> None:
-        self.custom.patch_namespaced_custom_object_status(
-            GROUP, VERSION, namespace, RLJOB_PLURAL, name, {"apiVersion": API_VERSION, "status": patch}
+    def patch_rljob_status(self, namespace: str, name: str, patch: dict, resource_version: str | None = None) -> dict:
+        """Merge-patch the job's status; with `resource_version` only if the job is still at that version
+        (the API server answers 409 Conflict otherwise: someone wrote in between, read again)."""
+        body: dict = {"apiVersion": API_VERSION, "status": patch}
+        if resource_version:
+            body["metadata"] = {"resourceVersion": resource_version}
+        response = self.custom.patch_namespaced_custom_object_status(
+            GROUP, VERSION, namespace, RLJOB_PLURAL, name, body, _preload_content=False
         )
+        return json.loads(response.data)
 
-    def write_rljob_status(self, body: Mapping, before: Mapping, after: Mapping) -> bool:
+    def write_rljob_status(
+        self, body: Mapping, before: Mapping, after: Mapping, resource_version: str | None = None
+    ) -> bool:
         """Patch the job's status from `before` to `after`; True when a request was sent.
+
+        With `resource_version`, the write is conditional on the job being at that version: a 409 Conflict
+        (raised as `StatusConflict`) means another writer changed it since it was read; the caller reads it
+        again and reconciles again, so two writers never drop each other's conditions.
 
         A write the API server refuses as invalid (422: the object grew past its size limit, say) is not
         retried as is: the job gets a short StatusWritten=False condition naming the refusal instead, and a
@@ -187,10 +242,12 @@ class Kube:
             return False
         metadata = body["metadata"]
         try:
-            self.patch_rljob_status(metadata["namespace"], metadata["name"], patch)
+            self.patch_rljob_status(metadata["namespace"], metadata["name"], patch, resource_version)
         except ApiException as err:
             if err.status == 404:  # the job was deleted meanwhile: nothing left to describe
                 return True
+            if err.status == 409:
+                raise StatusConflict(metadata["name"]) from None
             if err.status != 422:
                 raise
             refusal = short(f"the API server refused the status update: {_message(err)}")

@@ -437,6 +437,23 @@ class ComponentBinding(_Camel):
     """Processes the driver launched."""
 
 
+class Restart(_Camel):
+    """One restart of the job: its driver submitted again, or its Ray cluster given back and queued again."""
+
+    attempt: int
+    """The attempt that this restart began (2: the first restart)."""
+    time: str
+    """When the operator saw it (RFC 3339)."""
+    reason: str
+    """Why, as a CamelCase reason (HeadPodReplaced, DriverResubmitted, ImagePullFailed, BindTimeout, ...)."""
+    message: str
+    """What happened, in one line."""
+
+
+#: Restarts kept in status (the oldest go first): the status stays small however often a job restarts.
+MAX_RESTARTS_KEPT = 10
+
+
 class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
@@ -474,6 +491,15 @@ class RLJobStatus(_Camel):
     """When the driver ended (RFC 3339)."""
     binding: list[ComponentBinding] = []
     """Per component: processes that verified their own placement from inside, as the driver reported."""
+    attempts: int | None = None
+    """Driver submissions of the current spec: 1 once the driver started, +1 each time KubeRay submits it again
+    (a lost head pod, a retried driver)."""
+    restarts: list[Restart] = []
+    """The last few restarts, oldest first: driver resubmissions and provisioning retries, with their reason."""
+    provisioning_retries: int | None = None
+    """How often the job gave its nodes back after a provisioning failure that may pass (backoff doubles)."""
+    retry_after: str | None = None
+    """A Queued job after a provisioning failure is not admitted before this time (RFC 3339)."""
     observed_generation: int | None = None
     """The metadata.generation this status describes."""
 

@@ -161,4 +161,4 @@ def test_operator_runs_in_the_cluster_from_its_image(
     jobs.create(example_job("rljob-collocated.yaml"))
     jobs.wait_phase("collocated", "Running", timeout=90)
     log = run_tool("kubectl", kubeconfig, "logs", "-n", RELEASE_NAMESPACE, pod.metadata.name).stdout
-    assert f"[{jobs.namespace}/collocated] Handler 'rljob_reconcile" in log, log[-2000:]
+    assert f"[{jobs.namespace}/collocated] Handler 'rljob_changed" in log, log[-2000:]

@@ -50,7 +50,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]
+# Events: the operator posts its own on RLJobs, and reads the Warning ones about a job's RayCluster, RayJob,
+# submitter and pods (KubeRay's FailedToCreateWorkerPod, the kubelet's image pull errors) to name a failure.
 - apiGroups: [""]
   resources: [events]
-  verbs: [create]
+  verbs: [create, list]
 {{- end -}}

@@ -48,13 +48,16 @@ def indexed(index: kopf.Index, key: object) -> Any | None:
 def rljob_index(
     namespace: str, name: str, uid: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
 ) -> dict[tuple[str, str], dict]:
-    """Every RLJob's uid, generation, NodeGroups and status, so neither mirroring a RayCluster nor checking
-    a NodeGroup's jobs costs a read; and its queue order (spec.priority, creationTimestamp), so the queue
+    """Every RLJob's uid, generation, resourceVersion, spec and status, so reconciling it from a timer or a
+    child's event costs no read (its status write is conditional on that resourceVersion); and its queue order (spec.priority, creationTimestamp), so the queue
     survives a restart."""
     return {
         (namespace, name): {
             "uid": uid,
             "generation": meta.get("generation"),
+            "resourceVersion": meta.get("resourceVersion"),
+            "annotations": dict(meta.get("annotations") or {}),
+            "spec": dict(spec),
             "nodeGroups": list(spec.get("nodeGroups") or []),
             "status": dict(status),
             "priority": spec.get("priority", 0),

@@ -10,6 +10,7 @@ before any handler runs.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,6 +46,9 @@ from rlplace_operator.selection import JobGroup
 #: also carry the job label, which names the job when the cluster belongs to its RayJob.
 RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 
+
+#: Job shapes whose demand is kept for other jobs of the same shape (a new node set makes new shapes).
+MAX_SHAPES = 64
 
 #: Phases of jobs that wait for admission: Queued, and new jobs the operator has not reconciled yet (so jobs
 #: created at the same moment are admitted in queue order, not in the order their handlers happen to run).
@@ -119,6 +123,8 @@ class Ledger:
     lock: threading.Lock = field(default_factory=threading.Lock)
     reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     demands: dict[JobKey, tuple[tuple, PlannedDemand]] = field(default_factory=dict)
+    #: Demands by job shape, shared by jobs planned the same (the oldest dropped past MAX_SHAPES).
+    shapes: dict[tuple, tuple] = field(default_factory=dict)
 
     def release(self, key: JobKey) -> None:
         with self.lock:
@@ -138,8 +144,64 @@ class Ledger:
         with self.lock:
             self.demands[key] = (fingerprint, demand)
 
+    def shared_demand(self, shape: tuple) -> tuple | None:
+        """The demand planned for another job of the same shape (placement fields, profile, nodes)."""
+        with self.lock:
+            return self.shapes.get(shape)
 
-def ready_nodes(group: JobGroup, node_index: kopf.Index) -> list[str]:
+    def remember_shared_demand(self, shape: tuple, demand: tuple) -> None:
+        with self.lock:
+            self.shapes[shape] = demand
+            while len(self.shapes) > MAX_SHAPES:
+                self.shapes.pop(next(iter(self.shapes)))
+
+
+def copy_index(index: Mapping[Any, Any]) -> dict[Any, list[Any]]:
+    """A plain copy of a kopf index (key -> the list of its values), taken in one go.
+
+    Handlers and timers run in threads while kopf changes its indexes from the watch streams: iterating a live
+    index raises "dictionary changed size during iteration" under a burst. The key list and each store are
+    copied by `list()` (one C call each, so no other thread runs in between); a key gone in the meantime is
+    skipped; the copy is retried if the runtime still reports a change.
+    """
+    for _ in range(10):
+        try:
+            copied: dict[Any, list[Any]] = {}
+            for key in list(index):
+                store = index.get(key)
+                if store is not None:
+                    values = list(store)
+                    if values:
+                        copied[key] = values
+            return copied
+        except RuntimeError:
+            continue
+    raise kopf.TemporaryError("a kopf index kept changing while it was copied", delay=1.0)
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Copies of the operator's kopf indexes taken at one moment: what one reconcile or queue pass reads."""
+
+    nodes: Mapping[str, list[Any]]
+    nodegroups: Mapping[str, list[Any]]
+    rljobs: Mapping[JobKey, list[Any]]
+    rayclusters: Mapping[JobKey, list[Any]]
+    pods: Mapping[str, list[Any]]
+
+    @classmethod
+    def of(cls, indexes: Mapping[str, Any]) -> Snapshot:
+        """From a handler's kwargs (kopf passes each index by its function's name)."""
+        return cls(
+            nodes=copy_index(indexes["node_index"]),
+            nodegroups=copy_index(indexes["nodegroup_index"]),
+            rljobs=copy_index(indexes["rljob_index"]),
+            rayclusters=copy_index(indexes["raycluster_nodes_index"]),
+            pods=copy_index(indexes["pod_units_index"]),
+        )
+
+
+def ready_nodes(group: JobGroup, node_index: Mapping[str, Any]) -> list[str]:
     """A group's ready nodes in rank order (the order its status lists them)."""
     return [e.name for e in group.status.nodes if e.ready and indexed(node_index, e.name) is not None]
 
@@ -157,11 +219,11 @@ def groups_with_nodes(groups: Sequence[JobGroup], cluster: Iterable[tuple[str, S
 
 @dataclass(frozen=True)
 class World:
-    """What one admission pass reads: the kopf indexes and the groups' ready nodes."""
+    """What one admission pass reads: copies of the kopf indexes (`copy_index`) and the groups' ready nodes."""
 
-    rljobs: kopf.Index
-    rayclusters: kopf.Index
-    pods: kopf.Index
+    rljobs: Mapping[JobKey, Any]
+    rayclusters: Mapping[JobKey, Any]
+    pods: Mapping[str, Any]
     groups: Mapping[str, Sequence[str]]
     unit_resources: set[str]
 
@@ -183,13 +245,48 @@ def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
     return held
 
 
-def _pod_units(world: World, exclude: JobKey) -> dict[str, dict[str, Mapping[str, int]]]:
+def _pod_units(world: World, exclude: JobKey | None) -> dict[str, dict[str, Mapping[str, int]]]:
     pods: dict[str, dict[str, Mapping[str, int]]] = {}
     for node in world.pods:
         for use in world.pods.get(node, ()):
             if use.job != exclude:
                 pods.setdefault(node, {})[use.pod] = use.requests
     return pods
+
+
+def _backing_off(status: Mapping[str, Any]) -> bool:
+    """A Queued job whose retryAfter (set after a provisioning failure that may pass) is still ahead."""
+    retry_after = status.get("retryAfter")
+    if not retry_after or status.get("phase") != JobPhase.QUEUED:
+        return False
+    return dt.datetime.fromisoformat(retry_after.replace("Z", "+00:00")) > dt.datetime.now(dt.UTC)
+
+
+def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[QueuedJob]:
+    """The jobs that wait for admission, each with its demand if this process planned it."""
+    queue = []
+    for key in world.rljobs:
+        entry = indexed(world.rljobs, key)
+        if key == skip or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
+            continue
+        if _backing_off(entry["status"]):
+            continue  # backing off after a provisioning failure: it holds no place in the queue until then
+        known = ledger.demands.get(key)
+        queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1].demand if known else None))
+    return queue
+
+
+def queue_pass(ledger: Ledger, world: World) -> dict[JobKey, Decision]:
+    """One admission decision for every waiting job (one `decide` over the whole queue); the nodes of each job
+    it admits are reserved, so that job's reconcile finds them its own."""
+    with ledger.lock:
+        held = _held(ledger, world)
+        busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
+        decisions = decide(_waiting_queue(ledger, world, None), Pool(world.groups, busy))
+        for key, decision in decisions.items():
+            if isinstance(decision, Admitted):
+                ledger.reserved[key] = decision.nodes
+        return decisions
 
 
 def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
@@ -211,14 +308,10 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             if not isinstance(kept, tuple):
                 ledger.reserved[job.key] = kept.nodes
                 return kept
-        queue = [job]
-        for key in world.rljobs:
-            entry = indexed(world.rljobs, key)
-            if key == job.key or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
-                continue
-            known = ledger.demands.get(key)
-            queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1].demand if known else None))
-        decisions = decide(queue, pool)
+        # Only the jobs ahead of it decide where it goes (or its place): a burst of new jobs costs each one a
+        # pass over the few still waiting ahead of it, not over the whole queue.
+        ahead = [other for other in _waiting_queue(ledger, world, job.key) if other.order() < job.order()]
+        decisions = decide([job, *ahead], pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
                 ledger.reserved[key] = decision.nodes

@@ -1,11 +1,6 @@
-"""Mirror each managed RayCluster's readiness into its RLJob (RayClusterReady, phase Running)."""
+"""What a RayCluster's readiness means for its RLJob (RayClusterReady, phase Running); followed in reconcile.py."""
 
 from __future__ import annotations
-
-from typing import Any
-
-import kopf
-from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.conditions import (
     RAYCLUSTER_IS_READY,
@@ -14,19 +9,7 @@ from rlplace_operator.conditions import (
     is_true,
     set_condition,
 )
-from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, LIVE_PHASES, VERSION, JobPhase
-from rlplace_operator.names import (
-    JOB_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    RAY_GROUP,
-    RAY_VERSION,
-    RAYCLUSTER_PLURAL,
-    RLJOB_PLURAL,
-    raycluster_name,
-)
+from rlplace_operator.models import JobPhase
 
 #: KubeRay's condition type on a RayCluster whose pods all came up.
 KUBERAY_PROVISIONED = "RayClusterProvisioned"
@@ -51,49 +34,3 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
             generation,
         ),
     }
-
-
-@kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
-def raycluster_mirror(
-    body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any
-) -> None:
-    if type == "DELETED" or JOB_LABEL not in labels:
-        return
-    job = indexed(rljob_index, (namespace, labels[JOB_LABEL]))
-    if job is None:
-        return
-    owners = {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
-    status = job["status"]
-    if job["uid"] not in owners or status.get("phase") not in LIVE_PHASES:
-        return
-    new = mirrored_status(status, raycluster_ready(dict(body)), job["generation"])
-    if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
-        _patch_job(memo.kube, namespace, labels[JOB_LABEL], new)
-
-
-@kopf.on.event(GROUP, VERSION, RLJOB_PLURAL)
-def rljob_provisioning_recheck(
-    type: str, name: str, namespace: str, meta: kopf.Meta, status: kopf.Status, memo: kopf.Memo, **_: Any
-) -> None:
-    """Closes the one gap of the RayCluster mirror: a RayCluster that became ready in the moment between the
-    job's reconcile and its status write sends no further event, so each event of a Provisioning job (its own
-    status write among them) looks at the RayCluster once. An event handler, not a timer: kopf would put a
-    finalizer on every job for a timer, and deleting a job must not need the operator."""
-    if type == "DELETED" or status.get("phase") != JobPhase.PROVISIONING:
-        return
-    kube: Kube = memo.kube
-    live = kube.get_raycluster(namespace, raycluster_name(name))
-    if live is None:
-        return
-    new = mirrored_status(dict(status), raycluster_ready(live), meta.get("generation"))
-    if new["phase"] != status.get("phase") or new["conditions"] != status.get("conditions"):
-        _patch_job(kube, namespace, name, new)
-
-
-def _patch_job(kube: Kube, namespace: str, name: str, patch: dict) -> None:
-    """Patch a job's status; a job deleted meanwhile has nothing left to update."""
-    try:
-        kube.patch_rljob_status(namespace, name, patch)
-    except ApiException as err:
-        if err.status != 404:
-            raise

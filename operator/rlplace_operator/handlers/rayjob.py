@@ -5,6 +5,8 @@ DriverSucceeded condition with KubeRay's reason, the command that prints the dri
 report the driver printed (placement_core.launcher.verify): the BindingVerified condition and per-component
 verified counts; a mismatch fails the job naming the first bad rank.
 
+The decisions are in `reconcile.py`; the handlers that follow RayJobs are in `handlers/lifecycle.py`.
+
 The report is read from the driver's log, the one place a driver writes that the operator can read without
 granting the Ray pods any Kubernetes permission (the operator needs `get` on pods and pods/log). In K8sJobMode
 that log is in the submitter Job's pods (KubeRay's `ray job submit` streams the driver's output; a failed one is
@@ -17,23 +19,11 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import kopf
-
 from placement_core.launcher.verify import BindingReport, find_report
 from rlplace_operator.conditions import set_condition
-from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, ComponentBinding, JobPhase, RLJobSpec, SubmissionMode, dump
+from rlplace_operator.models import ComponentBinding, JobPhase, SubmissionMode, dump
 from rlplace_operator.names import (
-    API_VERSION,
-    JOB_LABEL,
-    MANAGED_BY,
-    MANAGED_BY_LABEL,
-    NODEGROUP_PLURAL,
-    RAY_GROUP,
-    RAY_VERSION,
-    RAYJOB_PLURAL,
     SUBMITTER_CONTAINER,
     rayjob_name,
 )
@@ -175,112 +165,20 @@ def read_report(
     kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]
 ) -> BindingReport | None:
     """The binding report the driver printed (see report_in), or None (no log yet, or the driver printed
-    none)."""
+    none). While the driver runs, only the newest submitter pod is read: after a restart (a lost head pod)
+    the pods before it hold the previous attempt's report, and the new attempt must verify its own."""
     status = rayjob.get("status") or {}
     selector = driver_log_selector(job, mode, status.get("rayClusterName"))
+    running = not driver_state(rayjob).finished
     logs = (
-        () if selector is None else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES)
+        ()
+        if selector is None
+        else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running)
     )
-    return report_in(logs, status.get("message") or "")
+    return report_in(logs, "" if running else status.get("message") or "")
 
 
-def refresh(
-    kube: Kube,
-    namespace: str,
-    job: str,
-    spec: RLJobSpec,
-    job_status: Mapping[str, Any],
-    generation: int | None,
-    rayjob: Mapping[str, Any],
-    read_log_while_running: bool,
-) -> dict[str, Any] | None:
-    """The status patch that brings the RLJob in step with its RayJob and driver log; None if nothing changed.
-    The log is read only once the driver ended (or while it runs, when asked) and no report was found yet."""
-    mode = spec.run.submission_mode
-    verified = any(c.get("type") == BINDING_CONDITION for c in job_status.get("conditions") or [])
-    state = driver_state(rayjob)
-    report = None
-    if not verified and (state.finished or (state.started and read_log_while_running)):
-        report = read_report(kube, namespace, job, mode, rayjob)
-    new = driver_status(job_status, rayjob, report, namespace, job, mode, generation)
-    if all(job_status.get(key) == value for key, value in new.items()):
-        return None
-    return new
-
-
-def announce(namespace: str, job: str, uid: str, before: Mapping[str, Any], after: Mapping[str, Any]) -> None:
-    """An Event on the RLJob when the driver ends or the binding check reports."""
-    ref = {"apiVersion": API_VERSION, "kind": "RLJob", "metadata": {"namespace": namespace, "name": job, "uid": uid}}
-    for condition in after.get("conditions") or []:
-        if condition["type"] not in (DRIVER_CONDITION, BINDING_CONDITION):
-            continue
-        old = next((c for c in before.get("conditions") or [] if c.get("type") == condition["type"]), {})
-        if (old.get("status"), old.get("reason")) == (condition["status"], condition["reason"]):
-            continue
-        if condition["reason"] == "Running":
-            continue
-        post = kopf.info if condition["status"] == "True" else kopf.warn
-        post(ref, reason=condition["reason"], message=condition["message"])
-
-
-def _owned_by(body: Mapping[str, Any], uid: str) -> bool:
-    return uid in {ref.get("uid") for ref in body.get("metadata", {}).get("ownerReferences") or []}
-
-
-@kopf.on.event(RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
-def rayjob_mirror(body: kopf.Body, namespace: str, labels: kopf.Labels, type: str, memo: kopf.Memo, **_: Any) -> None:
-    """Follow the RayJob's status. The RLJob is read fresh (not from an index): the status written here
-    replaces its conditions, and a RayJob changes state only a few times in its life."""
-    if type == "DELETED" or JOB_LABEL not in labels:
-        return
-    kube: Kube = memo.kube
-    name = labels[JOB_LABEL]
-    job = kube.get_rljob(namespace, name)
-    if job is None or not _owned_by(body, job["metadata"]["uid"]) or not job["spec"].get("entrypoint"):
-        return
-    status = job.get("status") or {}
-    spec = RLJobSpec.model_validate(job["spec"])
-    # A driver that just started has rarely printed its report yet; the timer below looks while it runs, so
-    # the phase change is written without waiting on a log read.
-    new = refresh(kube, namespace, name, spec, status, job["metadata"].get("generation"), dict(body), False)
-    if new is not None:
-        kube.patch_rljob_status(namespace, name, new)
-        announce(namespace, name, job["metadata"]["uid"], status, new)
-    if driver_state(dict(body)).finished:
-        # KubeRay deletes the cluster of an ended driver (or keeps it, then it still holds its nodes through
-        # its rlplace.io/nodes annotation): this process's reservation is no longer needed either way.
-        ledger: Ledger = memo.ledger
-        ledger.release((namespace, name))
-
-
-def _driver_unverified(entry: Mapping[str, Any]) -> bool:
-    status = entry["status"]
-    return (
-        status.get("rayJob") is not None
-        and status.get("phase") == JobPhase.RUNNING
-        and not any(c.get("type") == BINDING_CONDITION for c in status.get("conditions") or [])
-    )
-
-
-# A timer on NodeGroups, not on RLJobs: kopf puts a finalizer on every object a timer watches, and deleting a
-# job must not need the operator. Each job is looked at by the timer of its first NodeGroup only.
-@kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=BINDING_RECHECK_SECONDS)
-def nodegroup_binding_recheck(name: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any) -> None:
-    """A running driver's RayJob may not change for hours after the driver printed its report, so jobs
-    Running without a BindingVerified condition look at the driver's log now and then."""
-    kube: Kube = memo.kube
-    for key in rljob_index:
-        entry = indexed(rljob_index, key)
-        if entry is None or entry["nodeGroups"][:1] != [name] or not _driver_unverified(entry):
-            continue
-        namespace, job_name = key
-        job = kube.get_rljob(namespace, job_name)
-        live = kube.get_rayjob(namespace, rayjob_name(job_name))
-        if job is None or live is None or not _owned_by(live, job["metadata"]["uid"]):
-            continue
-        status = job.get("status") or {}
-        spec = RLJobSpec.model_validate(job["spec"])
-        new = refresh(kube, namespace, job_name, spec, status, job["metadata"].get("generation"), live, True)
-        if new is not None:
-            kube.patch_rljob_status(namespace, job_name, new)
-            announce(namespace, job_name, job["metadata"]["uid"], status, new)
+def driver_log_tail(kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]) -> str:
+    """The end of the driver's log (what a failed driver printed last), '' when there is none."""
+    selector = driver_log_selector(job, mode, (rayjob.get("status") or {}).get("rayClusterName"))
+    return "" if selector is None else kube.container_log_tail(namespace, selector, SUBMITTER_CONTAINER, 200)

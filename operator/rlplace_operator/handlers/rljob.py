@@ -7,15 +7,16 @@ handlers/nodegroup.py), and never on an operator restart. A change that cannot b
 profile, too few GPUs) leaves it running on its last good plan and is reported on the Validated or Placed
 condition, the message and a Warning Event. Suspend and resume (spec.suspend) re-plan it on today's nodes.
 
-Status is written once per reconcile, as the merge patch from the status read to the one wanted: an unchanged
-job costs no write and no Event.
+This module is the `Provision` action of `reconcile.py`: validate -> demand -> admission (or Queued) -> plan on
+the admitted nodes -> ConfigMap and RayCluster or RayJob. It returns the status it wants; `handlers/lifecycle.py`
+writes it (the one writer) and holds the kopf handlers.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import datetime as dt
+import json
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,12 +31,18 @@ from rlplace_operator.builders.raycluster import build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers import rayjob
 from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger, PlannedDemand, World, admit, groups_with_nodes, ready_nodes
+from rlplace_operator.handlers.queue import (
+    Ledger,
+    PlannedDemand,
+    Snapshot,
+    World,
+    admit,
+    groups_with_nodes,
+    ready_nodes,
+)
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import (
-    GROUP,
-    VERSION,
     JobPhase,
     NodeGroupSpec,
     NodeGroupStatus,
@@ -45,14 +52,13 @@ from rlplace_operator.models import (
     is_live,
 )
 from rlplace_operator.names import (
-    NODEGROUP_PLURAL,
+    API_VERSION,
     PROFILE_ANNOTATION,
-    RLJOB_PLURAL,
     raycluster_name,
     rayjob_name,
-    worker_pods_selector,
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
+from rlplace_operator.reconcile import Job, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
@@ -60,13 +66,6 @@ from rlplace_operator.selection import JobGroup, unit_resource
 #: the API server one request every half minute.
 FIRST_RETRY_DELAY = 5.0
 MAX_RETRY_DELAY = 30.0
-#: A job whose worker pods are not all bound this long after admission (another workload took a node in
-#: between) gives its nodes back and queues again. Checked every BIND_CHECK_SECONDS, so no job holds a
-#: partial cluster for more than BIND_TIMEOUT_SECONDS + BIND_CHECK_SECONDS (35 s).
-BIND_TIMEOUT_SECONDS = 30.0
-BIND_CHECK_SECONDS = 5.0
-#: How often a Queued job looks at the queue again (so a freed node is used within about this long).
-QUEUE_RECHECK_SECONDS = 2.0
 
 
 def retry_delay(retry: int) -> float:
@@ -129,25 +128,36 @@ class _JobStatus:
         self._refuse(condition, reason, message, JobPhase.PENDING)
         return kopf.TemporaryError(message, delay=retry_delay(retry))
 
-    def write(self, kube: Kube) -> None:
-        kube.write_rljob_status(self.body, self.before, self.after)
 
-
-def _job_groups(spec: RLJobSpec, nodegroup_index: kopf.Index) -> tuple[list[JobGroup], list[str]]:
+def _job_groups(spec: RLJobSpec, nodegroup_index: Mapping[str, Any]) -> tuple[list[JobGroup], list[str]]:
     groups, missing = [], []
     for name in spec.node_groups:
         entry = indexed(nodegroup_index, name)
         if entry is None or not entry[1].get("observedGeneration"):
             missing.append(name)
             continue
-        group_spec, group_status = entry
-        groups.append(
-            JobGroup(name, NodeGroupSpec.model_validate(group_spec), NodeGroupStatus.model_validate(group_status))
-        )
+        groups.append(parsed_group(name, entry))
     return groups, missing
 
 
-def _validated_spec(job: _JobStatus, spec: kopf.Spec) -> RLJobSpec:
+_parsed: dict[str, tuple[object, JobGroup]] = {}
+_parsed_lock = threading.Lock()
+
+
+def parsed_group(name: str, entry: tuple[dict, dict]) -> JobGroup:
+    """A NodeGroup's index entry as a JobGroup, parsed once per entry (kopf makes a new entry when the group
+    changes): validating a status of 1,000 nodes costs milliseconds, and every admission reads every group."""
+    with _parsed_lock:
+        known = _parsed.get(name)
+    if known is not None and known[0] is entry:
+        return known[1]
+    group = JobGroup(name, NodeGroupSpec.model_validate(entry[0]), NodeGroupStatus.model_validate(entry[1]))
+    with _parsed_lock:
+        _parsed[name] = (entry, group)
+    return group
+
+
+def _validated_spec(job: _JobStatus, spec: Mapping[str, Any]) -> RLJobSpec:
     try:
         return RLJobSpec.model_validate(dict(spec))
     except ValidationError as err:
@@ -170,7 +180,7 @@ def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str, spec: RLJob
     job.set(rayCluster=None, conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
 
 
-def _groups(job: _JobStatus, spec: RLJobSpec, nodegroup_index: kopf.Index, retry: int) -> list[JobGroup]:
+def _groups(job: _JobStatus, spec: RLJobSpec, nodegroup_index: Mapping[str, Any], retry: int) -> list[JobGroup]:
     groups, missing = _job_groups(spec, nodegroup_index)
     if missing:
         raise job.wait(cond.VALIDATED, cond.NODEGROUP_NOT_FOUND, f"NodeGroup {', '.join(missing)} not found", retry)
@@ -182,7 +192,7 @@ def _plan(
     spec: RLJobSpec,
     annotations: dict[str, str],
     groups: list[JobGroup],
-    node_index: kopf.Index,
+    node_index: Mapping[str, Any],
     retry: int,
 ) -> JobPlan:
     """The plan on these groups' nodes, or Pending (a cause that can go away) / Failed (a wrong spec)."""
@@ -197,13 +207,30 @@ def _plan(
     return planned
 
 
+#: RLJobSpec fields that do not change a job's plan (what it runs and how it is queued).
+_NOT_PLANNING = frozenset({"ray", "entrypoint", "run", "suspend", "priority"})
+
+
+def _planning_fields(spec: RLJobSpec) -> str:
+    """The spec fields a plan depends on, as one comparable string."""
+    return json.dumps({k: v for k, v in dump(spec).items() if k not in _NOT_PLANNING}, sort_keys=True)
+
+
+def _resolved(spec: RLJobSpec, annotations: Mapping[str, str], applied: tuple) -> RLJobSpec:
+    """The spec to plan the admitted nodes with: auto placement resolved to the entries the search chose."""
+    if not wants_auto_placement(spec, annotations):
+        return spec
+    update = {"component_placement": list(applied), "auto_placement": False}
+    return spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
+
+
 def _demand(
     job: _JobStatus,
     key: JobKey,
     spec: RLJobSpec,
     annotations: dict[str, str],
     groups: list[JobGroup],
-    node_index: kopf.Index,
+    node_index: Mapping[str, Any],
     ledger: Ledger,
     retry: int,
 ) -> PlannedDemand:
@@ -212,17 +239,26 @@ def _demand(
     A job that does not fit even then is Pending (nodes may join), as without a queue.
     """
     ranked = [(group.name, ready_nodes(group, node_index)) for group in groups]
-    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), tuple((n, tuple(r)) for n, r in ranked))
+    nodes = tuple((n, tuple(r)) for n, r in ranked)
+    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes)
     known = ledger.demand(key, fingerprint)
     if known is not None:
         return known
-    planned = _plan(job, spec, annotations, groups, node_index, retry)
-    resolved = spec
-    if wants_auto_placement(spec, annotations):
-        update = {"component_placement": planned.applied, "auto_placement": False}
-        resolved = spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
-    demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(resolved))
-    result = PlannedDemand(demand, resolved, planned.predicted_iteration_time)
+    # Jobs that would be planned the same (same placement fields, profile and nodes: a burst of one sweep)
+    # share one planning: on a large group it is the costly step (tens of ms at 1,000 nodes).
+    shape = (_planning_fields(spec), annotations.get(PROFILE_ANNOTATION), nodes)
+    shared = ledger.shared_demand(shape)
+    if shared is None:
+        planned = _plan(job, spec, annotations, groups, node_index, retry)
+        applied = tuple(planned.applied)
+        resolved = _resolved(spec, annotations, applied)
+        demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(resolved))
+        shared = (demand, applied, planned.predicted_iteration_time)
+        ledger.remember_shared_demand(shape, shared)
+    else:
+        job.condition(cond.VALIDATED, True, cond.SPEC_VALID, "spec and NodeGroups are valid")
+    demand, applied, predicted = shared
+    result = PlannedDemand(demand, _resolved(spec, annotations, applied), predicted)
     ledger.remember_demand(key, fingerprint, result)
     return result
 
@@ -280,31 +316,16 @@ def profile_changed(diff: kopf.Diff | None) -> bool:
     return False
 
 
-def needs_plan(status: Mapping, generation: int | None, diff: kopf.Diff | None, kube: Kube, body: Mapping) -> bool:
-    """Whether the job must be (re-)planned: it does not run, or its spec or profile annotation changed, or
-    its RayCluster (or RayJob) is gone. A running job with none of these keeps its plan (one read, no write)."""
-    if not is_live(status) or status.get("observedGeneration") != generation:
-        return True
-    if profile_changed(diff):
-        return True
-    namespace, name = body["metadata"]["namespace"], body["metadata"]["name"]
-    if (body.get("spec") or {}).get("entrypoint"):
-        return kube.get_rayjob(namespace, rayjob_name(name)) is None
-    return kube.get_raycluster(namespace, status["rayCluster"]) is None
-
-
-def _world(indexes: Mapping[str, kopf.Index], node_index: kopf.Index) -> World:
+def admission_world(snapshot: Snapshot) -> World:
+    """What admission reads, from one snapshot of the indexes."""
     groups, resources = {}, set()
-    for name in indexes["nodegroup_index"]:
-        spec, status = indexed(indexes["nodegroup_index"], name)
-        group = JobGroup(name, NodeGroupSpec.model_validate(spec), NodeGroupStatus.model_validate(status))
-        groups[name] = ready_nodes(group, node_index)
+    for name in snapshot.nodegroups:
+        group = parsed_group(name, indexed(snapshot.nodegroups, name))
+        groups[name] = ready_nodes(group, snapshot.nodes)
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
-    return World(
-        indexes["rljob_index"], indexes["raycluster_nodes_index"], indexes["pod_units_index"], groups, resources
-    )
+    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources)
 
 
 def _admitted_plan(
@@ -312,21 +333,19 @@ def _admitted_plan(
     key: JobKey,
     spec: RLJobSpec,
     annotations: dict[str, str],
-    memo: kopf.Memo,
-    indexes: Mapping[str, kopf.Index],
-    node_index: kopf.Index,
+    ledger: Ledger,
+    snapshot: Snapshot,
     retry: int,
 ) -> JobPlan | None:
     """Demand -> admission: the plan on the nodes the job was admitted to, or None when it is Queued."""
-    ledger: Ledger = memo.ledger
-    groups = _groups(job, spec, indexes["nodegroup_index"], retry)
-    demand = _demand(job, key, spec, annotations, groups, node_index, ledger, retry)
+    groups = _groups(job, spec, snapshot.nodegroups, retry)
+    demand = _demand(job, key, spec, annotations, groups, snapshot.nodes, ledger, retry)
     created = job.body["metadata"]["creationTimestamp"]
-    decision = admit(ledger, _world(indexes, node_index), QueuedJob(key, spec.priority, created, demand.demand))
+    decision = admit(ledger, admission_world(snapshot), QueuedJob(key, spec.priority, created, demand.demand))
     if isinstance(decision, Waiting):
         _queued(job, decision)
         return None
-    planned = _plan(job, demand.spec, {}, groups_with_nodes(groups, decision.cluster), node_index, retry)
+    planned = _plan(job, demand.spec, {}, groups_with_nodes(groups, decision.cluster), snapshot.nodes, retry)
     planned = dataclasses.replace(planned, predicted_iteration_time=demand.predicted_iteration_time)
     if not {w.name for w in planned.workers} <= decision.nodes:
         # Only when a group mixes node sizes: the plan on the picked nodes differs from the one on all nodes.
@@ -343,175 +362,72 @@ def _admitted_plan(
     return planned
 
 
-@kopf.on.create(GROUP, VERSION, RLJOB_PLURAL, retries=None)
-@kopf.on.update(GROUP, VERSION, RLJOB_PLURAL, retries=None)
-@kopf.on.resume(GROUP, VERSION, RLJOB_PLURAL, retries=None)
-def rljob_reconcile(
-    name: str,
-    namespace: str,
-    body: kopf.Body,
-    spec: kopf.Spec,
-    meta: kopf.Meta,
-    status: kopf.Status,
-    memo: kopf.Memo,
-    node_index: kopf.Index,
-    nodegroup_index: kopf.Index,
-    rljob_index: kopf.Index,
-    raycluster_nodes_index: kopf.Index,
-    pod_units_index: kopf.Index,
-    diff: kopf.Diff | None = None,
-    retry: int = 0,
-    **_: Any,
-) -> None:
-    """Validate -> demand -> admission (or Queued) -> plan on the admitted nodes -> children -> status (see
-    the module's rule and docs/admission.md)."""
-    kube: Kube = memo.kube
-    if _driver_done(spec, status, meta.get("generation")):
-        return  # the driver ended for this spec: nothing to re-plan (an operator restart must not re-run it)
-    job = _JobStatus(body, status, meta.get("generation"))
+def provision(
+    job: Job, kube: Kube, ledger: Ledger, snapshot: Snapshot, retry: int
+) -> tuple[dict[str, Any], kopf.TemporaryError | kopf.PermanentError | None]:
+    """Validate -> demand -> admission (or Queued) -> plan on the admitted nodes -> children; returns the status
+    wanted (wire form) and the error to raise once it is written (Temporary: look again later; Permanent: the
+    spec is wrong). See the module's rule and docs/admission.md."""
+    metadata = {
+        "namespace": job.namespace,
+        "name": job.name,
+        "uid": job.uid,
+        "creationTimestamp": job.created,
+        "annotations": dict(job.annotations),
+    }
+    body = {"apiVersion": API_VERSION, "kind": "RLJob", "metadata": metadata}
+    status = _JobStatus(kopf.Body(body), job.status, job.generation)
     try:
-        job_spec = _validated_spec(job, spec)
-        if job_spec.suspend:
-            _suspend(job, kube, namespace, name, job_spec)
-            memo.ledger.release((namespace, name))
-            return
-        if not needs_plan(status, job.generation, diff, kube, body):
-            return
-        indexes = {
-            "nodegroup_index": nodegroup_index,
-            "rljob_index": rljob_index,
-            "raycluster_nodes_index": raycluster_nodes_index,
-            "pod_units_index": pod_units_index,
-        }
-        annotations = dict(meta.get("annotations") or {})
-        planned = _admitted_plan(job, (namespace, name), job_spec, annotations, memo, indexes, node_index, retry)
-        if planned is None:
-            return
-        live = _provision(job, kube, job_spec, planned, retry)
-        job.set(
-            placement=dump(planned.summary),
-            appliedPlacement=[dump(e) for e in planned.applied],
-            predictedIterationTime=planned.predicted_iteration_time,
-            gpus=planned.gpus,
-            nodes=len(planned.workers),
-            queuePosition=None,
-            waitingFor=None,
-        )
-        # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
-        job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
-        if job_spec.entrypoint:
-            driver = rayjob.driver_status(
-                job.after, live, None, namespace, name, job_spec.run.submission_mode, job.generation
-            )
-            phase, message = driver.pop("phase"), driver.pop("message")
-            job.set(**driver)
-            job.phase(JobPhase(phase), message)
-            kopf.info(
-                body, reason=cond.PLACEMENT_APPLIED, message=f"{planned.summary.mode} placement applied; RayJob {name}"
-            )
-            return
-        job.set(rayCluster=live["metadata"]["name"])
-        mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
-        job.set(conditions=mirrored["conditions"])
-        job.phase(mirrored["phase"])
-        kopf.info(
-            body, reason=cond.PLACEMENT_APPLIED, message=f"{planned.summary.mode} placement applied; RayCluster {name}"
-        )
-    finally:
-        job.write(kube)
+        _provision_job(status, job, kube, ledger, snapshot, retry)
+    except (kopf.TemporaryError, kopf.PermanentError) as err:
+        return status.after, err
+    return status.after, None
 
 
-# A timer on NodeGroups, not on RLJobs: kopf puts a finalizer on every object a timer watches, and a Queued job
-# holds nothing the operator must clean up, so deleting it must not need the operator. Each Queued job is
-# looked at by the timer of its first NodeGroup only.
-@kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=QUEUE_RECHECK_SECONDS)
-def nodegroup_queue_recheck(name: str, memo: kopf.Memo, rljob_index: kopf.Index, **kwargs: Any) -> None:
-    """Queued jobs look at the queue again every few seconds: nodes freed, jobs deleted, priorities."""
-    kube: Kube = memo.kube
-    for key in rljob_index:
-        entry = indexed(rljob_index, key)
-        if entry is None or entry["nodeGroups"][:1] != [name] or entry["status"].get("phase") != JobPhase.QUEUED:
-            continue
-        namespace, job_name = key
-        job = kube.get_rljob(namespace, job_name)  # fresh: the reconcile writes its status from this one
-        if job is None or (job.get("status") or {}).get("phase") != JobPhase.QUEUED:
-            continue
-        with contextlib.suppress(kopf.TemporaryError, kopf.PermanentError):  # written to its status already
-            rljob_reconcile(
-                name=job_name,
-                namespace=namespace,
-                body=kopf.Body(job),
-                spec=job["spec"],
-                meta=job["metadata"],
-                status=job.get("status") or {},
-                memo=memo,
-                rljob_index=rljob_index,
-                **{k: v for k, v in kwargs.items() if k.endswith("_index")},
-            )
-
-
-@kopf.on.delete(GROUP, VERSION, RLJOB_PLURAL, optional=True)
-def rljob_release(namespace: str, name: str, memo: kopf.Memo, **_: Any) -> None:
-    """A deleted job's reservation goes (its RayCluster goes with it through the garbage collector)."""
-    ledger: Ledger = memo.ledger
-    ledger.forget((namespace, name))
-
-
-def _bound_in_time(status: Mapping) -> bool | None:
-    """None when the bind bound has not passed since admission (or the job was not admitted)."""
-    admitted = cond.find(status.get("conditions"), cond.ADMITTED)
-    if admitted is None or admitted.get("status") != "True":
-        return None
-    since = dt.datetime.fromisoformat(admitted["lastTransitionTime"].replace("Z", "+00:00"))
-    return None if (dt.datetime.now(dt.UTC) - since).total_seconds() < BIND_TIMEOUT_SECONDS else True
-
-
-# A timer on NodeGroups, not on RLJobs: kopf puts a finalizer on every object a timer watches, and deleting a
-# job must not need the operator (NodeGroups carry one already, for their status resync).
-@kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=BIND_CHECK_SECONDS)
-def nodegroup_bind_watchdog(name: str, memo: kopf.Memo, rljob_index: kopf.Index, **_: Any) -> None:
-    """All or nothing after admission too: a Provisioning job of this group whose worker pods are not all
-    bound BIND_TIMEOUT_SECONDS after admission gives its nodes back and queues again."""
-    kube: Kube = memo.kube
-    ledger: Ledger = memo.ledger
-    for key in rljob_index:
-        entry = indexed(rljob_index, key)
-        status = entry["status"]
-        if name not in entry["nodeGroups"] or status.get("phase") != JobPhase.PROVISIONING:
-            continue
-        if _bound_in_time(status) is None:
-            continue
-        namespace, job_name = key
-        bound = [node for node in kube.worker_pod_nodes(namespace, worker_pods_selector(job_name)) if node]
-        expected = status.get("nodes") or 0
-        if len(bound) >= expected:
-            continue
-        if status.get("rayJob"):
-            kube.delete_rayjob(namespace, rayjob_name(job_name))
-        else:
-            kube.delete_raycluster(namespace, raycluster_name(job_name))
-        ledger.release(key)
-        body = {
-            "apiVersion": f"{GROUP}/{VERSION}",
-            "kind": "RLJob",
-            "metadata": {"name": job_name, "namespace": namespace, "uid": entry["uid"]},
-        }
-        job = _JobStatus(kopf.Body(body), status, entry["generation"])
-        message = (
-            f"{len(bound)} of {expected} worker pods bound {BIND_TIMEOUT_SECONDS:.0f} s after admission (another "
-            "workload took a node): gave the nodes back and queued again"
-        )
-        if job.condition(cond.ADMITTED, False, cond.BIND_TIMEOUT, message):
-            kopf.warn(body, reason=cond.BIND_TIMEOUT, message=message)
-        job.condition(cond.RAYCLUSTER_READY, False, cond.BIND_TIMEOUT, message)
-        job.phase(JobPhase.QUEUED, message)
-        job.set(rayCluster=None, rayJob=None, queuePosition=None, waitingFor=None)
-        job.write(kube)
-
-
-def _driver_done(spec: kopf.Spec, status: kopf.Status, generation: int | None) -> bool:
-    """A job whose driver ended (Succeeded, or Failed after it was submitted) for the current spec."""
-    ended = status.get("phase") == JobPhase.SUCCEEDED or (
-        status.get("phase") == JobPhase.FAILED and status.get("rayJob") is not None
+def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, snapshot: Snapshot, retry: int) -> None:
+    namespace, name = observed.namespace, observed.name
+    job_spec = _validated_spec(job, observed.spec)
+    if job_spec.suspend:
+        _suspend(job, kube, namespace, name, job_spec)
+        ledger.release((namespace, name))
+        return
+    annotations = dict(job.body["metadata"].get("annotations") or {})
+    planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
+    if planned is None:
+        return
+    live = _provision(job, kube, job_spec, planned, retry)
+    job.set(
+        placement=dump(planned.summary),
+        appliedPlacement=[dump(e) for e in planned.applied],
+        predictedIterationTime=planned.predicted_iteration_time,
+        gpus=planned.gpus,
+        nodes=len(planned.workers),
+        queuePosition=None,
+        waitingFor=None,
+        retryAfter=None,
     )
-    return bool(spec.get("entrypoint")) and ended and status.get("observedGeneration") == generation
+    if job.before.get("observedGeneration") != job.generation:
+        job.set(restarts=None, provisioningRetries=None)  # a new spec starts a new history
+    if job_spec.entrypoint and not holds_nodes(job.before):
+        # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one).
+        job.set(attempts=None, driverStartTime=None, driverEndTime=None)
+    # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
+    job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
+    if job_spec.entrypoint:
+        driver = rayjob.driver_status(
+            job.after, live, None, namespace, name, job_spec.run.submission_mode, job.generation
+        )
+        phase, message = driver.pop("phase"), driver.pop("message")
+        job.set(**driver)
+        job.phase(JobPhase(phase), message)
+        kopf.info(
+            job.body, reason=cond.PLACEMENT_APPLIED, message=f"{planned.summary.mode} placement applied; RayJob {name}"
+        )
+        return
+    job.set(rayCluster=live["metadata"]["name"])
+    mirrored = mirrored_status({"conditions": job.conditions}, raycluster_ready(live), job.generation)
+    job.set(conditions=mirrored["conditions"])
+    job.phase(mirrored["phase"])
+    kopf.info(
+        job.body, reason=cond.PLACEMENT_APPLIED, message=f"{planned.summary.mode} placement applied; RayCluster {name}"
+    )

@@ -1,0 +1,434 @@
+"""One level-triggered reconcile of an RLJob: `reconcile(job, world) -> Outcome(actions, status)`.
+
+The shape is KubeRay's `Reconcile` -> `calculateStatus`: every handler and timer that has a reason to look at a
+job (it was created or changed, its RayCluster or RayJob changed, the queue moved, time passed) builds the same
+snapshot of what exists (`handlers/lifecycle.py` observes it from kopf indexes copied once and a few API reads)
+and calls this pure function, which decides what to do and what the status is; the caller applies the actions
+and writes the status once, with optimistic concurrency. A failure seen in a real cluster is a unit test over
+its recorded snapshot (tests/operator/test_reconcile.py).
+
+What this function decides itself: a queued job's place, provisioning failures (pods refused, images that
+cannot be pulled, containers that crash at start, pods unschedulable on their pinned node, worker pods not
+bound in time) and what to do about them, the driver's state, its restarts, its binding check and what died
+when it failed. Planning and admission (which nodes) are the `Provision` action: `admission.decide` over the
+queue, under the reservation ledger's lock, then the children are applied.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement_core.launcher.verify import BindingReport
+from placement_core.plan import Plan
+from rlplace_operator import conditions as cond
+from rlplace_operator import diagnosis
+from rlplace_operator.admission import Admitted, Decision, Waiting
+from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
+from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
+from rlplace_operator.models import MAX_RESTARTS_KEPT, JobPhase, RLJobStatus, SubmissionMode, dump
+from rlplace_operator.names import JOB_LABEL
+
+#: A job whose worker pods are not all bound this long after admission (another workload took a node in
+#: between) gives its nodes back and queues again.
+BIND_TIMEOUT_SECONDS = 30.0
+#: How often live and queued jobs are looked at again without any watch event (the NodeGroup timer's period):
+#: a provisioning failure is seen within DIAGNOSIS_SECONDS + this.
+RECHECK_SECONDS = 5.0
+#: Backoff after a provisioning failure that may pass: the first retry after this long, doubling up to the cap.
+FIRST_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0
+#: Messages written into status are cut to this: they say what happened in a line; logs stay in logs.
+MAX_STATUS_MESSAGE = 300
+
+KUBERAY_HEAD_LABEL = "ray.io/node-type"
+
+
+# -- the snapshot ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Job:
+    """The RLJob as observed (wire form)."""
+
+    namespace: str
+    name: str
+    uid: str
+    generation: int | None
+    spec: Mapping[str, Any]
+    status: Mapping[str, Any]
+    resource_version: str | None = None
+    created: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    #: The update handler saw the rlplace.io/profile annotation change (a re-plan, as a spec change).
+    profile_changed: bool = False
+    #: Read from the API just now (a handler's body, a GET), not from an index that may lag behind writes.
+    fresh: bool = False
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return (self.namespace, self.name)
+
+    @property
+    def entrypoint(self) -> bool:
+        return bool(self.spec.get("entrypoint"))
+
+    @property
+    def submission_mode(self) -> SubmissionMode:
+        run = self.spec.get("run") or {}
+        return SubmissionMode(run.get("submissionMode") or SubmissionMode.K8S_JOB)
+
+
+@dataclass(frozen=True)
+class World:
+    """What exists around one job at one moment (API JSON dicts), as much as the job's state needs."""
+
+    now: dt.datetime
+    raycluster: Mapping[str, Any] | None = None
+    """The job's own RayCluster (no entrypoint)."""
+    rayjob: Mapping[str, Any] | None = None
+    """The job's RayJob (with an entrypoint)."""
+    child_known: bool = True
+    """False when the children were not looked up (a queued job): a missing one then says nothing."""
+    pods: Sequence[Mapping[str, Any]] = ()
+    """The job's Ray pods (head and workers)."""
+    events: Sequence[Mapping[str, Any]] = ()
+    """Warning events about the job's RayCluster, RayJob, submitter and pods since it was admitted."""
+    nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    """The job's nodes, by name (read only when its driver failed)."""
+    plan: Plan | None = None
+    """The job's plan from its ConfigMap (read only when its driver failed)."""
+    driver_log_tail: str = ""
+    """The end of the driver's log (read only when it failed)."""
+    report: BindingReport | None = None
+    """The binding report of the current attempt, if read and found."""
+    queue: Decision | None = None
+    """What this queue pass decided for a waiting job whose demand is known (None: not decided here)."""
+
+
+# -- actions ---------------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Provision:
+    """Plan the job, pass it through admission and apply its ConfigMap and RayCluster or RayJob (or queue it)."""
+
+
+@dataclass(frozen=True)
+class DeleteChildren:
+    """Delete the job's RayCluster or RayJob: its pods go, its nodes are free for the queue."""
+
+
+@dataclass(frozen=True)
+class ReleaseNodes:
+    """Drop this operator's reservation of the job's nodes."""
+
+
+@dataclass(frozen=True)
+class Post:
+    """An Event on the RLJob."""
+
+    warning: bool
+    reason: str
+    message: str
+
+
+Action = Provision | DeleteChildren | ReleaseNodes | Post
+
+
+@dataclass(frozen=True)
+class Outcome:
+    actions: tuple[Action, ...]
+    status: RLJobStatus
+    #: Look at the job again after this many seconds even if nothing changes (None: the next event will do).
+    requeue_after: float | None = None
+
+
+# -- helpers ---------------------------------------------------------------------------------------------------
+
+
+def brief(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
+    """One line of at most `limit` characters: the first line of a log dump, never the dump."""
+    line = " ".join((message or "").strip().splitlines()[:1]).strip()
+    if len((message or "").strip().splitlines()) > 1:
+        line += " ..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def timestamp(when: dt.datetime) -> str:
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: str | None) -> dt.datetime | None:
+    if not value:
+        return None
+    try:
+        return dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def backoff_seconds(retries: int) -> float:
+    """Seconds before the `retries`-th retry after a provisioning failure."""
+    return min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** max(0, min(retries - 1, 10)))
+
+
+def admitted_since(status: Mapping[str, Any]) -> dt.datetime | None:
+    admitted = cond.find(status.get("conditions"), cond.ADMITTED)
+    if admitted is None or admitted.get("status") != "True":
+        return None
+    return parse_time(admitted.get("lastTransitionTime"))
+
+
+def holds_nodes(status: Mapping[str, Any]) -> bool:
+    """Whether the job was admitted and its RayCluster or RayJob was made (phase Provisioning or Running)."""
+    live = status.get("phase") in (JobPhase.PROVISIONING, JobPhase.RUNNING)
+    return live and bool(status.get("rayCluster") or status.get("rayJob"))
+
+
+def _driver_done(job: Job) -> bool:
+    status = job.status
+    if status.get("observedGeneration") != job.generation:
+        return False
+    return status.get("phase") in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+def _worker_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_HEAD_LABEL) == "worker"
+        and not p.get("metadata", {}).get("deletionTimestamp")
+    ]
+
+
+def _status(wire: Mapping[str, Any]) -> RLJobStatus:
+    return RLJobStatus.model_validate({k: v for k, v in wire.items() if v is not None})
+
+
+# -- the decision ----------------------------------------------------------------------------------------------
+
+
+def reconcile(job: Job, world: World) -> Outcome:
+    """What to do about `job` in `world`, and the status that describes it (see the module docstring)."""
+    status = dict(job.status)
+    if _driver_done(job) and not job.profile_changed:
+        return Outcome((), _status(status))  # ended for this spec: nothing to do until the spec changes
+    if job.spec.get("suspend"):
+        if status.get("phase") == JobPhase.SUSPENDED and status.get("observedGeneration") == job.generation:
+            return Outcome((), _status(status))
+        return Outcome((Provision(),), _status(status))
+    if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
+        return _waiting(job, world, status)
+    child = world.rayjob if job.entrypoint else world.raycluster
+    if world.child_known and child is None:
+        return Outcome((Provision(),), _status(status))  # its RayCluster or RayJob is gone: plan it again
+    if not world.child_known:
+        return Outcome((), _status(status), RECHECK_SECONDS)
+    assert child is not None
+    if job.entrypoint:
+        return _with_driver(job, world, status, child)
+    return _with_cluster(job, world, status, child)
+
+
+def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
+    """A job that holds no nodes: through admission, unless its backoff runs or the queue pass placed it."""
+    retry_after = parse_time(status.get("retryAfter"))
+    backing_off = retry_after is not None and world.now < retry_after
+    if status.get("phase") == JobPhase.QUEUED and status.get("observedGeneration") == job.generation and backing_off:
+        return Outcome((), _status(status), (retry_after - world.now).total_seconds())
+    if status.get("phase") == JobPhase.QUEUED and isinstance(world.queue, Waiting):
+        waiting = world.queue
+        message = f"waiting for {waiting.reason} (position {waiting.position} in the queue)"
+        status["conditions"] = cond.set_condition(
+            status.get("conditions"), cond.ADMITTED, False, cond.QUEUED, message, job.generation
+        )
+        actions: tuple[Action, ...] = ()
+        if status.get("waitingFor") != waiting.reason:
+            actions = (Post(False, cond.QUEUED, message),)
+        status.update(message=message, queuePosition=waiting.position, waitingFor=waiting.reason)
+        return Outcome(actions, _status(status))
+    if isinstance(world.queue, Admitted) or world.queue is None:
+        return Outcome((Provision(),), _status(status))
+    return Outcome((), _status(status))
+
+
+def _bind_timeout(job: Job, world: World) -> str | None:
+    """Why the job gives its nodes back because its worker pods were not all bound in time, or None."""
+    since = admitted_since(job.status)
+    if since is None or (world.now - since).total_seconds() < BIND_TIMEOUT_SECONDS:
+        return None
+    if job.status.get("attempts"):
+        return None  # its driver ran on these nodes: a retry's new pods are KubeRay's to bring up, not a bind race
+    expected = int(job.status.get("nodes") or 0)
+    bound = [p for p in _worker_pods(world.pods) if (p.get("spec") or {}).get("nodeName")]
+    if len(bound) >= expected:
+        return None
+    return (
+        f"{len(bound)} of {expected} worker pods bound {BIND_TIMEOUT_SECONDS:.0f} s after admission (another "
+        "workload took a node): gave the nodes back and queued again"
+    )
+
+
+def _give_back(
+    job: Job, world: World, status: dict[str, Any], reason: str, message: str, *, permanent: bool, backoff: bool
+) -> Outcome:
+    """The job lets go of its nodes: Failed (retrying cannot help) or Queued again (with backoff if asked)."""
+    actions: list[Action] = [DeleteChildren(), ReleaseNodes()]
+    conditions = cond.set_condition(
+        status.get("conditions"), cond.RAYCLUSTER_READY, False, reason, message, job.generation
+    )
+    status.update(rayCluster=None, rayJob=None, queuePosition=None, waitingFor=None)
+    if permanent:
+        status.update(phase=str(JobPhase.FAILED), message=message, observedGeneration=job.generation)
+        status["conditions"] = conditions
+        actions.append(Post(True, reason, message))
+        return Outcome(tuple(actions), _status(status))
+    retries = int(status.get("provisioningRetries") or 0) + (1 if backoff else 0)
+    delay = backoff_seconds(retries) if backoff else 0.0
+    if backoff:
+        message = f"{message}; gave the nodes back, retrying in {delay:.0f} s (retry {retries})"
+        status.update(provisioningRetries=retries, retryAfter=timestamp(world.now + dt.timedelta(seconds=delay)))
+        conditions = cond.set_condition(conditions, cond.RAYCLUSTER_READY, False, reason, message, job.generation)
+    status["conditions"] = cond.set_condition(conditions, cond.ADMITTED, False, reason, message, job.generation)
+    status.update(phase=str(JobPhase.QUEUED), message=brief(message), observedGeneration=job.generation)
+    # Recorded as a restart too: the attempt the job goes on to, and why it gave its nodes back.
+    attempt = int(status.get("attempts") or 0) + 1
+    restart = {"attempt": attempt, "time": timestamp(world.now), "reason": reason, "message": brief(message)}
+    status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
+    actions.append(Post(True, reason, message))
+    return Outcome(tuple(actions), _status(status), delay or RECHECK_SECONDS)
+
+
+def _provisioning_checks(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
+    """A job whose Ray pods are not all up: a named failure ends it or requeues it; so does a bind timeout."""
+    cause = diagnosis.provisioning_failure(list(world.pods), list(world.events), world.now)
+    if cause is not None:
+        message = brief(cause.message)
+        return _give_back(job, world, status, cause.reason, message, permanent=cause.permanent, backoff=True)
+    timeout = _bind_timeout(job, world)
+    if timeout is not None:
+        return _give_back(job, world, status, cond.BIND_TIMEOUT, timeout, permanent=False, backoff=False)
+    return None
+
+
+def _with_cluster(job: Job, world: World, status: dict[str, Any], cluster: Mapping[str, Any]) -> Outcome:
+    """A job without an entrypoint: its phase follows its RayCluster's readiness."""
+    ready = raycluster_ready(dict(cluster))
+    if not ready:
+        failed = _provisioning_checks(job, world, status)
+        if failed is not None:
+            return failed
+    status.update(mirrored_status(status, ready, job.generation))
+    status["phase"] = str(status["phase"])
+    return Outcome((), _status(status), None if ready else RECHECK_SECONDS)
+
+
+def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[str, Any]) -> Outcome:
+    """A job with an entrypoint: its phase follows the RayJob; restarts, binding and what died are recorded."""
+    state = driver_state(rayjob)
+    if not state.started and not state.finished:
+        failed = _provisioning_checks(job, world, status)
+        if failed is not None:
+            return failed
+    actions: list[Action] = []
+    restart = _new_attempt(job, world, rayjob)
+    if restart is not None:
+        status["attempts"] = restart["attempt"]
+        status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
+        # The new attempt has not verified anything yet: its own report is looked for again.
+        status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION]
+        status["binding"] = None
+        status["driverStartTime"] = None
+        actions.append(Post(True, restart["reason"], restart["message"]))
+    report = world.report
+    new = driver_status(status, rayjob, report, job.namespace, job.name, job.submission_mode, job.generation)
+    if state.started and not status.get("attempts"):
+        new["attempts"] = 1
+    if new["phase"] == JobPhase.FAILED and status.get("phase") != JobPhase.FAILED:
+        new = _failure_named(job, world, new, state.reason)
+    for condition in new.get("conditions") or []:
+        condition["message"] = brief(condition.get("message") or "", cond.MAX_MESSAGE_CHARS)
+    status.update(new)
+    status["message"] = brief(status.get("message") or "", MAX_STATUS_MESSAGE + 200)
+    status["phase"] = str(status["phase"])
+    if status["phase"] == JobPhase.RUNNING and status.get("nodes") is not None:
+        status["queuePosition"] = None
+    status["observedGeneration"] = job.generation
+    before = {c.get("type"): (c.get("status"), c.get("reason")) for c in job.status.get("conditions") or []}
+    for condition in status.get("conditions") or []:
+        kind = condition.get("type")
+        if kind not in ("DriverSucceeded", BINDING_CONDITION) or condition.get("reason") == "Running":
+            continue
+        if before.get(kind) != (condition.get("status"), condition.get("reason")):
+            actions.append(Post(condition.get("status") != "True", condition["reason"], condition["message"]))
+    finished = state.finished or status["phase"] in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+    if finished:
+        actions.append(ReleaseNodes())
+    unverified = state.started and not any(c.get("type") == BINDING_CONDITION for c in status.get("conditions") or [])
+    return Outcome(tuple(actions), _status(status), RECHECK_SECONDS if unverified or not state.started else None)
+
+
+def _failure_named(job: Job, world: World, new: dict[str, Any], kuberay_reason: str) -> dict[str, Any]:
+    """A failed driver's status says what died when a process or pod did, in one line; else KubeRay's reason
+    with the first line of its message (the full log stays where driverLog points)."""
+    conditions = new.get("conditions") or []
+    if any(c.get("type") == BINDING_CONDITION and c.get("status") == "False" for c in conditions):
+        return new  # the binding check failed: its message names the rank already
+    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail)
+    log = new.get("driverLog")
+    if cause is None:
+        new["message"] = f"{brief(new['message'].split(' (driver log: ')[0])} (driver log: {log})"
+        return new
+    message = brief(cause.message)
+    new["conditions"] = cond.set_condition(conditions, "DriverSucceeded", False, cause.reason, message, job.generation)
+    new["message"] = f"{message} (driver log: {log})"
+    return new
+
+
+def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str, Any] | None:
+    """A restart record when KubeRay submitted the driver again since the status was written: the driver's
+    start time (KubeRay's rayJobInfo.startTime, from the Ray job's own record) differs from the one recorded.
+    A new head pod (the old one lost) or KubeRay's retry count tells why."""
+    info = (rayjob.get("status") or {}).get("rayJobInfo") or {}
+    started, recorded = info.get("startTime"), job.status.get("driverStartTime")
+    if not started or not recorded or started == recorded:
+        return None
+    attempt = int(job.status.get("attempts") or 1) + 1
+    base = {"attempt": attempt, "time": timestamp(world.now)}
+    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "")
+    if cause is not None:
+        return {**base, "reason": cause.reason, "message": brief(f"{cause.message}; the driver was submitted again")}
+    recorded_at = parse_time(recorded)
+    heads = [
+        p
+        for p in world.pods
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_HEAD_LABEL) == "head"
+        and (parse_time(p["metadata"].get("creationTimestamp")) or world.now) > (recorded_at or world.now)
+    ]
+    if heads:
+        head = heads[0]
+        node = (head.get("spec") or {}).get("nodeName") or "an unbound node"
+        message = (
+            f"the head pod was lost and replaced by {head['metadata']['name']} on {node}; "
+            f"KubeRay submitted the driver again (attempt {attempt})"
+        )
+        return {**base, "reason": "HeadPodReplaced", "message": message}
+    failed = int((rayjob.get("status") or {}).get("failed") or 0)
+    reason = "DriverRetried" if failed else "DriverResubmitted"
+    message = f"KubeRay submitted the driver again (attempt {attempt}, started {started})"
+    return {**base, "reason": reason, "message": message}
+
+
+def job_pod_key(labels: Mapping[str, str], namespace: str) -> tuple[str, str] | None:
+    """The job a Ray pod belongs to (its job label), for the pods index."""
+    job = labels.get(JOB_LABEL)
+    return (namespace, job) if job else None
+
+
+def status_wire(status: RLJobStatus) -> dict[str, Any]:
+    """The status as written: camelCase, no nulls, and no empty top-level lists (an unset list is absent on
+    the wire, so an unchanged job compares equal and costs no write)."""
+    return {key: value for key, value in dump(status).items() if value != []}
