@@ -42,6 +42,27 @@ KUBE_NODE_ENV = "RLPLACE_KUBE_NODE"
 #: prefix; the operator reads it from the driver's log (the RayJob submitter's) into the RLJob's status.
 BINDING_REPORT_PREFIX = "rlplace-binding-report: "
 
+# -- restarts and resume (the driver's side; see docs/driver.md) ---------------------------------------------
+
+#: The attempt the driver runs in: "1" for the first run of a job, one more for each restart. Unset means 1.
+#: (The operator does not set it yet; the restart path will.)
+ATTEMPT_ENV = "RLPLACE_ATTEMPT"
+#: A directory that outlives the attempt (the job's checkpoint volume, mounted at the same path on the head
+#: and every worker), where the driver keeps what it needs to resume (launcher.checkpoint). Unset: no resume.
+CHECKPOINT_DIR_ENV = "RLPLACE_CHECKPOINT_DIR"
+
+# -- progress: per-component step times (the driver's side; see docs/driver.md) ------------------------------
+
+#: The driver prints each iteration's report (launcher.progress.IterationReport JSON) on one log line after
+#: this prefix.
+PROGRESS_REPORT_PREFIX = "rlplace-progress: "
+#: URL the driver POSTs its iteration reports to (JSON, throttled); unset: reports go to the log only.
+#: (The operator does not serve it yet.)
+PROGRESS_URL_ENV = "RLPLACE_PROGRESS_URL"
+#: File holding the bearer token sent with each POST (a projected ServiceAccount token, re-read before each
+#: POST because the kubelet rotates it).
+PROGRESS_TOKEN_FILE_ENV = "RLPLACE_PROGRESS_TOKEN_FILE"
+
 
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:
     """The ConfigMap key and content for a plan: JSON text, or gzip bytes when the text is too large."""

@@ -10,7 +10,10 @@ double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resou
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
 GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls),
 `verify` (each actor checks at start that its environment, node and GPUs are its plan entry's; the driver
-gathers the checks into a BindingReport), `simulated` (a multi-node Ray cluster in one process tree). Ray is imported only when a cluster is used.
+gathers the checks into a BindingReport), `simulated` (a multi-node Ray cluster in one process tree),
+`checkpoint` (a driver's step and state saved atomically, resumed on a new attempt), `progress` and `adapters`
+(per-component step times, from a timer or a framework's metrics), `synthetic` (a synthetic workload whose step
+times follow declared laws; docs/driver.md). Ray is imported only when a cluster is used.
 """
 
 from placement_core.launcher.errors import LaunchError, WorkerDiedError

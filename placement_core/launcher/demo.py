@@ -10,26 +10,39 @@ does, the actor trains while the rollout workers call into the reward workers, b
 waits for the two. It prints the binding report on one line for the operator (`rlplace-binding-report: ...`)
 and a table of what every process saw from inside. Exit 0: every process ran as planned; 1: a process was not
 bound as planned (the report names it); 2: the plan or the Ray cluster is unusable.
+
+With `--steps N` it runs N training steps instead (see `run_steps`): each step exercises the components, prints
+one line, and reports its per-component times (`rlplace-progress: ...`, launcher.progress); with
+`--checkpoint-every K` it saves a checkpoint every K steps in $RLPLACE_CHECKPOINT_DIR (or --checkpoint-dir)
+and, on a new attempt ($RLPLACE_ATTEMPT), resumes after the last one (launcher.checkpoint). `--workload
+synthetic --law actor=120/g ...` makes each component's step time follow a declared law in its GPU count
+(launcher.synthetic; a synthetic workload, not a measurement).
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import os
 import socket
 import sys
+import threading
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from placement_core.contract import KUBE_NODE_ENV
+from placement_core.contract import CHECKPOINT_DIR_ENV, KUBE_NODE_ENV
 from placement_core.errors import PlacementError
+from placement_core.launcher.checkpoint import CheckpointStore, attempt
 from placement_core.launcher.errors import LaunchError
 from placement_core.launcher.groups import GroupCall, WorkerGroup, binding_report, connect, launch_all
 from placement_core.launcher.plan import LaunchPlan, load_plan, read_plan
+from placement_core.launcher.progress import LogReporter, Reporter, StepTimer, reporter_from_env
 from placement_core.launcher.simulated import simulated_cluster
+from placement_core.launcher.synthetic import Law, component_gpus, parse_laws, sharing_groups
 from placement_core.launcher.verify import BindingError, BindingReport, report_line
 from placement_core.plan import Plan
 
@@ -137,8 +150,8 @@ def print_table(rows: list[dict[str, str]]) -> None:
         print("  ".join(line[col].ljust(width) for col, width in zip(COLUMNS, widths, strict=True)).rstrip())
 
 
-def run(plan: LaunchPlan, components: Sequence[str]) -> int:
-    """Launch, report, exercise, print; the groups are shut down at the end."""
+def run(plan: LaunchPlan, components: Sequence[str], steps: StepOptions | None = None) -> int:
+    """Launch, report, exercise (or run `steps`), print; the groups are shut down at the end."""
     try:
         groups = launch_all(plan, dict.fromkeys(components, Worker))
     except BindingError as err:
@@ -149,12 +162,130 @@ def run(plan: LaunchPlan, components: Sequence[str]) -> int:
         report = binding_report(groups)
         print(report_line(report), flush=True)
         print(report.summary(), flush=True)
-        print(exercise(groups), flush=True)
-        print_table(table(groups, report))
+        if steps is not None:
+            print_table(table(groups, report))
+            run_steps(groups, plan, steps)
+        else:
+            print(exercise(groups), flush=True)
+            print_table(table(groups, report))
     finally:
         for group in groups.values():
             group.shutdown()
     return 0
+
+
+# -- training steps: checkpoints, resume, progress, synthetic workload ------------------------------------
+
+
+@dataclass(frozen=True)
+class StepOptions:
+    """What `--steps` mode runs."""
+
+    steps: int
+    """Steps of the whole job (across attempts), numbered 1..steps."""
+    checkpoint_every: int = 0
+    """Save a checkpoint after every step that is a multiple of this (0: never)."""
+    store: CheckpointStore | None = None
+    laws: Mapping[str, Law] | None = None
+    """The synthetic workload's laws (None: the demo workload)."""
+    reporter: Reporter = dataclasses.field(default_factory=LogReporter)
+
+
+def weights_of(step: int) -> bytes:
+    """The bytes blob a checkpoint holds, standing in for weights: derived from the step, so a resume can
+    check that it got the blob saved with the step."""
+    return hashlib.sha256(f"weights after step {step}".encode()).digest() * 64
+
+
+def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: StepOptions) -> int:
+    """Steps from just after the last checkpoint to `options.steps`: each exercised, timed per component,
+    printed on one line and reported; a checkpoint every `checkpoint_every` steps; a summary line at the end
+    (steps run in this attempt, the step resumed from, steps repeated from an earlier attempt). Returns the
+    number of steps run."""
+    store = options.store
+    last = store.latest() if store else None
+    done_before = (store.last_step() if store else None) or 0
+    resumed_from = 0
+    total_score = 0.0
+    if last is not None:
+        if last.blob("weights") != weights_of(last.step):
+            raise LaunchError(f"checkpoint of step {last.step} holds other weights than it saved")
+        resumed_from, total_score = last.step, float(last.state.get("total_score", 0.0))
+    this_attempt = store.attempt if store else 1
+    first = resumed_from + 1
+    gpus = {name: component_gpus(plan, name) for name in groups}
+    for step in range(first, options.steps + 1):
+        timer = StepTimer()
+        if options.laws is None:
+            total_score += demo_step(groups, timer)
+        else:
+            synthetic_step(groups, options.laws, gpus, timer)
+        report = timer.report(step)
+        if store is not None:
+            # Saved and noted before the step's line, so a printed step is a recorded one.
+            if options.checkpoint_every and step % options.checkpoint_every == 0:
+                store.save(step, {"total_score": total_score}, {"weights": weights_of(step)})
+                print(f"checkpoint: step {step} saved in {store.directory}", flush=True)
+            store.record_step(step)
+        times = ", ".join(f"{c.name} {c.seconds:.2f} s" for c in report.components)
+        line = (
+            f"step {step}/{options.steps} (attempt {this_attempt}): {times}; iteration {report.iteration_seconds:.2f} s"
+        )
+        print(line, flush=True)
+        options.reporter.report(report)
+    options.reporter.close()
+    ran = max(options.steps - resumed_from, 0)
+    repeated = max(min(done_before, options.steps) - resumed_from, 0)
+    span = f" ({first}-{options.steps})" if ran else ""
+    print(
+        f"summary: attempt {this_attempt} ran {ran} steps{span}, resumed from step {resumed_from}, repeated {repeated}",
+        flush=True,
+    )
+    return ran
+
+
+def demo_step(groups: Mapping[str, WorkerGroup], timer: StepTimer) -> float:
+    """One step of the demo workload: `exercise`'s concurrent train / generate -> score calls, each component
+    timed by its workers' own spans. Returns the step's total score."""
+    names = list(groups)
+    trainer = groups.get("actor") or groups[names[0]]
+    generator = groups.get("rollout") or groups[names[-1]]
+    scorer = groups.get("reward") or trainer
+    scorers = [] if scorer is generator else scorer.actors
+    training = trainer.call("train_step", 0.2)
+    generating = generator.call("generate", scorers, 2 * len(scorers)) if generator is not trainer else None
+    spans = training.get(timeout=300)
+    timer.add(trainer.component, max(end for _, end in spans) - min(start for start, _ in spans))
+    score = 0.0
+    if generating is not None:
+        results = generating.get(timeout=300)
+        timer.add(generator.component, max(r[1] for r in results) - min(r[0] for r in results))
+        score = sum(r[2] for r in results)
+    return score
+
+
+def synthetic_step(
+    groups: Mapping[str, WorkerGroup],
+    laws: Mapping[str, Law],
+    gpus: Mapping[str, frozenset[tuple[int, int]]],
+    timer: StepTimer,
+) -> None:
+    """One step of the synthetic workload (launcher.synthetic): every process of a component sleeps its law's
+    seconds; components sharing GPUs one after another, GPU-disjoint groups at the same time (a thread each)."""
+
+    def run_group(members: list[str]) -> None:
+        for name in members:
+            spans = groups[name].run("train_step", laws[name].seconds(len(gpus[name])), timeout=600)
+            timer.add(name, max(end for _, end in spans) - min(start for start, _ in spans))
+
+    threads = [threading.Thread(target=run_group, args=(members,)) for members in sharing_groups(gpus)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    missing = [name for name in groups if name not in timer.report(0).seconds()]
+    if missing:
+        raise LaunchError(f"synthetic step: no time from {', '.join(missing)} (a worker failed; see the log above)")
 
 
 def simulated_gpus(plan: LaunchPlan) -> list[int]:
@@ -167,6 +298,49 @@ def simulated_gpus(plan: LaunchPlan) -> list[int]:
     return gpus
 
 
+def add_step_arguments(parser: argparse.ArgumentParser) -> None:
+    steps = parser.add_argument_group("training steps (see docs/driver.md)")
+    steps.add_argument("--steps", type=int, metavar="N", help="run N steps (resuming after the last checkpoint)")
+    steps.add_argument("--checkpoint-every", type=int, default=0, metavar="K", help="checkpoint every K steps")
+    steps.add_argument("--checkpoint-dir", help="checkpoint directory (default: $RLPLACE_CHECKPOINT_DIR)")
+    steps.add_argument("--keep", type=int, default=3, help="checkpoints kept (default: 3)")
+    steps.add_argument(
+        "--workload", choices=("demo", "synthetic"), default="demo", help="what a step does (default: demo)"
+    )
+    steps.add_argument(
+        "--law",
+        action="append",
+        default=[],
+        metavar="COMPONENT=EXPR",
+        help="synthetic step time in seconds over the component's GPU count g: A/g, A/g+B or B",
+    )
+
+
+def step_options(args: argparse.Namespace, components: Sequence[str]) -> StepOptions | None:
+    """The --steps mode's options, checked together; None without --steps."""
+    if args.steps is None:
+        for flag, given in (("--checkpoint-every", args.checkpoint_every), ("--law", args.law)):
+            if given:
+                raise LaunchError(f"{flag} needs --steps")
+        if args.workload != "demo":
+            raise LaunchError("--workload synthetic needs --steps")
+        return None
+    if args.steps < 1 or args.checkpoint_every < 0:
+        raise LaunchError(
+            f"--steps must be 1 or more and --checkpoint-every 0 or more, got {args.steps}, {args.checkpoint_every}"
+        )
+    if args.law and args.workload != "synthetic":
+        raise LaunchError("--law needs --workload synthetic")
+    laws = parse_laws(args.law, components) if args.workload == "synthetic" else None
+    directory = args.checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV)
+    if args.checkpoint_every and not directory:
+        raise LaunchError(
+            f"--checkpoint-every needs a checkpoint directory (--checkpoint-dir or ${CHECKPOINT_DIR_ENV})"
+        )
+    store = CheckpointStore(directory, args.keep, attempt()) if directory else None
+    return StepOptions(args.steps, args.checkpoint_every, store, laws, reporter_from_env())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m placement_core.launcher.demo", description=__doc__.splitlines()[0])
     parser.add_argument("--plan", help="plan JSON file (default: $RLPLACE_PLAN, $RLPLACE_PLAN_DIR, the mount)")
@@ -174,18 +348,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--components", nargs="+", help="components to start (default: actor rollout reward)")
     parser.add_argument("--simulate", action="store_true", help="simulate the plan's nodes on this machine")
     parser.add_argument("--tamper", metavar="COMPONENT:RANK:VAR=VALUE", help="inject a wrong value into the plan")
+    add_step_arguments(parser)
     args = parser.parse_args(argv)
     try:
         plan = load_plan(Path(args.plan).read_bytes()) if args.plan else read_plan()
         if args.tamper:
             plan = load_plan(tamper(plan.plan, args.tamper))
         components = pick_components(plan, args.components)
+        steps = step_options(args, components)
         if args.simulate:
             with simulated_cluster(simulated_gpus(plan), ship_code=True):
-                return run(plan, components)
+                return run(plan, components, steps)
         connect(args.address, ship_code=True, logging_level="WARNING")
-        return run(plan, components)
-    except (LaunchError, PlacementError, ConnectionError, OSError) as err:
+        return run(plan, components, steps)
+    except (LaunchError, PlacementError, ConnectionError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
 

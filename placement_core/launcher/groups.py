@@ -2,13 +2,31 @@
 
 Every actor asks for `num_gpus=0` and for the contract's custom resources: its node's (so it lands on its
 planned node) and one share of each GPU it holds (so exclusive processes can never share a GPU, while a GPU the
-plan shares among k processes is asked for as 1/k by each). Its environment (RANK, CUDA_VISIBLE_DEVICES, ...)
-travels in `runtime_env.env_vars` or is set just before the worker's constructor runs; then, before the
-worker's own constructor, the actor checks its binding (`verify.py`) and the launcher gathers the checks.
+plan shares among k processes is asked for as 1/k by each). Then, before the worker's own constructor, the
+actor checks its binding (`verify.py`) and the launcher gathers the checks.
+
+When the environment (RANK, CUDA_VISIBLE_DEVICES, ...) is in place, by default (`env_via="constructor"`):
+Ray runs a launcher-made actor class that holds no reference to the worker class; the worker class travels
+as pickled bytes. In the worker process the actor's constructor sets the planned variables in `os.environ`,
+then checks the binding, then unpickles the worker class (importing its module and whatever that imports)
+and constructs it. So the worker's code (its module's top level, class body, `__init_subclass__`, and
+constructor) runs with the planned variables, and nothing of it runs in a process that is not bound as
+planned. What ran in the process before the actor existed is outside that: Ray's worker start-up, a
+job-level `worker_process_setup_hook` or `sitecustomize`, a task or actor that Ray ran earlier in a
+reused worker process, and the deserialisation of the constructor's arguments (Ray unpacks them before the
+constructor, importing the modules of the objects in them). Importing a CUDA library (torch, cupy) there is
+harmless: CUDA reads CUDA_VISIBLE_DEVICES when it initialises, not on import. Initialising it there is not,
+and the binding check catches it: if the CUDA driver library is already loaded in the process when the
+launcher sets the variables (and the old value differs), the process fails verification naming its rank
+(`verify.cuda_loaded_before`). Values cached by a library before the variables changed without initialising
+CUDA (e.g. a device count read through NVML) are not detected. `env_via="runtime_env"` sets the variables
+when Ray starts the worker process, covering all of the above, at about twice the start time
+(benchmarks/launch_scale.py).
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -20,7 +38,14 @@ from placement_core.contract import node_labels, node_resource, parse_node_resou
 from placement_core.launcher.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.plan import LaunchPlan, load_plan
 from placement_core.launcher.resources import check_resources
-from placement_core.launcher.verify import Binding, BindingError, BindingReport, ProcessCheck, check_here
+from placement_core.launcher.verify import (
+    Binding,
+    BindingError,
+    BindingReport,
+    ProcessCheck,
+    check_here,
+    cuda_loaded_before,
+)
 from placement_core.plan import Plan, ProcessPlan
 
 if TYPE_CHECKING:
@@ -189,12 +214,14 @@ class LaunchOptions:
     later); None skips the check and leaves the actors queued by Ray until `ready_timeout_s`."""
     ready_timeout_s: float = 120.0
     """Actors not up by then are killed and reported."""
-    env_via: Literal["runtime_env", "constructor"] = "runtime_env"
-    """`runtime_env`: the environment is set when the worker process starts (Ray's guarantee; Ray starts
-    such workers through an extra setup process, about twice the start time on a busy machine).
-    `constructor`: set in the actor just before the worker's `__init__`; as fast as plain actors, enough
-    for anything that reads the variables at run time (CUDA, NCCL, torch.distributed), not for code that
-    reads them when its module is imported."""
+    env_via: Literal["runtime_env", "constructor"] = "constructor"
+    """`constructor` (default): the actor sets the environment first thing, before the worker class is
+    unpickled (so before its module and the modules it imports are imported) and before its `__init__`;
+    the binding check then fails the process if CUDA had been loaded in it earlier (see the module
+    docstring for what that covers). Actors share Ray's worker pool, so they start about as fast as plain
+    ones. `runtime_env`: Ray sets the environment when it starts the worker process (for code that runs
+    before any actor: a `worker_process_setup_hook`, `sitecustomize`); each distinct runtime_env gets its
+    own worker pool and setup round trip, measured 1.85x plain Ray's start time for 64 processes."""
     pin_node_by: Literal["label", "resource"] = "label"
     """How an actor is held to its planned node: `label`, Ray's `label_selector` on the node label the operator
     sets (Ray's own node targeting); `resource`, one unit of the node's custom resource. Both are exact;
@@ -296,7 +323,9 @@ def _start_group(
     """Submit the component's actors (Ray starts them asynchronously)."""
     ray = _ray()
     by_constructor = opts.env_via == "constructor"
-    actor_class = ray.remote(_bound(worker))
+    actor_class = ray.remote(_host(worker))
+    # Pickled here once: in the worker it is unpickled (its module imported) only after the environment is set.
+    pickled_worker = ray.cloudpickle.dumps(worker)
     processes = plan.processes(component)
     master = addresses[processes[0].node_rank]
     actors = []
@@ -309,7 +338,7 @@ def _start_group(
             del resources[node_resource(process.node_rank)]
             options["label_selector"] = node_labels(process.node_rank)
         placed = actor_class.options(**options)
-        actors.append(placed.remote(env if by_constructor else None, binding, *args, **kwargs))
+        actors.append(placed.remote(env if by_constructor else None, binding, pickled_worker, *args, **kwargs))
     return WorkerGroup(component, actors, processes)
 
 
@@ -333,24 +362,106 @@ def _actor_options(opts: LaunchOptions, resources: dict[str, float], env: dict[s
 CHECK_METHOD = "rlplace_binding_check"
 
 
-def _bound(worker: type) -> type:
-    """`worker` with a constructor that first installs the planned environment (constructor mode), then checks
-    the process's binding; a process that is not where the plan says never runs the worker's constructor."""
+def _host(worker: type) -> type:
+    """The actor class Ray runs for `worker`: it holds no reference to `worker`, only a forwarding method of
+    the same name and kind (plain, async, generator) for each of its methods, so that loading it in the worker
+    process imports none of the user's code. The worker class itself travels as pickled bytes in the
+    constructor's arguments and is unpickled there after the planned environment is set and the binding
+    checked: a process that is not where the plan says never imports the worker's module nor runs its
+    constructor, and the worker's module sees the planned variables when it is imported."""
 
     def __init__(
-        self: Any, rlplace_env: Mapping[str, str] | None, rlplace_binding: Binding | None, *args: Any, **kwargs: Any
+        self: Any,
+        rlplace_env: Mapping[str, str] | None,
+        rlplace_binding: Binding | None,
+        rlplace_worker: bytes,
+        *args: Any,
+        **kwargs: Any,
     ) -> None:
+        cuda_before = None
         if rlplace_env is not None:
+            cuda_before = cuda_loaded_before(rlplace_env)
             os.environ.update(rlplace_env)
-        self._rlplace_check = None if rlplace_binding is None else check_here(rlplace_binding)
+        self._rlplace_check = None if rlplace_binding is None else check_here(rlplace_binding, cuda_before)
         if self._rlplace_check is None or self._rlplace_check.ok:
-            worker.__init__(self, *args, **kwargs)
+            import ray
+
+            self._rlplace_worker = ray.cloudpickle.loads(rlplace_worker)(*args, **kwargs)
 
     def rlplace_binding_check(self: Any) -> ProcessCheck | None:
         return self._rlplace_check
 
-    members = {"__init__": __init__, CHECK_METHOD: rlplace_binding_check, "__doc__": worker.__doc__}
-    return type(worker.__name__, (worker,), members)
+    def __repr__(self: Any) -> str:
+        inner = self.__dict__.get("_rlplace_worker")
+        return f"{type(self).__name__}(not started)" if inner is None else repr(inner)
+
+    members: dict[str, Any] = {
+        "__init__": __init__,
+        CHECK_METHOD: rlplace_binding_check,
+        "__repr__": __repr__,
+        "__doc__": worker.__doc__,
+        "__module__": __name__,
+    }
+    for name in dir(worker):
+        if name in members or name.startswith("__") or not callable(getattr(worker, name, None)):
+            continue
+        members[name] = _forwarder(worker, name)
+    return type(worker.__name__, (), members)
+
+
+def _forwarder(worker: type, name: str) -> Any:
+    """A method that calls `name` on the held worker, of the same kind as the worker's (Ray decides async and
+    streaming actors from the kinds), with the worker's Ray method options and its signature (names and
+    kinds only: annotations and defaults may be the user's objects, whose modules must not load early)."""
+    target = inspect.getattr_static(worker, name)
+    function = target.__func__ if isinstance(target, (staticmethod, classmethod)) else target
+    if inspect.isasyncgenfunction(function):
+
+        async def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            async for item in getattr(self._rlplace_worker, name)(*args, **kwargs):
+                yield item
+
+    elif inspect.iscoroutinefunction(function):
+
+        async def forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            return await getattr(self._rlplace_worker, name)(*args, **kwargs)
+
+    elif inspect.isgeneratorfunction(function):
+
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            # A loop, not `yield from`: Ray resumes a streaming generator with send(), which an iterator a
+            # worker's generator delegates to may not have.
+            for item in getattr(self._rlplace_worker, name)(*args, **kwargs):  # noqa: UP028
+                yield item
+
+    else:
+
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:  # type: ignore[misc]
+            return getattr(self._rlplace_worker, name)(*args, **kwargs)
+
+    forward.__name__ = forward.__qualname__ = name
+    for key, value in vars(function).items() if hasattr(function, "__dict__") else ():
+        if key.startswith("__ray_") and isinstance(value, (str, int, float, bool, type(None))):
+            setattr(forward, key, value)
+    signature = _plain_signature(getattr(worker, name), bound=not isinstance(target, staticmethod | classmethod))
+    if signature is not None:
+        forward.__signature__ = signature  # type: ignore[attr-defined]
+    return forward
+
+
+def _plain_signature(method: Any, bound: bool) -> inspect.Signature | None:
+    """`method`'s parameters with a leading `self` (for the host), annotations dropped and defaults None."""
+    try:
+        signature = inspect.signature(method)
+    except (TypeError, ValueError):
+        return None
+    params = [
+        p.replace(annotation=inspect.Parameter.empty, default=None if p.default is not p.empty else p.empty)
+        for p in signature.parameters.values()
+    ]
+    if not bound:
+        params.insert(0, inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD))
+    return inspect.Signature(params)
 
 
 def _wait_ready(groups: list[WorkerGroup], timeout_s: float) -> None:

@@ -6,7 +6,11 @@ A process checks three things from inside:
   the plan's `env` (so a wrong value that reached the process through the plan or the pod is caught);
 - it runs on the planned node: the Ray node's rlplace node-rank label, and in Kubernetes the pod's node
   (the operator sets $RLPLACE_KUBE_NODE from the downward API);
-- where NVML (pynvml) or torch is importable, the GPUs it sees are as many as planned, and their UUIDs.
+- where NVML (pynvml) or torch is importable, the GPUs it sees are as many as planned, and their UUIDs;
+- when the launcher set the environment inside the process (LaunchOptions.env_via="constructor", the default),
+  that CUDA had not been loaded in the process before: the CUDA driver reads CUDA_VISIBLE_DEVICES once, when
+  it initialises, so a process that loaded it earlier would use the GPUs of the variable's old value while its
+  environment shows the planned one (`cuda_loaded_before`).
 
 The driver then gathers every process's check (`BindingReport.of`) and adds what no single process can see:
 two processes on one node whose planned GPUs are disjoint must never see the same device UUID. The report is
@@ -17,8 +21,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from placement_core.contract import BINDING_REPORT_PREFIX, KUBE_NODE_ENV
@@ -81,11 +87,13 @@ def check_binding(
     environ: Mapping[str, str],
     ray_node_rank: int | None,
     devices: Devices | None,
+    cuda_early: str | None = None,
 ) -> ProcessCheck:
     """Compare what a process sees with its plan entry (pure, so each rule is tested without Ray or a GPU).
 
     `ray_node_rank` is the rlplace node-rank label of the Ray node the process runs on (None: unknown);
-    `devices` what a GPU library reports (None: no library).
+    `devices` what a GPU library reports (None: no library); `cuda_early` the problem `cuda_loaded_before`
+    found when the environment was set in the process (None: none, or set when the process started).
     """
     process = binding.process
     problems = [
@@ -93,6 +101,8 @@ def check_binding(
         for key, value in binding.expected_env().items()
         if environ.get(key) != value
     ]
+    if cuda_early is not None:
+        problems.append(cuda_early)
     if ray_node_rank is not None and ray_node_rank != process.node_rank:
         problems.append(f"runs on the Ray node of node rank {ray_node_rank}, planned {process.node_rank}")
     kube_node = environ.get(KUBE_NODE_ENV)
@@ -183,10 +193,41 @@ def _torch_devices() -> Devices | None:
     return Devices("torch", tuple(f"GPU-{torch.cuda.get_device_properties(i).uuid}" for i in range(count)))
 
 
-def check_here(binding: Binding) -> ProcessCheck:
-    """Check the calling process (inside a Ray actor): its environment, Ray node label and devices."""
-    import os
+#: The CUDA driver library; CUDA reads CUDA_VISIBLE_DEVICES when it initialises, which needs this loaded.
+CUDA_DRIVER_LIBRARY = "libcuda.so"
 
+
+def libcuda_mapped(maps: str) -> bool:
+    """Whether a process's memory map (the text of /proc/PID/maps) holds the CUDA driver library."""
+    return any(line.rstrip().rsplit("/", 1)[-1].startswith(CUDA_DRIVER_LIBRARY) for line in maps.splitlines())
+
+
+def cuda_loaded_before(planned: Mapping[str, str]) -> str | None:
+    """Called just before the launcher sets `planned` in the current process: the problem to report when CUDA
+    may already have read another CUDA_VISIBLE_DEVICES, i.e. the CUDA driver library is already loaded in the
+    process (by code that ran in it earlier) and the variable's value differs from the planned one; else None.
+
+    The driver library is loaded by CUDA's initialisation (cuInit, which any runtime call makes, such as torch's
+    first `torch.cuda.*` call); importing torch or another CUDA library does not load it. Read from
+    /proc/self/maps, so on a system without it (not Linux) this finds nothing; nor does it see CUDA in another
+    process.
+    """
+    try:
+        maps = Path("/proc/self/maps").read_text(errors="replace")
+    except OSError:
+        return None
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if not libcuda_mapped(maps) or before == planned.get("CUDA_VISIBLE_DEVICES"):
+        return None
+    return (
+        f"CUDA was loaded in this process before its planned environment was set (CUDA_VISIBLE_DEVICES was "
+        f"{_quote(before)} then), so it may use other GPUs than planned (launch with env_via='runtime_env')"
+    )
+
+
+def check_here(binding: Binding, cuda_early: str | None = None) -> ProcessCheck:
+    """Check the calling process (inside a Ray actor): its environment, Ray node label and devices, with the
+    early-CUDA problem `cuda_loaded_before` found when the launcher set the environment."""
     import ray
 
     from placement_core.contract import NODE_LABEL
@@ -194,7 +235,7 @@ def check_here(binding: Binding) -> ProcessCheck:
     label = ray.get_runtime_context().get_node_labels().get(NODE_LABEL)
     ray_node_rank = int(label) if label is not None and label.isdigit() else None
     devices = probe_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return check_binding(binding, os.environ, ray_node_rank, devices)
+    return check_binding(binding, os.environ, ray_node_rank, devices, cuda_early)
 
 
 # -- at the driver: every process together ----------------------------------------------------------------

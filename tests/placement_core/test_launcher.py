@@ -3,7 +3,9 @@ on one simulated 2-node Ray cluster with 8 fake GPUs per node, shared by the who
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import json
 import os
 import subprocess
 import sys
@@ -11,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import ray
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -234,6 +237,57 @@ class Probe:
 class Broken:
     def __init__(self) -> None:
         raise RuntimeError("no model weights at /models/x")
+
+
+class SeesEnvWhenLoaded:
+    """Records the process's variables when a subclass is made: in a worker, when the subclass is unpickled
+    (cloudpickle re-creates it), as a user module's top level runs when it is imported. Kept in the process's
+    environment, since cloudpickle restores the class's own attributes from the driver's copy afterwards."""
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        seen = {key: os.environ.get(key) for key in ("CUDA_VISIBLE_DEVICES", "RANK")}
+        os.environ[SEEN_AT_LOAD] = json.dumps(seen)
+
+
+SEEN_AT_LOAD = "RLPLACE_TEST_SEEN_AT_CLASS_LOAD"
+
+
+class EnvAtLoad(SeesEnvWhenLoaded):
+    def loaded(self) -> dict:
+        return json.loads(os.environ[SEEN_AT_LOAD])
+
+
+os.environ.pop(SEEN_AT_LOAD)  # the driver's own, from defining EnvAtLoad above
+
+
+class Kinds:
+    """One method of each kind Ray treats apart, for the launcher's forwarding actor class."""
+
+    def __init__(self, base: int = 1) -> None:
+        self.base = base
+
+    def plain(self, x: int, y: int = 2) -> int:
+        return self.base + x + y
+
+    @staticmethod
+    def double(x: int) -> int:
+        return 2 * x
+
+    @classmethod
+    def name(cls, x: int) -> tuple[str, int]:
+        return cls.__name__, x
+
+    def count(self, n: int):
+        yield from range(n)
+
+    @ray.method(num_returns=2)
+    def pair(self) -> tuple[int, int]:
+        return self.base, -self.base
+
+    async def later(self, seconds: float) -> float:
+        await asyncio.sleep(seconds)
+        return seconds
 
 
 @pytest.fixture(scope="module")
@@ -475,3 +529,42 @@ def test_workers_get_placement_core_from_the_driver(main_groups) -> None:
     assert all(
         p.endswith("/placement_core/__init__.py") and "/runtime_resources/py_modules_files/" in p for p in paths
     ), paths
+
+
+# -- the environment is in place before the worker's code runs ------------------------------------------
+
+
+@pytest.mark.parametrize("env_via", ["runtime_env", "constructor"])
+def test_the_worker_class_is_loaded_with_the_planned_environment(ray_cluster, env_via) -> None:
+    """The worker's class reaches the process only after the variables are set: code that runs when it is
+    loaded (a module's top level, a class body, __init_subclass__) sees the planned values, in both modes."""
+    with launcher.launch(plan_of({"early": "5,13"}), "early", EnvAtLoad, options=LaunchOptions(env_via=env_via)) as g:
+        assert g.run("loaded") == [
+            {"CUDA_VISIBLE_DEVICES": "5", "RANK": "0"},
+            {"CUDA_VISIBLE_DEVICES": "5", "RANK": "1"},
+        ]
+
+
+def test_the_default_sets_the_environment_in_the_actor_not_in_a_runtime_env(ray_cluster) -> None:
+    """The default ships no per-process runtime_env (one worker pool for all actors, the fast start)."""
+    assert LaunchOptions().env_via == "constructor"
+    with launcher.launch(plan_of({"pooled": "5"}), "pooled", Probe) as group:
+        runtime_env = ray.get(group.actors[0].__ray_call__.remote(lambda self: ray.get_runtime_context().runtime_env))
+    assert "env_vars" not in runtime_env
+    assert "py_modules" in runtime_env  # the job's, inherited
+
+
+def test_every_kind_of_worker_method_is_forwarded(ray_cluster) -> None:
+    """The actor Ray runs forwards each method of the worker with its kind and Ray options: plain, static and
+    class methods, generators (streamed), num_returns, async (an async actor); argument errors at the call."""
+    with launcher.launch(plan_of({"kinds": "6"}), "kinds", Kinds, 10) as group:
+        assert group.run("plain", 1) == [13]
+        assert group.run("plain", 1, y=0) == [11]
+        assert group.run("double", 4) == [8]
+        assert group.run("name", 3) == [("Kinds", 3)]
+        actor = group.actors[0]
+        assert [ray.get(ref) for ref in actor.count.remote(3)] == [0, 1, 2]
+        assert ray.get(actor.pair.remote()) == [10, -10]
+        assert group.run("later", 0.1) == [0.1]
+        with pytest.raises(TypeError, match="missing a required argument: 'x'"):
+            group.call("plain")

@@ -5,6 +5,7 @@ The same checks run inside real actors in test_launcher.py (a tampered plan entr
 from __future__ import annotations
 
 import dataclasses
+import os
 
 import pytest
 
@@ -18,6 +19,7 @@ from placement_core.launcher.verify import (
     ProcessCheck,
     check_binding,
     find_report,
+    libcuda_mapped,
     report_line,
     select_devices,
 )
@@ -173,3 +175,65 @@ def test_the_report_survives_a_drivers_log() -> None:
     assert find_report(log) == new
     assert find_report("no report here") is None
     assert report_line(new).startswith(contract.BINDING_REPORT_PREFIX)
+
+
+# -- CUDA loaded before the launcher set the environment -------------------------------------------------
+
+MAPS_WITH_CUDA = """\
+7f1c2a000000-7f1c2a200000 r-xp 00000000 08:01 1234 /usr/lib/x86_64-linux-gnu/libcuda.so.550.54.15
+7f1c2b000000-7f1c2b100000 r-xp 00000000 08:01 1235 /usr/lib/x86_64-linux-gnu/libc.so.6
+"""
+MAPS_WITHOUT_CUDA = """\
+7f1c2b000000-7f1c2b100000 r-xp 00000000 08:01 1235 /usr/lib/x86_64-linux-gnu/libc.so.6
+7f1c2c000000-7f1c2c100000 r-xp 00000000 08:01 1236 /venv/lib/python3.11/site-packages/nvidia/cuda_runtime/lib/libcudart.so.12
+7f1c2d000000-7f1c2d100000 rw-p 00000000 00:00 0 [heap]
+"""
+
+
+def test_the_cuda_driver_library_is_found_in_a_memory_map_and_the_runtime_is_not_it() -> None:
+    assert libcuda_mapped(MAPS_WITH_CUDA)
+    assert not libcuda_mapped(MAPS_WITHOUT_CUDA)  # libcudart (what `import torch` loads) does not read the variable
+    assert not libcuda_mapped("")
+
+
+def test_cuda_loaded_before_the_environment_fails_the_process() -> None:
+    b = binding("critic", 0)
+    early = "CUDA was loaded in this process before its planned environment was set (CUDA_VISIBLE_DEVICES was unset"
+    check = check_binding(b, planned_env(b), ray_node_rank=0, devices=None, cuda_early=early)
+    assert not check.ok
+    assert check.describe() == f"component 'critic' rank 0 on node 'node-0': {early}"
+
+
+def test_cuda_loaded_before_reads_this_process(tmp_path) -> None:
+    """A real process that loads a library named like the CUDA driver (a copy of libz) before the variables are
+    set is caught; the same process is not when the old value already was the planned one, nor before loading."""
+    import ctypes.util
+    import shutil
+    import subprocess
+    import sys
+
+    libz = ctypes.util.find_library("z")
+    if libz is None:
+        pytest.skip("no libz to stand in for libcuda")
+    folders = ("/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/usr/lib")
+    source = next((f"{d}/{libz}" for d in folders if os.path.exists(f"{d}/{libz}")), None)
+    if source is None:
+        pytest.skip(f"{libz} not found")
+    shutil.copy(source, tmp_path / "libcuda.so.1")
+    code = (
+        "import ctypes, os, sys\n"
+        "from placement_core.launcher.verify import cuda_loaded_before\n"
+        "print(cuda_loaded_before({'CUDA_VISIBLE_DEVICES': '3'}))\n"
+        "ctypes.CDLL(sys.argv[1])\n"
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '3'\n"
+        "print(cuda_loaded_before({'CUDA_VISIBLE_DEVICES': '3'}))\n"
+        "os.environ['CUDA_VISIBLE_DEVICES'] = '0,1'\n"
+        "print(cuda_loaded_before({'CUDA_VISIBLE_DEVICES': '3'}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "libcuda.so.1")], capture_output=True, text=True)
+    assert done.stdout.splitlines() == [
+        "None",
+        "None",
+        "CUDA was loaded in this process before its planned environment was set (CUDA_VISIBLE_DEVICES was '0,1' "
+        "then), so it may use other GPUs than planned (launch with env_via='runtime_env')",
+    ], done.stderr

@@ -1,0 +1,225 @@
+"""The reference driver's --steps mode: the synthetic workload's laws (pure), step options (bad input), then
+real steps on a simulated Ray cluster: per-component times following the laws, checkpoints, and a driver
+killed mid-run (SIGKILL, Ray and all) that resumes on attempt 2 from its last checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from placement_core import launcher
+from placement_core.components import component_placement
+from placement_core.launcher import demo
+from placement_core.launcher.checkpoint import CheckpointStore
+from placement_core.launcher.errors import LaunchError
+from placement_core.launcher.progress import find_progress
+from placement_core.launcher.synthetic import (
+    Law,
+    component_gpus,
+    parse_law,
+    parse_laws,
+    predicted_iteration_seconds,
+    sharing_groups,
+)
+from placement_core.plan import Plan, build_plan
+
+
+def plan_of(placements: dict[str, str], num_nodes: int = 2, gpus: int = 8) -> Plan:
+    config = {"cluster": {"num_nodes": num_nodes, "accelerators_per_node": gpus, "component_placement": placements}}
+    return Plan.from_json(build_plan(component_placement(config)).to_json())
+
+
+# -- laws (pure) -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "component", "law", "at_4"),
+    [
+        ("actor=120/g", "actor", Law(120, 0), 30.0),
+        ("rollout=80/g+2", "rollout", Law(80, 2), 22.0),
+        ("reward = 0.5", "reward", Law(0, 0.5), 0.5),
+        ("critic=.4/g + 0.1", "critic", Law(0.4, 0.1), 0.2),
+    ],
+)
+def test_laws(text: str, component: str, law: Law, at_4: float) -> None:
+    assert parse_law(text) == (component, law)
+    assert law.seconds(4) == pytest.approx(at_4)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("actor", r"^--law wants COMPONENT=A/g, COMPONENT=A/g\+B or COMPONENT=B \(seconds\), got 'actor'$"),
+        ("actor=g/120", r"got 'actor=g/120'$"),
+        ("actor=-1", r"got 'actor=-1'$"),
+        ("=1", r"got '=1'$"),
+        ("actor=120/g 2", r"^--law: missing '\+' between the terms in 'actor=120/g 2'$"),
+    ],
+)
+def test_bad_laws_are_one_line(text: str, message: str) -> None:
+    with pytest.raises(LaunchError, match=message):
+        parse_law(text)
+
+
+def test_every_launched_component_needs_one_law() -> None:
+    assert parse_laws(["a=1", "b=2/g"], ["a", "b"]) == {"a": Law(0, 1), "b": Law(2, 0)}
+    with pytest.raises(LaunchError, match=r"needs a --law for every component; missing: b$"):
+        parse_laws(["a=1"], ["a", "b"])
+    with pytest.raises(LaunchError, match=r"^--law for 'c', which is not launched \(launched: a, b\)$"):
+        parse_laws(["a=1", "b=1", "c=1"], ["a", "b"])
+    with pytest.raises(LaunchError, match=r"^--law for 'a' given twice$"):
+        parse_laws(["a=1", "a=2"], ["a"])
+    with pytest.raises(LaunchError, match=r"needs GPUs, the component has 0"):
+        Law(1, 0).seconds(0)
+
+
+def test_collocated_components_take_turns_and_split_ones_overlap() -> None:
+    """The declared model: the iteration is the longest per-GPU-group sum (what a placement change moves)."""
+    laws = {"actor": Law(1.2, 0), "rollout": Law(0.8, 0.1), "reward": Law(0, 0.05)}
+    collocated = launcher.load_plan(plan_of({"actor,rollout": "0-3", "reward": "4"}))
+    split = launcher.load_plan(plan_of({"actor": "0-3", "rollout": "4-7", "reward": "8"}))
+    gpus_c = {n: component_gpus(collocated, n) for n in laws}
+    gpus_s = {n: component_gpus(split, n) for n in laws}
+    assert sharing_groups(gpus_c) == [["actor", "rollout"], ["reward"]]
+    assert sharing_groups(gpus_s) == [["actor"], ["rollout"], ["reward"]]
+    assert predicted_iteration_seconds(laws, gpus_c) == pytest.approx(0.3 + 0.3)
+    assert predicted_iteration_seconds(laws, gpus_s) == pytest.approx(0.3)
+    chain = {"a": frozenset({(0, 0)}), "b": frozenset({(0, 1)}), "c": frozenset({(0, 0), (0, 1)})}
+    assert sharing_groups(chain) == [["a", "b", "c"]]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--checkpoint-every", "2"], "error: --checkpoint-every needs --steps"),
+        (["--law", "actor=1"], "error: --law needs --steps"),
+        (["--workload", "synthetic"], "error: --workload synthetic needs --steps"),
+        (["--steps", "0"], "error: --steps must be 1 or more"),
+        (["--steps", "3", "--law", "actor=1"], "error: --law needs --workload synthetic"),
+        (["--steps", "3", "--workload", "synthetic"], "needs a --law for every component; missing: actor"),
+        (["--steps", "3", "--checkpoint-every", "1"], "error: --checkpoint-every needs a checkpoint directory"),
+    ],
+)
+def test_bad_step_options_exit_2_with_one_line(tmp_path, capsys, monkeypatch, args, message) -> None:
+    monkeypatch.delenv("RLPLACE_CHECKPOINT_DIR", raising=False)
+    (tmp_path / "plan.json").write_text(plan_of({"actor": "0"}, num_nodes=1).to_json())
+    assert demo.main(["--plan", str(tmp_path / "plan.json"), *args]) == 2
+    err = capsys.readouterr().err
+    assert message in err and err.count("\n") == 1, err
+
+
+# -- real steps on a simulated cluster -------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    with launcher.simulated_cluster([8, 8], ship_code=True):
+        yield
+
+
+@pytest.mark.ray
+@pytest.mark.parametrize(
+    ("placements", "expected"),
+    [
+        # split: actor 4 GPUs (0.3 s), rollout 4 GPUs (0.3 s), at the same time -> ~0.3 s
+        ({"actor": "0-3", "rollout": "4-7"}, {"actor": 0.3, "rollout": 0.3, "iteration": 0.3}),
+        # collocated on 2 GPUs: actor 0.6 s then rollout 0.5 s -> ~1.1 s
+        ({"actor,rollout": "0-1"}, {"actor": 0.6, "rollout": 0.5, "iteration": 1.1}),
+    ],
+)
+def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path, capsys, placements, expected):
+    plan = launcher.load_plan(plan_of(placements))
+    laws = parse_laws(["actor=1.2/g", "rollout=0.8/g+0.1"], ["actor", "rollout"])
+    assert predicted_iteration_seconds(laws, {n: component_gpus(plan, n) for n in laws}) == pytest.approx(
+        expected["iteration"]
+    )
+    options = demo.StepOptions(steps=3, laws=laws)
+    assert demo.run(plan, ["actor", "rollout"], options) == 0
+    reports = find_progress(capsys.readouterr().out)
+    assert [r.iteration for r in reports] == [1, 2, 3]
+    for report in reports[1:]:  # the first step includes warm-up
+        seconds = report.seconds()
+        assert seconds["actor"] == pytest.approx(expected["actor"], abs=0.15)
+        assert seconds["rollout"] == pytest.approx(expected["rollout"], abs=0.15)
+        assert report.iteration_seconds == pytest.approx(expected["iteration"], abs=0.2)
+
+
+@pytest.mark.ray
+def test_steps_checkpoint_and_a_later_attempt_resumes(ray_cluster, tmp_path, capsys) -> None:
+    plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1", "reward": "2"}))
+    components = ["actor", "rollout", "reward"]
+    first = demo.StepOptions(steps=5, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=1))
+    assert demo.run(plan, components, first) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == [
+        f"step {i}/5 (attempt 1)" for i in range(1, 6)
+    ]
+    assert "summary: attempt 1 ran 5 steps (1-5), resumed from step 0, repeated 0" in out
+    assert all(r.seconds().keys() == {"actor", "rollout"} for r in find_progress(out))
+    assert CheckpointStore(tmp_path).steps() == [2, 4]
+    # The job asks for more steps on a new attempt: it resumes after step 4 and repeats step 5.
+    second = demo.StepOptions(steps=6, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=2))
+    assert demo.run(plan, components, second) == 0
+    out = capsys.readouterr().out
+    assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == [
+        "step 5/6 (attempt 2)",
+        "step 6/6 (attempt 2)",
+    ]
+    assert "summary: attempt 2 ran 2 steps (5-6), resumed from step 4, repeated 1" in out
+    last = CheckpointStore(tmp_path).latest()
+    assert (last.step, last.attempt) == (6, 2)
+
+
+@pytest.mark.ray
+def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: Path) -> None:
+    """The whole driver (and its simulated Ray cluster) SIGKILLed right after step 5 (checkpoints every 2):
+    attempt 2 resumes after step 4, runs 5-8, and repeats one step, less than a checkpoint interval."""
+    plan = tmp_path / "plan.json"
+    plan.write_text(plan_of({"actor": "0-1", "rollout": "2-3"}, num_nodes=1).to_json())
+    checkpoints = tmp_path / "checkpoints"
+    command = [
+        sys.executable,
+        "-m",
+        "placement_core.launcher.demo",
+        "--plan",
+        str(plan),
+        "--simulate",
+        "--steps",
+        "8",
+        "--checkpoint-every",
+        "2",
+        "--workload",
+        "synthetic",
+        "--law",
+        "actor=1.6/g",
+        "--law",
+        "rollout=1.6/g",
+    ]
+    env = {**os.environ, "RLPLACE_CHECKPOINT_DIR": str(checkpoints), "RLPLACE_ATTEMPT": "1"}
+    first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
+    lines = []
+    deadline = time.monotonic() + 240
+    try:
+        for line in first.stdout:
+            lines.append(line)
+            if line.startswith("step 5/8"):
+                break
+            assert time.monotonic() < deadline, lines
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()
+    assert lines[-1].startswith("step 5/8 (attempt 1)"), lines
+    assert CheckpointStore(checkpoints).steps() == [2, 4]
+    second = subprocess.run(command, env={**env, "RLPLACE_ATTEMPT": "2"}, capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stderr
+    steps = [line.split(":")[0] for line in second.stdout.splitlines() if line.startswith("step ")]
+    assert steps == [f"step {i}/8 (attempt 2)" for i in range(5, 9)]
+    assert "summary: attempt 2 ran 4 steps (5-8), resumed from step 4, repeated 1" in second.stdout
+    assert [r.iteration for r in find_progress(second.stdout)] == [5, 6, 7, 8]
+    assert CheckpointStore(checkpoints).latest().step == 8
