@@ -326,9 +326,19 @@ def kube_write_progress(api_client: client.ApiClient) -> WriteProgress:
 
     def write(key: JobKey, progress: dict[str, Any]) -> bool:
         try:
-            custom.patch_namespaced_custom_object_status(
-                "rlplace.io", "v1alpha1", key[0], RLJOB_PLURAL, key[1], {"status": {"progress": progress}}
+            # The answer (the whole job) is not parsed: nothing here needs it, and parsing it is most of the
+            # client's cost per write.
+            response = custom.patch_namespaced_custom_object_status(
+                "rlplace.io",
+                "v1alpha1",
+                key[0],
+                RLJOB_PLURAL,
+                key[1],
+                {"status": {"progress": progress}},
+                _preload_content=False,
             )
+            response.read()  # read to the end, so the pooled connection is reused
+            response.release_conn()
         except ApiException as err:
             if err.status == 404:
                 return False
