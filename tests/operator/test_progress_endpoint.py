@@ -293,3 +293,125 @@ def test_head_pod_gets_an_rlplace_token_and_its_jobs_url(kind: str) -> None:
     for group in cluster["workerGroupSpecs"]:  # the driver runs on the head only
         assert "volumes" not in group["template"]["spec"]
     assert with_progress_reporting(child, "job", None) is child
+
+
+# -- KubeIdentify: the real Kubernetes client against a stand-in API server ---------------------------------------
+
+
+class StandInApi:
+    """Answers TokenReview and the pod / owner reads the way the API server does (its JSON), from a table."""
+
+    def __init__(self, reviews: dict[str, dict], objects: dict[str, dict], review_status: int = 201) -> None:
+        self.reviews, self.objects, self.review_status = reviews, objects, review_status
+        self.requests: list[str] = []
+
+    def app(self) -> web.Application:
+        async def review(request: web.Request) -> web.Response:
+            body = await request.json()
+            self.requests.append("tokenreview")
+            if self.review_status != 201:
+                return web.json_response({"kind": "Status", "code": self.review_status}, status=self.review_status)
+            assert body["spec"]["audiences"] == [PROGRESS_AUDIENCE]
+            status = self.reviews.get(body["spec"]["token"], {"authenticated": False, "error": "invalid bearer token"})
+            return web.json_response({**body, "status": status}, status=201)
+
+        async def read(request: web.Request) -> web.Response:
+            self.requests.append(request.path)
+            if request.path not in self.objects:
+                return web.json_response({"kind": "Status", "code": 404}, status=404)
+            return web.json_response(self.objects[request.path])
+
+        app = web.Application()
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", review)
+        app.router.add_get("/{path:.*}", read)
+        return app
+
+
+def owned(kind: str, name: str, uid: str) -> list[dict]:
+    return [{"apiVersion": "x/v1", "kind": kind, "name": name, "uid": uid, "controller": True}]
+
+
+HEAD = "/api/v1/namespaces/ns/pods/job-head"
+OBJECTS = {
+    HEAD: {
+        "metadata": {
+            "name": "job-head",
+            "namespace": "ns",
+            "uid": "pod-1",
+            "labels": {"rlplace.io/job": "job"},
+            "ownerReferences": owned("RayCluster", "job-rc", "rc-1"),
+        }
+    },
+    "/apis/ray.io/v1/namespaces/ns/rayclusters/job-rc": {
+        "metadata": {"name": "job-rc", "uid": "rc-1", "ownerReferences": owned("RayJob", "job", "rj-1")}
+    },
+    "/apis/ray.io/v1/namespaces/ns/rayjobs/job": {
+        "metadata": {"name": "job", "uid": "rj-1", "ownerReferences": owned("RLJob", "job", "rl-1")}
+    },
+    "/apis/rlplace.io/v1alpha1/namespaces/ns/rljobs/job": {"metadata": {"name": "job", "uid": "rl-1"}},
+    "/api/v1/namespaces/ns/pods/forged": {
+        "metadata": {"name": "forged", "namespace": "ns", "uid": "pod-2", "labels": {"rlplace.io/job": "job"}}
+    },
+}
+
+
+def pod_review(pod: str, uid: str) -> dict:
+    extra = {"authentication.kubernetes.io/pod-name": [pod], "authentication.kubernetes.io/pod-uid": [uid]}
+    return {
+        "authenticated": True,
+        "audiences": [PROGRESS_AUDIENCE],
+        "user": {"username": "system:serviceaccount:ns:default", "uid": "sa", "extra": extra},
+    }
+
+
+def identify_against(api: StandInApi, token: str) -> Caller | Refused:
+    from kubernetes import client as k8s
+
+    from rlplace_operator.progress import KubeIdentify
+
+    async def main() -> Caller | Refused:
+        runner = web.AppRunner(api.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        configuration = k8s.Configuration()
+        configuration.host = f"http://127.0.0.1:{runner.addresses[0][1]}"
+        try:
+            return await asyncio.to_thread(KubeIdentify(k8s.ApiClient(configuration)), token)
+        except Refused as refused:
+            return refused
+        finally:
+            await runner.cleanup()
+
+    return asyncio.run(main())
+
+
+def test_a_head_pods_token_is_its_job_through_its_owners() -> None:
+    api = StandInApi({"good": pod_review("job-head", "pod-1")}, OBJECTS)
+    caller = identify_against(api, "good")
+    assert isinstance(caller, Caller) and caller.job == ("ns", "job") and caller.pod == "job-head"
+    assert caller.expires > time.monotonic() + 500  # no exp claim: the cache's own bound
+
+
+@pytest.mark.parametrize(
+    ("token", "status", "words"),
+    [
+        ("bad", 401, "token not valid"),
+        ("forged", 403, "not owned by it"),  # labelled for the job, owned by nothing
+        ("replaced", 403, "was replaced"),  # the pod's name came back with another uid
+        ("user", 403, "not a pod's ServiceAccount token"),
+    ],
+)
+def test_tokens_that_are_not_a_jobs_pod_are_refused(token: str, status: int, words: str) -> None:
+    user = {"authenticated": True, "audiences": [PROGRESS_AUDIENCE], "user": {"username": "alice"}}
+    reviews = {
+        "forged": pod_review("forged", "pod-2"),
+        "replaced": pod_review("job-head", "pod-0"),
+        "user": user,
+    }
+    refused = identify_against(StandInApi(reviews, OBJECTS), token)
+    assert isinstance(refused, Refused) and refused.status == status and words in str(refused), refused
+
+
+def test_without_the_tokenreview_grant_the_answer_says_what_to_grant() -> None:
+    refused = identify_against(StandInApi({}, OBJECTS, review_status=403), "good")
+    assert isinstance(refused, Refused) and refused.status == 503 and "create` on tokenreviews" in str(refused)
