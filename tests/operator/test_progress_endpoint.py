@@ -415,3 +415,45 @@ def test_tokens_that_are_not_a_jobs_pod_are_refused(token: str, status: int, wor
 def test_without_the_tokenreview_grant_the_answer_says_what_to_grant() -> None:
     refused = identify_against(StandInApi({}, OBJECTS, review_status=403), "good")
     assert isinstance(refused, Refused) and refused.status == 503 and "create` on tokenreviews" in str(refused)
+
+
+# -- the operator's start-up serves both ------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def test_operator_startup_serves_the_endpoint_and_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
+    import kopf
+    from kubernetes import client as k8s
+
+    from rlplace_operator import main
+
+    configuration = k8s.Configuration()
+    configuration.host = "http://127.0.0.1:1"  # never called: the requests below carry no token
+    monkeypatch.setattr(main, "_api_client", lambda: k8s.ApiClient(configuration))
+    progress_port, metrics_port = free_port(), free_port()
+    monkeypatch.setattr(main, "SERVING", main.Serving(progress_port, "http://op.svc:8081", metrics_port))
+
+    async def scenario() -> None:
+        memo = kopf.Memo()
+        await main.serve_progress(memo=memo, logger=logging.getLogger("test"))
+        try:
+            async with aiohttp.ClientSession() as session:
+                url = f"http://127.0.0.1:{progress_port}{progress_path('ns', 'job')}"
+                async with session.post(url, data="{}") as response:
+                    assert response.status == 401
+                async with session.get(f"http://127.0.0.1:{metrics_port}/metrics") as response:
+                    assert (
+                        response.status == 200
+                        and 'rlplace_progress_reports_total{code="401"} 1.0' in await response.text()
+                    )
+        finally:
+            await main.stop_serving(memo=memo)
+
+    asyncio.run(scenario())
