@@ -236,7 +236,8 @@ def reconcile(job: Job, world: World) -> Outcome:
 def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
     """A job that holds no nodes: through admission, unless its backoff runs or the queue pass placed it."""
     retry_after = parse_time(status.get("retryAfter"))
-    if status.get("phase") == JobPhase.QUEUED and retry_after is not None and world.now < retry_after:
+    backing_off = retry_after is not None and world.now < retry_after
+    if status.get("phase") == JobPhase.QUEUED and status.get("observedGeneration") == job.generation and backing_off:
         return Outcome((), _status(status), (retry_after - world.now).total_seconds())
     if status.get("phase") == JobPhase.QUEUED and isinstance(world.queue, Waiting):
         waiting = world.queue
@@ -293,11 +294,10 @@ def _give_back(
         conditions = cond.set_condition(conditions, cond.RAYCLUSTER_READY, False, reason, message, job.generation)
     status["conditions"] = cond.set_condition(conditions, cond.ADMITTED, False, reason, message, job.generation)
     status.update(phase=str(JobPhase.QUEUED), message=brief(message), observedGeneration=job.generation)
-    restarts = list(status.get("restarts") or [])
-    attempt = int(status.get("attempts") or 0) + 1 if status.get("attempts") else None
-    if attempt is not None:
-        restarts.append({"attempt": attempt, "time": timestamp(world.now), "reason": reason, "message": message})
-        status["restarts"] = restarts[-MAX_RESTARTS_KEPT:]
+    # Recorded as a restart too: the attempt the job goes on to, and why it gave its nodes back.
+    attempt = int(status.get("attempts") or 0) + 1
+    restart = {"attempt": attempt, "time": timestamp(world.now), "reason": reason, "message": brief(message)}
+    status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
     actions.append(Post(True, reason, message))
     return Outcome(tuple(actions), _status(status), delay or RECHECK_SECONDS)
 

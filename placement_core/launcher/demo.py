@@ -113,22 +113,32 @@ def tamper(plan: Plan, spec: str) -> Plan:
     return dataclasses.replace(plan, components=components)
 
 
-def exercise(groups: Mapping[str, WorkerGroup]) -> str:
-    """The actor trains while the rollout workers call into the reward workers, concurrently; a line saying
-    how long the two overlapped."""
+def roles(groups: Mapping[str, WorkerGroup]) -> tuple[WorkerGroup, WorkerGroup, list[Any]]:
+    """The trainer (actor, else the first component), the generator (rollout, else the last) and the scorer
+    actors the generator calls (reward's, else the trainer's; none when that is the generator itself, since a
+    worker calling its own group would wait on itself: one call at a time per actor)."""
     names = list(groups)
     trainer = groups.get("actor") or groups[names[0]]
     generator = groups.get("rollout") or groups[names[-1]]
     scorer = groups.get("reward") or trainer
-    # A worker calling its own group would wait on itself (one call at a time per actor).
-    scorers = [] if scorer is generator else scorer.actors
+    return trainer, generator, [] if scorer is generator else scorer.actors
+
+
+def scorer_name(groups: Mapping[str, WorkerGroup]) -> str:
+    return "reward" if "reward" in groups else (groups.get("actor") or groups[next(iter(groups))]).component
+
+
+def exercise(groups: Mapping[str, WorkerGroup]) -> str:
+    """The actor trains while the rollout workers call into the reward workers, concurrently; a line saying
+    how long the two overlapped."""
+    trainer, generator, scorers = roles(groups)
     training: GroupCall = trainer.call("train_step", 1.0)
     generating: GroupCall = generator.call("generate", scorers, 2 * len(scorers))
     spans = [(start, end) for start, end in training.get(timeout=300)]
     spans += [(start, end) for start, end, _ in generating.get(timeout=300)]
     overlap = min(end for _, end in spans) - max(start for start, _ in spans)
     return (
-        f"'{trainer.component}' train_step and '{generator.component}' -> '{scorer.component}' calls ran "
+        f"'{trainer.component}' train_step and '{generator.component}' -> '{scorer_name(groups)}' calls ran "
         f"concurrently: overlap {max(overlap, 0.0):.2f} s"
     )
 
@@ -215,7 +225,7 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     first = resumed_from + 1
     gpus = {name: component_gpus(plan, name) for name in groups}
     for step in range(first, options.steps + 1):
-        timer = StepTimer()
+        timer = StepTimer(order=list(groups))
         if options.laws is None:
             total_score += demo_step(groups, timer)
         else:
@@ -247,11 +257,7 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
 def demo_step(groups: Mapping[str, WorkerGroup], timer: StepTimer) -> float:
     """One step of the demo workload: `exercise`'s concurrent train / generate -> score calls, each component
     timed by its workers' own spans. Returns the step's total score."""
-    names = list(groups)
-    trainer = groups.get("actor") or groups[names[0]]
-    generator = groups.get("rollout") or groups[names[-1]]
-    scorer = groups.get("reward") or trainer
-    scorers = [] if scorer is generator else scorer.actors
+    trainer, generator, scorers = roles(groups)
     training = trainer.call("train_step", 0.2)
     generating = generator.call("generate", scorers, 2 * len(scorers)) if generator is not trainer else None
     spans = training.get(timeout=300)

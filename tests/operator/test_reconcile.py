@@ -220,6 +220,7 @@ def test_an_image_that_cannot_be_pulled_requeues_the_job_with_backoff_and_says_s
     assert status.phase == "Queued"
     assert "retrying in 10 s" in status.message
     assert status.provisioning_retries == 1 and status.retry_after == "2026-11-24T01:00:10Z"
+    assert (status.restarts[-1].attempt, status.restarts[-1].reason) == (1, "ImagePullFailed")
     assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
     assert any(isinstance(a, Post) and a.warning for a in outcome.actions)
 

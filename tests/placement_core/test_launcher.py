@@ -289,6 +289,11 @@ class Kinds:
         await asyncio.sleep(seconds)
         return seconds
 
+    class Settings:  # a nested class is not a method
+        pass
+
+    helper = staticmethod(len)  # nor a builtin
+
 
 @pytest.fixture(scope="module")
 def ray_cluster():
@@ -552,6 +557,18 @@ def test_the_default_sets_the_environment_in_the_actor_not_in_a_runtime_env(ray_
         runtime_env = ray.get(group.actors[0].__ray_call__.remote(lambda self: ray.get_runtime_context().runtime_env))
     assert "env_vars" not in runtime_env
     assert "py_modules" in runtime_env  # the job's, inherited
+
+
+def test_the_actor_class_holds_no_reference_to_the_worker_class() -> None:
+    """What Ray pickles and loads first in the worker: forwarders named like the worker's methods, nothing that
+    would import the worker's module (its pickle names no test module and no worker class)."""
+    from placement_core.launcher.groups import CHECK_METHOD, _host
+
+    host = _host(Kinds)
+    methods = {name for name, value in vars(host).items() if callable(value) and not name.startswith("__")}
+    assert methods == {"plain", "double", "name", "count", "pair", "later", CHECK_METHOD}
+    pickled = ray.cloudpickle.dumps(host)
+    assert b"test_launcher" not in pickled and b"Settings" not in pickled
 
 
 def test_every_kind_of_worker_method_is_forwarded(ray_cluster) -> None:

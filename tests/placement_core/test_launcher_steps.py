@@ -114,6 +114,27 @@ def test_bad_step_options_exit_2_with_one_line(tmp_path, capsys, monkeypatch, ar
     assert message in err and err.count("\n") == 1, err
 
 
+def test_step_options_read_the_contract_variables(tmp_path, monkeypatch) -> None:
+    """The driver's checkpoint directory and attempt, and the progress URL, come from the environment."""
+    import argparse
+
+    from placement_core.launcher.progress import HttpReporter, LogReporter, Reporters
+
+    parser = argparse.ArgumentParser()
+    demo.add_step_arguments(parser)
+    monkeypatch.setenv("RLPLACE_CHECKPOINT_DIR", str(tmp_path / "ck"))
+    monkeypatch.setenv("RLPLACE_ATTEMPT", "3")
+    monkeypatch.setenv("RLPLACE_PROGRESS_URL", "http://127.0.0.1:9/progress")
+    options = demo.step_options(parser.parse_args(["--steps", "4", "--checkpoint-every", "2"]), ["actor"])
+    assert (options.steps, options.checkpoint_every, options.laws) == (4, 2, None)
+    assert (options.store.directory, options.store.attempt) == (tmp_path / "ck", 3)
+    assert isinstance(options.reporter, Reporters)
+    assert [type(r) for r in options.reporter.reporters] == [LogReporter, HttpReporter]
+    options.reporter.close()
+    monkeypatch.delenv("RLPLACE_PROGRESS_URL")
+    assert isinstance(demo.step_options(parser.parse_args(["--steps", "1"]), ["actor"]).reporter, LogReporter)
+
+
 # -- real steps on a simulated cluster -------------------------------------------------------------------
 
 

@@ -51,6 +51,11 @@ def test_the_timer_sums_phases_per_component_and_keeps_weight_sync_apart() -> No
     assert 0.01 <= report.weight_sync_seconds < 0.1
     assert report.iteration_seconds >= 0.1
     assert (report.iteration, report.bottleneck()) == (7, "reward")
+    ordered = StepTimer(order=["actor", "rollout"])
+    ordered.add("other", 1.0)
+    ordered.add("rollout", 1.0)
+    ordered.add("actor", 1.0)
+    assert [c.name for c in ordered.report(1).components] == ["actor", "rollout", "other"]
 
 
 def test_a_phase_that_raises_is_still_timed() -> None:
