@@ -119,8 +119,13 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     table = kubectl(kubeconfig, "get", "rljobs", "-n", jobs.namespace, "progress")
     print(table)
     header, row = table.splitlines()[:2]
-    assert header.split()[8:11] == ["ITERATION", "STEP", "BOTTLENECK"], header
-    assert "rollout" in row.split()
+    words = header.split()
+    at = words.index("ITERATION")
+    assert words[at : at + 3] == ["ITERATION", "STEP", "BOTTLENECK"], header
+    # kubectl aligns the columns: read each value under its header
+    assert row[header.index("ITERATION") :].split()[0].isdigit(), table
+    assert float(row[header.index("STEP") :].split()[0]) > 0, table
+    assert row[header.index("BOTTLENECK") :].split()[0] == "rollout", table
 
     url = env["RLPLACE_PROGRESS_URL"].replace("$(RLPLACE_NAMESPACE)", jobs.namespace)
     own = in_head(kubeconfig, jobs, pod, POST, url)
