@@ -70,6 +70,9 @@ WRITE_INTERVAL_S = 5.0
 #: An identity (token -> pod -> job) is trusted this long at most, and never past the token's expiry: a
 #: deleted pod's token stops working within this time even though the cache does not ask again meanwhile.
 IDENTITY_CACHE_S = 600.0
+#: A refused token (401/403) is answered from memory this long: a pod retrying with a bad token, or a flood of
+#: garbage tokens, costs the API server one review per token per this period, not one per request.
+REFUSAL_CACHE_S = 30.0
 #: A job with no report for this long is forgotten (its window and metrics): it ended or was deleted.
 FORGET_AFTER_S = 900.0
 #: Largest request body accepted (a report is a few hundred bytes).
@@ -207,7 +210,8 @@ def token_expiry(token: str) -> float | None:
 
 
 class IdentityCache:
-    """Callers by token digest, until `Caller.expires`; the tokens themselves are not kept."""
+    """Callers by token digest, until `Caller.expires`, and refusals for `REFUSAL_CACHE_S`; the tokens themselves
+    are not kept."""
 
     def __init__(self, identify: Identify, clock: Callable[[], float] = time.monotonic) -> None:
         self.identify = identify
@@ -215,6 +219,7 @@ class IdentityCache:
         self.reviews = 0
         """Tokens resolved through `identify` (cache misses)."""
         self._callers: dict[str, Caller] = {}
+        self._refused: dict[str, tuple[Refused, float]] = {}
 
     def caller(self, token: str) -> Caller:
         digest = hashlib.sha256(token.encode()).hexdigest()
@@ -222,10 +227,19 @@ class IdentityCache:
         cached = self._callers.get(digest)
         if cached is not None and cached.expires > now:
             return cached
+        refused = self._refused.get(digest)
+        if refused is not None and refused[1] > now:
+            raise refused[0]
         self.reviews += 1
-        caller = self.identify(token)
-        if len(self._callers) > 4 * 1024:  # drop the expired ones now and then: rotated tokens accumulate
+        if len(self._callers) + len(self._refused) > 4 * 1024:  # drop expired entries: rotated tokens accumulate
             self._callers = {k: v for k, v in self._callers.items() if v.expires > now}
+            self._refused = {k: v for k, v in self._refused.items() if v[1] > now}
+        try:
+            caller = self.identify(token)
+        except Refused as err:
+            if err.status in (401, 403):  # the token's answer; a 503 is the operator's and may pass at once
+                self._refused[digest] = (err, now + REFUSAL_CACHE_S)
+            raise
         self._callers[digest] = caller
         return caller
 

@@ -118,6 +118,25 @@ def test_identity_cache_reviews_a_token_once_until_it_expires() -> None:
     assert seen == ["t1", "t1"]
 
 
+def test_a_refused_token_is_answered_from_memory_for_a_while() -> None:
+    now = [0.0]
+    calls: list[str] = []
+
+    def identify(token: str) -> Caller:
+        calls.append(token)
+        raise Refused(503 if token == "later" else 401, "no")
+
+    cache = IdentityCache(identify, clock=lambda: now[0])
+    for token in ("bad", "bad", "later", "later"):
+        with pytest.raises(Refused):
+            cache.caller(token)
+    assert calls == ["bad", "later", "later"]  # a 503 (the operator's own trouble) is asked again at once
+    now[0] = 31.0
+    with pytest.raises(Refused):
+        cache.caller("bad")
+    assert calls[-1] == "bad" and len(calls) == 4
+
+
 def test_token_expiry_reads_the_exp_claim() -> None:
     import base64
 
