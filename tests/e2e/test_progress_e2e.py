@@ -63,9 +63,11 @@ def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
 
 
 def synthetic_job(name: str) -> dict:
-    (body,) = [d for d in yaml.safe_load_all((REPO / "examples" / "rljob-collocated-run.yaml").read_text()) if d]
+    """examples/rljob-synthetic-run.yaml, named `name`, running STEPS steps."""
+    (body,) = [d for d in yaml.safe_load_all((REPO / "examples" / "rljob-synthetic-run.yaml").read_text()) if d]
     body["metadata"]["name"] = name
-    body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {STEPS} --workload synthetic {LAWS}"
+    assert LAWS in body["spec"]["entrypoint"] and "--steps 40" in body["spec"]["entrypoint"]
+    body["spec"]["entrypoint"] = body["spec"]["entrypoint"].replace("--steps 40", f"--steps {STEPS}")
     return body
 
 
