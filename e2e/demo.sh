@@ -136,6 +136,18 @@ if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) &
   echo
   echo "\$ kubectl logs job/heterogeneous-run   # the driver, from inside the pods (last lines)"
   kubectl -n default logs job/heterogeneous-run | grep -v '^rlplace-binding-report: ' | tail -12
+  # A driver that reports its step times (a synthetic workload): ITERATION, STEP and BOTTLENECK fill in.
+  log "applying examples/rljob-synthetic-run.yaml (its driver reports each iteration's step times)"
+  kubectl apply -n default -f examples/rljob-synthetic-run.yaml >/dev/null
+  if kubectl -n default wait --for=jsonpath='{.status.phase}'=Running rljob/synthetic-run --timeout=300s >/dev/null &&
+    kubectl -n default wait --for=jsonpath='{.status.progress.bottleneck}'=rollout rljob/synthetic-run --timeout=60s >/dev/null; then
+    echo
+    echo "\$ kubectl get rljob synthetic-run   # step times reported by the driver (docs/progress.md)"
+    kubectl -n default get rljob synthetic-run
+  else
+    kubectl -n default get rljob synthetic-run -o wide
+    log "synthetic-run shows no progress (is the operator in the cluster? a local operator serves no progress endpoint)"
+  fi
 else
   log "no real nodes (label rlplace.io/real-node=true): skipping the jobs that run a driver (examples/rljob-*-run.yaml)"
 fi

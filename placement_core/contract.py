@@ -56,8 +56,8 @@ CHECKPOINT_DIR_ENV = "RLPLACE_CHECKPOINT_DIR"
 #: The driver prints each iteration's report (launcher.progress.IterationReport JSON) on one log line after
 #: this prefix.
 PROGRESS_REPORT_PREFIX = "rlplace-progress: "
-#: URL the driver POSTs its iteration reports to (JSON, throttled); unset: reports go to the log only.
-#: (The operator does not serve it yet.)
+#: URL the driver POSTs its iteration reports to (JSON, throttled); unset: reports go to the log only. The
+#: operator sets it in the head pod when it serves its progress endpoint (docs/progress.md).
 PROGRESS_URL_ENV = "RLPLACE_PROGRESS_URL"
 #: File holding the bearer token sent with each POST (a projected ServiceAccount token, re-read before each
 #: POST because the kubelet rotates it).

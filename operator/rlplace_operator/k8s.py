@@ -39,8 +39,10 @@ class StatusConflict(Exception):
 class Kube:
     """Thin typed wrappers over the official client, made once at operator start-up."""
 
-    def __init__(self, api_client: client.ApiClient) -> None:
+    def __init__(self, api_client: client.ApiClient, progress_url: str | None = None) -> None:
         self.api_client = api_client
+        #: Base URL at which the job's pods reach the operator's progress endpoint (None: not served).
+        self.progress_url = progress_url
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._served_until: dict[str, float] = {}

@@ -1,11 +1,14 @@
 """Operator entry point: settings at start-up, and the handlers (registered on import).
 
-rlplace-operator [--namespace NS ...] [--liveness http://0.0.0.0:8080/healthz] [--peering NAME] [--priority N]
+rlplace-operator [--namespace NS ...] [--liveness http://0.0.0.0:8080/healthz] [--progress-port 8081
+                 --progress-url http://rlplace-operator.rlplace-system.svc:8081] [--metrics-port 9090]
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import dataclasses
 import hashlib
 import logging
 import sys
@@ -14,9 +17,13 @@ from typing import Any
 import kopf
 import kubernetes
 
-from rlplace_operator import handlers  # noqa: F401  (registers the handlers)
+from rlplace_operator import (
+    handlers,  # noqa: F401  (registers the handlers)
+    progress,
+)
 from rlplace_operator.handlers.queue import Ledger
 from rlplace_operator.k8s import Kube
+from rlplace_operator.metrics import metrics_app
 from rlplace_operator.models import GROUP, VERSION
 from rlplace_operator.names import NODEGROUP_PLURAL, RLJOB_PLURAL
 
@@ -26,6 +33,33 @@ MAX_WORKERS = 32
 KOPF_PREFIX = "kopf.rlplace.io"
 #: Strings longer than this are kept in kopf's last-handled state as their digest only.
 DIGEST_OVER_CHARS = 128
+
+
+@dataclasses.dataclass
+class Serving:
+    """What the operator serves besides kopf's liveness endpoint (from the command line)."""
+
+    progress_port: int | None = None
+    """Port of the progress endpoint (None: not served, and jobs' pods get no progress URL)."""
+    progress_url: str | None = None
+    """Base URL at which pods reach that port (the chart's Service)."""
+    metrics_port: int | None = None
+    """Port of /metrics."""
+
+
+SERVING = Serving()
+
+
+def _api_client() -> kubernetes.client.ApiClient:
+    try:
+        kubernetes.config.load_incluster_config()
+    except kubernetes.config.ConfigException:
+        kubernetes.config.load_kube_config()
+    configuration = kubernetes.client.Configuration.get_default_copy()
+    # One pooled connection per handler thread: a smaller pool makes threads open (and TLS-handshake) a
+    # fresh connection for every call under load.
+    configuration.connection_pool_maxsize = MAX_WORKERS
+    return kubernetes.client.ApiClient(configuration)
 
 
 def _digested(value: Any) -> Any:
@@ -61,17 +95,40 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.batching.batch_window = 0.02
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
-    try:
-        kubernetes.config.load_incluster_config()
-    except kubernetes.config.ConfigException:
-        kubernetes.config.load_kube_config()
-    configuration = kubernetes.client.Configuration.get_default_copy()
-    # One pooled connection per handler thread: a smaller pool makes threads open (and TLS-handshake) a
-    # fresh connection for every call under load.
-    configuration.connection_pool_maxsize = MAX_WORKERS
-    memo.kube = Kube(kubernetes.client.ApiClient(configuration))
+    progress_url = SERVING.progress_url if SERVING.progress_port else None
+    memo.kube = Kube(_api_client(), progress_url=progress_url)
     # One ledger of node reservations for every handler thread (its lock makes admissions one at a time).
     memo.ledger = Ledger()
+
+
+@kopf.on.startup()
+async def serve_progress(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> None:
+    """The progress endpoint and /metrics, in kopf's event loop (their Kubernetes calls run in their own
+    threads); see progress.py."""
+    memo.servers = []
+    if SERVING.progress_port is None and SERVING.metrics_port is None:
+        return
+    api_client = _api_client()
+    service = progress.ProgressService(progress.KubeIdentify(api_client), progress.kube_write_progress(api_client))
+    memo.progress = service
+    if SERVING.progress_port is not None:
+        memo.servers.append(await progress.serve(service.app(), "0.0.0.0", SERVING.progress_port))
+        if not SERVING.progress_url:
+            logger.warning("progress endpoint served, but no --progress-url: jobs' pods are not told where it is")
+        logger.info("progress endpoint on port %d (pods report to %s)", SERVING.progress_port, SERVING.progress_url)
+    if SERVING.metrics_port is not None:
+        memo.servers.append(await progress.serve(metrics_app(service), "0.0.0.0", SERVING.metrics_port))
+        logger.info("metrics on port %d (/metrics)", SERVING.metrics_port)
+    memo.forgetter = asyncio.get_running_loop().create_task(progress.forget_idle_forever(service))
+
+
+@kopf.on.cleanup()
+async def stop_serving(memo: kopf.Memo, **_: Any) -> None:
+    for runner in getattr(memo, "servers", []):
+        await runner.cleanup()
+    if getattr(memo, "progress", None) is not None:
+        memo.forgetter.cancel()
+        memo.progress.close()
 
 
 @kopf.on.login()
@@ -102,8 +159,20 @@ def main() -> None:
     parser = argparse.ArgumentParser(prog="rlplace-operator", description="Run the rlplace operator.")
     parser.add_argument("--namespace", "-n", action="append", default=[], help="watch only these namespaces")
     parser.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    parser.add_argument("--progress-port", type=int, default=None, help="serve the progress endpoint on this port")
+    parser.add_argument(
+        "--progress-url", default=None, help="base URL at which jobs' pods reach the progress port (a Service)"
+    )
+    parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
+    if args.progress_url and not args.progress_url.startswith(("http://", "https://")):
+        parser.error(f"--progress-url must start with http:// or https://, got '{args.progress_url}'")
+    SERVING.progress_port, SERVING.progress_url, SERVING.metrics_port = (
+        args.progress_port,
+        args.progress_url,
+        args.metrics_port,
+    )
     # kopf's own log format names the object ([namespace/name]) on every line.
     kopf.configure(verbose=args.verbose, log_prefix=True)
     # kopf only watches the resources served when it starts: with a CRD installed later it would never

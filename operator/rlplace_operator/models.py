@@ -454,6 +454,32 @@ class Restart(_Camel):
 MAX_RESTARTS_KEPT = 10
 
 
+class ComponentSeconds(_Camel):
+    """One component's busy seconds per iteration."""
+
+    name: str
+    """Component name, as the driver timed it."""
+    seconds: float
+    """Median seconds the component was busy per iteration, over the last reported iterations."""
+
+
+class Progress(_Camel):
+    """Step times the job's driver reported (docs/progress.md): the medians of its last reported iterations."""
+
+    iteration: int
+    """The latest iteration reported."""
+    iteration_seconds: float
+    """Median wall-clock seconds per iteration."""
+    components: list[ComponentSeconds] = []
+    """Per component: median busy seconds per iteration, in the order the driver timed them."""
+    bottleneck: str | None = None
+    """The component with the largest median busy seconds."""
+    weight_sync_seconds: float | None = None
+    """Seconds of the latest iteration's weight sync, when the driver timed it."""
+    updated_at: str
+    """When the latest reported iteration ended (RFC 3339)."""
+
+
 class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
@@ -502,6 +528,9 @@ class RLJobStatus(_Camel):
     """A Queued job after a provisioning failure is not admitted before this time (RFC 3339)."""
     observed_generation: int | None = None
     """The metadata.generation this status describes."""
+    progress: Progress | None = None
+    """Step times the driver reports while it runs (written by the operator's progress endpoint, at most every
+    5 s)."""
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -16,6 +16,10 @@ PROFILE_ANNOTATION = "rlplace.io/profile"
 #: nodes admitted jobs hold from it after a restart (see docs/admission.md).
 NODES_ANNOTATION = "rlplace.io/nodes"
 
+#: Audience of the projected ServiceAccount token a job's head pod sends with its progress reports: a token
+#: for this audience is good for nothing else (not the API server, whose audience differs).
+PROGRESS_AUDIENCE = "rlplace.io/progress"
+
 RLJOB_PLURAL = "rljobs"
 NODEGROUP_PLURAL = "nodegroups"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -53,3 +57,8 @@ def worker_group_name(node_rank: int) -> str:
 def child_labels(job: str) -> dict[str, str]:
     """Labels every child of a job carries."""
     return {MANAGED_BY_LABEL: MANAGED_BY, JOB_LABEL: job}
+
+
+def progress_path(namespace: str, job: str) -> str:
+    """Path of a job's progress endpoint on the operator (the URL in its head pod adds the operator's address)."""
+    return f"/v1/namespaces/{namespace}/rljobs/{job}/progress"

@@ -17,7 +17,8 @@ An `IterationReport` is typed and has one wire form (`to_json`/`from_json`, came
 Reporters: `LogReporter` prints `rlplace-progress: <json>` (contract.PROGRESS_REPORT_PREFIX) on one line per
 iteration; `HttpReporter` POSTs the JSON to $RLPLACE_PROGRESS_URL with the bearer token in
 $RLPLACE_PROGRESS_TOKEN_FILE, at most one POST per `min_interval_s` (the latest report wins), from a background
-thread, so `report()` never waits on the network. The operator does not receive these yet (docs/driver.md).
+thread, so `report()` never waits on the network. The operator writes them to the job's status.progress
+(docs/progress.md).
 Frameworks that already time their phases (RLinf, veRL, NeMo-RL, OpenRLHF) can turn their metric dicts into a
 report with `launcher.adapters`.
 """

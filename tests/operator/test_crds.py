@@ -67,7 +67,7 @@ def test_schema_is_structural_and_documented() -> None:
     assert "pattern" not in entry["items"]["properties"]["placement"]
     assert version["subresources"] == {"status": {}}
     assert rljob["spec"]["names"]["shortNames"] == ["rlj"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:9] == [
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:12] == [
         "Phase",
         "Queue",
         "Waiting For",
@@ -76,5 +76,8 @@ def test_schema_is_structural_and_documented() -> None:
         "Nodes",
         "RayCluster",
         "Verified",
+        "Iteration",
+        "Step",
+        "Bottleneck",
         "Age",
     ]

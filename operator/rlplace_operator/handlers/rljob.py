@@ -27,6 +27,7 @@ from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator import conditions as cond
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders.configmap import build_placement_configmap
+from rlplace_operator.builders.progress import with_progress_reporting
 from rlplace_operator.builders.raycluster import build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers import rayjob
@@ -288,6 +289,7 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
     child = (
         build_rayjob(name, spec, planned.workers) if spec.entrypoint else build_raycluster(name, spec, planned.workers)
     )
+    child = with_progress_reporting(child, name, kube.progress_url)
     kopf.adopt([configmap, child], owner=job.body)
     kube.apply_configmap(namespace, configmap)
     return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
