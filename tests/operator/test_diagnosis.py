@@ -1,6 +1,6 @@
 """diagnosis.py: one named cause from the API's pods, events and nodes (no cluster).
 
-The snapshots in snapshots/ are real objects captured from the e2e cluster by tests/e2e/test_diagnosis.py
+The snapshots in snapshots/ are real objects captured from the e2e cluster by tests/e2e/test_diagnosis_live.py
 (RLPLACE_DIAGNOSIS_SNAPSHOTS=<dir>), trimmed to the fields a diagnosis reads; the small dicts built here are
 the cases a local cluster cannot produce on demand (a node going NotReady, a ResourceQuota's wording).
 """
