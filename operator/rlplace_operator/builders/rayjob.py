@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster_spec, head_nodes, on_nodes
 from rlplace_operator.models import RLJobSpec, SubmissionMode
 from rlplace_operator.names import (
@@ -24,7 +25,10 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> di
     """KubeRay's submitter pod (K8sJobMode) on one of the job's nodes, like the head; KubeRay fills in the
     `ray job submit` command."""
     container = {"name": SUBMITTER_CONTAINER, "image": spec.ray.image, "resources": {"limits": SUBMITTER_LIMITS}}
-    return {"spec": {"restartPolicy": "Never", "affinity": on_nodes(head_nodes(nodes)), "containers": [container]}}
+    options = effective_submitter(spec)
+    affinity = on_nodes(head_nodes(nodes, options.tolerations))
+    template = {"spec": {"restartPolicy": "Never", "affinity": affinity, "containers": [container]}}
+    return apply_pod_options(template, options, SUBMITTER_CONTAINER)
 
 
 def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:

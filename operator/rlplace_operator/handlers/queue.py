@@ -110,6 +110,8 @@ class PlannedDemand:
     demand: tuple[GroupDemand, ...]
     spec: RLJobSpec
     predicted_iteration_time: float | None
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    """Nodes of its groups whose taints its workers do not tolerate, and why (selection.untolerated_nodes)."""
 
 
 @dataclass
@@ -217,7 +219,8 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             if key == job.key or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
                 continue
             known = ledger.demands.get(key)
-            queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1].demand if known else None))
+            demand, excluded = (known[1].demand, known[1].excluded) if known else (None, {})
+            queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
         decisions = decide(queue, pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):

@@ -53,7 +53,7 @@ from rlplace_operator.names import (
     worker_pods_selector,
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
-from rlplace_operator.selection import JobGroup, unit_resource
+from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
 #: the first after this many seconds, then doubling up to the cap, so a job left Pending for hours costs
@@ -212,7 +212,14 @@ def _demand(
     A job that does not fit even then is Pending (nodes may join), as without a queue.
     """
     ranked = [(group.name, ready_nodes(group, node_index)) for group in groups]
-    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), tuple((n, tuple(r)) for n, r in ranked))
+    infos = {name: indexed(node_index, name) for _, names in ranked for name in names}
+    excluded = untolerated_nodes(spec, groups, infos)
+    fingerprint = (
+        job.generation,
+        annotations.get(PROFILE_ANNOTATION),
+        tuple((n, tuple(r)) for n, r in ranked),
+        tuple(sorted(excluded.items())),
+    )
     known = ledger.demand(key, fingerprint)
     if known is not None:
         return known
@@ -222,7 +229,7 @@ def _demand(
         update = {"component_placement": planned.applied, "auto_placement": False}
         resolved = spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
     demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(resolved))
-    result = PlannedDemand(demand, resolved, planned.predicted_iteration_time)
+    result = PlannedDemand(demand, resolved, planned.predicted_iteration_time, excluded)
     ledger.remember_demand(key, fingerprint, result)
     return result
 
@@ -322,7 +329,9 @@ def _admitted_plan(
     groups = _groups(job, spec, indexes["nodegroup_index"], retry)
     demand = _demand(job, key, spec, annotations, groups, node_index, ledger, retry)
     created = job.body["metadata"]["creationTimestamp"]
-    decision = admit(ledger, _world(indexes, node_index), QueuedJob(key, spec.priority, created, demand.demand))
+    decision = admit(
+        ledger, _world(indexes, node_index), QueuedJob(key, spec.priority, created, demand.demand, demand.excluded)
+    )
     if isinstance(decision, Waiting):
         _queued(job, decision)
         return None
