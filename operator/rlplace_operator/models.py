@@ -360,7 +360,8 @@ def _refused(reason: str, opaque: bool = True) -> tuple[Any, AfterValidator]:
         return value
 
     extra = {**cel("false", reason), **({"x-kubernetes-preserve-unknown-fields": True} if opaque else {})}
-    return Field(None, json_schema_extra=extra), AfterValidator(refuse)
+    bounds = {} if opaque else {"max_length": 253}  # bounded, for the CEL cost estimate
+    return Field(None, json_schema_extra=extra, **bounds), AfterValidator(refuse)
 
 
 #: Why each owned PodSpec field is refused (the apiserver prefixes the field's path).
