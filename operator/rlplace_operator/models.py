@@ -340,8 +340,9 @@ OWNED_LABEL_PREFIXES = ("rlplace.io/", "ray.io/")
 PLAN_MOUNT_PATH = PLAN_MOUNT_DIR
 SHM_MOUNT_PATH = "/dev/shm"
 QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|[KMGTPE]i?)?$"
-DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
-DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+# Written without a group after a bracket, so the field reference's Markdown never reads `](` as a link.
+DNS_LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][-a-z0-9]*[a-z0-9]$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]$|^[a-z0-9][-a-z0-9.]*[a-z0-9]$"
 
 
 def _exactly_one(fields: tuple[str, ...]) -> str:
@@ -678,7 +679,7 @@ class PodOptions(_Camel):
 class NodeGroupPodOptions(PodOptions):
     """Settings for the workers on one NodeGroup's nodes (for example its taint's toleration)."""
 
-    node_group: str = Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)
+    node_group: str = Field(pattern=DNS_SUBDOMAIN_PATTERN, max_length=253)
     """The NodeGroup (one of spec.nodeGroups)."""
 
 
