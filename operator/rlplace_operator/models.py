@@ -11,7 +11,7 @@ import enum
 from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
 from placement_core.cluster import ACCELERATOR, ROBOT_TYPES
@@ -702,6 +702,20 @@ class PodSettings(PodOptions):
     ] = []
     """The workers on the nodes of one NodeGroup, after `workers` (a node in several groups gets each)."""
 
+    @model_validator(mode="after")
+    def _mounts_name_volumes(self) -> PodSettings:
+        """Every mount of a pod names a volume of that pod (a level's mounts may use a wider level's volumes):
+        KubeRay could not create the pod otherwise, and would only say so in its own events."""
+        pods = [("head", [self.head]), ("submitter", [self.submitter]), ("workers", [self.workers])]
+        pods += [(f"workers of {g.node_group}", [self.workers, g]) for g in self.worker_node_groups]
+        for pod, levels in pods:
+            volumes = {v.name for level in (self, *levels) for v in level.volumes}
+            for mount in (m for level in (self, *levels) for m in level.volume_mounts):
+                if mount.name not in volumes:
+                    known = ", ".join(sorted(volumes)) or "none"
+                    raise ValueError(f"volumeMount '{mount.name}' of the {pod} names no volume (volumes: {known})")
+        return self
+
 
 class SubmissionMode(enum.StrEnum):
     K8S_JOB = "K8sJobMode"
@@ -725,6 +739,9 @@ class RunSpec(_Camel):
     """Seconds the driver may run; then it is stopped and the job Failed with reason DeadlineExceeded."""
 
 
+WORKER_NODE_GROUPS_MESSAGE = "pods.workerNodeGroups[].nodeGroup must be one of spec.nodeGroups"
+
+
 class RLJobSpec(
     _Camel,
     json_schema_extra=cel(
@@ -736,6 +753,11 @@ class RLJobSpec(
             "!(has(self.suspend) && self.suspend) || !has(self.entrypoint) || !has(self.run) || "
             "!has(self.run.shutdownAfterJobFinishes) || self.run.shutdownAfterJobFinishes",
             "a job with an entrypoint can be suspended only with run.shutdownAfterJobFinishes true",
+        ),
+        (
+            "!has(self.pods) || !has(self.pods.workerNodeGroups) || "
+            "self.pods.workerNodeGroups.all(g, g.nodeGroup in self.nodeGroups)",
+            WORKER_NODE_GROUPS_MESSAGE,
         ),
     ),
 ):
@@ -785,6 +807,12 @@ class RLJobSpec(
     priority: int = 0
     """Queue order among jobs waiting for free nodes: higher first, then older first (creationTimestamp). A
     waiting job is passed only by jobs of higher priority; running jobs are never stopped for it."""
+
+    @model_validator(mode="after")
+    def _worker_node_groups_are_the_jobs(self) -> RLJobSpec:
+        if any(g.node_group not in self.node_groups for g in self.pods.worker_node_groups):
+            raise ValueError(WORKER_NODE_GROUPS_MESSAGE)
+        return self
 
 
 class JobPhase(enum.StrEnum):

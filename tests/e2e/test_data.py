@@ -161,6 +161,11 @@ def test_a_tainted_node_runs_the_job_that_tolerates_it_and_queues_the_one_that_d
             "name is a variable rlplace sets from the plan",
         ),
         (
+            {"workerNodeGroups": [{"nodeGroup": "real-a800", "shmSize": "1Gi"}]},
+            "spec",
+            "pods.workerNodeGroups[].nodeGroup must be one of spec.nodeGroups",
+        ),
+        (
             {"securityContext": {"runAsUser": 0}},
             "spec.pods.securityContext",
             "securityContext is owned by rlplace",

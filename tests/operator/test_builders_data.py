@@ -272,3 +272,21 @@ def test_pod_settings_schema_is_bounded_for_cel_cost() -> None:
     walk(pods, "spec.pods")
     rules = json.dumps(pods).count('"rule"')
     assert rules > 20  # the owned fields, names, mount paths, variables, labels, tolerations, sources
+
+
+def test_mounts_must_name_a_volume_of_their_pod_and_groups_must_be_the_jobs() -> None:
+    base = {"nodeGroups": ["a800"], "autoPlacement": True}
+    # A job-wide mount of a head-only volume: the workers and the submitter would have no such volume.
+    bad = {"volumeMounts": [{"name": "model", "mountPath": "/models"}], "head": {"volumes": PODS["volumes"]}}
+    with pytest.raises(
+        ValidationError, match=r"volumeMount 'model' of the submitter names no volume \(volumes: none\)"
+    ):
+        RLJobSpec.model_validate({**base, "pods": bad})
+    # A group's mount of a job-wide volume is fine.
+    good = {
+        "volumes": PODS["volumes"],
+        "workerNodeGroups": [{"nodeGroup": "a800", "volumeMounts": PODS["volumeMounts"]}],
+    }
+    RLJobSpec.model_validate({**base, "pods": good})
+    with pytest.raises(ValidationError, match=r"pods.workerNodeGroups\[\].nodeGroup must be one of spec.nodeGroups"):
+        RLJobSpec.model_validate({**base, "pods": {"workerNodeGroups": [{"nodeGroup": "a80"}]}})
