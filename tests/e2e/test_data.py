@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -117,7 +118,7 @@ def tainted_node(k8s: client.ApiClient, real_nodes: list[str]) -> Iterator[str]:
 
 
 def test_a_tainted_node_runs_the_job_that_tolerates_it_and_queues_the_one_that_does_not(
-    jobs: Jobs, tainted_node: str
+    jobs: Jobs, tainted_node: str, restart_operator
 ) -> None:
     (tolerating,) = load_example("rljob-tolerations.yaml")
     intolerant = yaml.safe_load(yaml.safe_dump(tolerating))
@@ -135,6 +136,17 @@ def test_a_tainted_node_runs_the_job_that_tolerates_it_and_queues_the_one_that_d
     workers = [p for p in pods if p.metadata.labels.get("ray.io/node-type") == "worker"]
     assert len(workers) == 1 and workers[0].metadata.labels["example.com/pool"] == "rtx-4090"
     assert jobs.get("intolerant")["status"]["phase"] == "Queued"
+    # An operator restart keeps both: the running job's cluster (and its settings) and the waiting job's reason.
+    cluster = jobs.raycluster("tolerations")
+    restart_operator()
+    time.sleep(10)
+    after = jobs.raycluster("tolerations")
+    assert after["metadata"]["uid"] == cluster["metadata"]["uid"]
+    assert after["spec"]["workerGroupSpecs"][0]["template"]["spec"]["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert jobs.get("tolerations")["status"]["phase"] == "Running"
+    assert jobs.get("intolerant")["status"]["waitingFor"] == status["waitingFor"]
 
 
 @pytest.mark.parametrize(
