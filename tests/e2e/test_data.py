@@ -37,72 +37,6 @@ def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
 
 
 @pytest.fixture
-def data_objects(k8s: client.ApiClient, jobs: Jobs) -> Iterator[str]:
-    """examples/rljob-data-volume.yaml in the test's namespace (its PersistentVolume renamed for it) with the
-    model written; the PersistentVolume and its host directory are removed afterwards."""
-    core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
-    namespace = jobs.namespace
-    volume, claim, secret, loader = load_example("rljob-data-volume.yaml")
-    pv_name = f"rlplace-example-model-{namespace}"
-    host_dir = Path(f"/var/tmp/rlplace-example-model-{namespace}")
-    volume["metadata"]["name"] = pv_name
-    volume["spec"]["hostPath"]["path"] = str(host_dir)
-    volume["spec"]["claimRef"] = {"namespace": namespace, "name": claim["metadata"]["name"]}
-    claim["spec"]["volumeName"] = pv_name
-    core.create_persistent_volume(volume)
-    try:
-        core.create_namespaced_persistent_volume_claim(namespace, claim)
-        core.create_namespaced_secret(namespace, secret)
-        batch.create_namespaced_job(namespace, loader)
-
-        def loaded() -> bool:
-            status = batch.read_namespaced_job_status("model-loader", namespace).status
-            assert not status.failed or status.failed < 3, "the model-loader Job failed"
-            return bool(status.succeeded)
-
-        wait_for(loaded, 180, "the model-loader Job to write the model onto the claim")
-        yield namespace
-    finally:
-        with contextlib.suppress(ApiException):
-            batch.delete_namespaced_job("model-loader", namespace, propagation_policy="Background")
-        with contextlib.suppress(ApiException):
-            core.delete_namespaced_persistent_volume_claim("model-store", namespace)
-        with contextlib.suppress(ApiException):
-            core.delete_persistent_volume(pv_name)
-        shutil.rmtree(host_dir, ignore_errors=True)
-
-
-def test_data_example_reads_the_claim_the_secret_and_shm_from_inside_every_pod(
-    jobs: Jobs, real_nodes: list[str], data_objects: str, kubeconfig: str
-) -> None:
-    (body,) = load_example("rljob-data-run.yaml")
-    job = body["metadata"]["name"]
-    jobs.create(body)
-    status = jobs.wait_phase(job, "Succeeded", timeout=420)["status"]
-    assert {c["type"]: c["status"] for c in status["conditions"]}["BindingVerified"] == "True"
-    log = kubectl(kubeconfig, "logs", "-n", jobs.namespace, f"job/{job}")
-    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("data ")}
-    # The driver on the head, and each worker process in its own pod on its planned node.
-    assert sorted(lines) == ["data actor[0]", "data actor[1]", "data driver", "data reward[0]", "data reward[1]"], log
-    plan = jobs.plan(job)
-    for component in ("actor", "reward"):
-        for process in plan["components"][component]["processes"]:
-            assert lines[f"data {component}[{process['rank']}]"].startswith(f"node={process['node_name']} ")
-    for where, seen in lines.items():
-        assert "/models/model.txt='tiny-policy-v1 (4 layers, written by model-loader)'" in seen, (where, seen)
-        assert "MODEL_TOKEN='example-token-7f3a'" in seen, (where, seen)
-        assert seen.endswith("/dev/shm=1024MiB"), (where, seen)
-    # What KubeRay was given: the settings beside rlplace's own pinning and requests.
-    rayjob = jobs.custom.get_namespaced_custom_object("ray.io", "v1", jobs.namespace, "rayjobs", job)
-    worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
-    assert worker["metadata"]["labels"]["example.com/team"] == "rl"
-    assert {"name": "model", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}} in worker["spec"][
-        "volumes"
-    ]
-    assert "affinity" in worker["spec"] and "nvidia.com/gpu" in worker["spec"]["containers"][0]["resources"]["limits"]
-
-
-@pytest.fixture
 def tainted_node(k8s: client.ApiClient, real_nodes: list[str]) -> Iterator[str]:
     """TAINTED_NODE with the GPU pools' usual taint, through the API; removed afterwards."""
     if TAINTED_NODE not in real_nodes:
@@ -200,3 +134,69 @@ def test_owned_pod_fields_are_refused_by_the_apiserver_naming_the_field(
             "rlplace.io", "v1alpha1", namespace, "rljobs", body
         )
     assert refused.value.status == 422 and message in refused.value.body
+
+
+@pytest.fixture
+def data_objects(k8s: client.ApiClient, jobs: Jobs) -> Iterator[str]:
+    """examples/rljob-data-volume.yaml in the test's namespace (its PersistentVolume renamed for it) with the
+    model written; the PersistentVolume and its host directory are removed afterwards."""
+    core, batch = client.CoreV1Api(k8s), client.BatchV1Api(k8s)
+    namespace = jobs.namespace
+    volume, claim, secret, loader = load_example("rljob-data-volume.yaml")
+    pv_name = f"rlplace-example-model-{namespace}"
+    host_dir = Path(f"/var/tmp/rlplace-example-model-{namespace}")
+    volume["metadata"]["name"] = pv_name
+    volume["spec"]["hostPath"]["path"] = str(host_dir)
+    volume["spec"]["claimRef"] = {"namespace": namespace, "name": claim["metadata"]["name"]}
+    claim["spec"]["volumeName"] = pv_name
+    core.create_persistent_volume(volume)
+    try:
+        core.create_namespaced_persistent_volume_claim(namespace, claim)
+        core.create_namespaced_secret(namespace, secret)
+        batch.create_namespaced_job(namespace, loader)
+
+        def loaded() -> bool:
+            status = batch.read_namespaced_job_status("model-loader", namespace).status
+            assert not status.failed or status.failed < 3, "the model-loader Job failed"
+            return bool(status.succeeded)
+
+        wait_for(loaded, 180, "the model-loader Job to write the model onto the claim")
+        yield namespace
+    finally:
+        with contextlib.suppress(ApiException):
+            batch.delete_namespaced_job("model-loader", namespace, propagation_policy="Background")
+        with contextlib.suppress(ApiException):
+            core.delete_namespaced_persistent_volume_claim("model-store", namespace)
+        with contextlib.suppress(ApiException):
+            core.delete_persistent_volume(pv_name)
+        shutil.rmtree(host_dir, ignore_errors=True)
+
+
+def test_data_example_reads_the_claim_the_secret_and_shm_from_inside_every_pod(
+    jobs: Jobs, real_nodes: list[str], data_objects: str, kubeconfig: str
+) -> None:
+    (body,) = load_example("rljob-data-run.yaml")
+    job = body["metadata"]["name"]
+    jobs.create(body)
+    status = jobs.wait_phase(job, "Succeeded", timeout=420)["status"]
+    assert {c["type"]: c["status"] for c in status["conditions"]}["BindingVerified"] == "True"
+    log = kubectl(kubeconfig, "logs", "-n", jobs.namespace, f"job/{job}")
+    lines = {line.split(": ", 1)[0]: line.split(": ", 1)[1] for line in log.splitlines() if line.startswith("data ")}
+    # The driver on the head, and each worker process in its own pod on its planned node.
+    assert sorted(lines) == ["data actor[0]", "data actor[1]", "data driver", "data reward[0]", "data reward[1]"], log
+    plan = jobs.plan(job)
+    for component in ("actor", "reward"):
+        for process in plan["components"][component]["processes"]:
+            assert lines[f"data {component}[{process['rank']}]"].startswith(f"node={process['node_name']} ")
+    for where, seen in lines.items():
+        assert "/models/model.txt='tiny-policy-v1 (4 layers, written by model-loader)'" in seen, (where, seen)
+        assert "MODEL_TOKEN='example-token-7f3a'" in seen, (where, seen)
+        assert seen.endswith("/dev/shm=1024MiB"), (where, seen)
+    # What KubeRay was given: the settings beside rlplace's own pinning and requests.
+    rayjob = jobs.custom.get_namespaced_custom_object("ray.io", "v1", jobs.namespace, "rayjobs", job)
+    worker = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"][0]["template"]
+    assert worker["metadata"]["labels"]["example.com/team"] == "rl"
+    assert {"name": "model", "persistentVolumeClaim": {"claimName": "model-store", "readOnly": True}} in worker["spec"][
+        "volumes"
+    ]
+    assert "affinity" in worker["spec"] and "nvidia.com/gpu" in worker["spec"]["containers"][0]["resources"]["limits"]
