@@ -50,6 +50,8 @@ class QueuedJob:
     """metadata.creationTimestamp (RFC 3339 in UTC, so it sorts as text)."""
     demand: tuple[GroupDemand, ...] | None
     """None while the operator has not planned the job yet (just after a restart)."""
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    """Nodes this job's workers cannot run on, and why (a taint they do not tolerate: selection.py)."""
 
     def order(self) -> tuple[int, str, JobKey]:
         return (-self.priority, self.created, self.key)
@@ -84,6 +86,8 @@ class Waiting:
     """1 for the head of the queue."""
     shortfall: tuple[tuple[str, int], ...]
     """(group, how many more free nodes it needs), in the job's group order."""
+    notes: tuple[str, ...] = ()
+    """Why nodes of those groups cannot take the job, e.g. `node X has taint k=v:NoSchedule, not tolerated`."""
 
     @property
     def reason(self) -> str:
@@ -91,10 +95,19 @@ class Waiting:
         if not self.shortfall:
             return "the jobs ahead of it in the queue"
         parts = [f"{count} free node{'s' if count != 1 else ''} of {group}" for group, count in self.shortfall]
-        return ", ".join(parts)
+        notes = f" ({'; '.join(self.notes[:MAX_NOTES])}{'; ...' if len(self.notes) > MAX_NOTES else ''})"
+        return ", ".join(parts) + (notes if self.notes else "")
 
 
 Decision = Admitted | Waiting
+#: Notes a waiting reason quotes at most (it is a status field and a printer column).
+MAX_NOTES = 2
+
+
+def _notes(job: QueuedJob, pool: Pool, shortfall: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
+    """Why the short groups' excluded nodes cannot take the job."""
+    nodes = dict.fromkeys(n for group, _ in shortfall for n in pool.groups.get(group, ()) if n in job.excluded)
+    return tuple(job.excluded[n] for n in nodes)
 
 
 def _match(demand: GroupDemand, ranked: Sequence[str], taken: Collection[str]) -> list[str | None]:
@@ -120,6 +133,7 @@ def _match(demand: GroupDemand, ranked: Sequence[str], taken: Collection[str]) -
 def fit(job: QueuedJob, pool: Pool, taken: Collection[str]) -> Admitted | tuple[tuple[str, int], ...]:
     """The job's cluster on the nodes not in `taken`, or per group how many more free nodes it needs."""
     assert job.demand is not None
+    taken = {*taken, *job.excluded}
     cluster, nodes, shortfall = [], set(), []
     for demand in job.demand:
         chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
@@ -137,6 +151,7 @@ def fit(job: QueuedJob, pool: Pool, taken: Collection[str]) -> Admitted | tuple[
 def _claim(job: QueuedJob, pool: Pool, taken: Collection[str]) -> set[str]:
     """The free nodes the head of the queue would use now: kept from the jobs behind it."""
     assert job.demand is not None
+    taken = {*taken, *job.excluded}
     claimed: set[str] = set()
     for demand in job.demand:
         chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
@@ -166,7 +181,7 @@ def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
             taken.update(result.nodes)
             continue
         position += 1
-        decisions[job.key] = Waiting(job.key, position, result)
+        decisions[job.key] = Waiting(job.key, position, result, _notes(job, pool, result))
         if position == 1:
             taken.update(_claim(job, pool, taken))
     return decisions

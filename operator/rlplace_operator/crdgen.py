@@ -24,7 +24,13 @@ REPO = Path(__file__).resolve().parents[2]
 OUTPUT_DIRS = (REPO / "crds", REPO / "charts" / "rlplace" / "crds")
 
 #: Keys a property keeps from the wrapper around it (`$ref`, `anyOf [X, null]`): its text and its CEL rules.
-_CARRIED = ("description", "x-kubernetes-validations", "x-kubernetes-list-type", "x-kubernetes-list-map-keys")
+_CARRIED = (
+    "description",
+    "x-kubernetes-validations",
+    "x-kubernetes-list-type",
+    "x-kubernetes-list-map-keys",
+    "x-kubernetes-preserve-unknown-fields",
+)
 
 
 def _structural(schema: dict[str, Any], defs: dict[str, Any]) -> dict[str, Any]:

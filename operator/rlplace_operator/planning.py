@@ -180,12 +180,14 @@ def worker_nodes(
         info = nodes[node.name]
         requests: dict[str, int] = {}
         env: dict[str, str] = {}
+        in_groups: list[str] = []
         for group, names in members:
             if node.name in names:
+                in_groups.append(group.name)
                 resource = unit_resource(group.spec)
                 count = info.count(resource) if resource else 0
                 if count:
                     requests[resource] = count
                 env.update({v.name: v.value for v in group.spec.env})
-        workers.append(WorkerNode(rank, node.name, node.num_accelerators, requests, env))
+        workers.append(WorkerNode(rank, node.name, node.num_accelerators, requests, env, tuple(in_groups), info.taints))
     return workers

@@ -10,8 +10,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
-from rlplace_operator.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
+from rlplace_operator.builders.podtemplate import worker_tolerations
+from rlplace_operator.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus, RLJobSpec
 from rlplace_operator.names import NODE_RANK_LABEL
+from rlplace_operator.taints import Taint, refusal, untolerated
 
 GPU_RESOURCE = "nvidia.com/gpu"
 
@@ -24,6 +26,8 @@ class NodeInfo:
     labels: Mapping[str, str]
     allocatable: Mapping[str, str]
     ready: bool
+    taints: tuple[Taint, ...] = ()
+    """node.spec.taints (admission keeps a job off the nodes whose taints its workers do not tolerate)."""
 
     @classmethod
     def from_body(cls, body: Mapping) -> NodeInfo:
@@ -35,6 +39,7 @@ class NodeInfo:
             labels=dict(metadata.get("labels") or {}),
             allocatable=dict(status.get("allocatable") or {}),
             ready=ready and not spec.get("unschedulable", False),
+            taints=tuple(Taint.from_body(t) for t in spec.get("taints") or []),
         )
 
     def count(self, resource: str) -> int:
@@ -148,3 +153,24 @@ def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cl
         env = (EnvConfig(ranks, tuple((v.name, v.value) for v in group.spec.env)),) if group.spec.env and ranks else ()
         node_groups.append(NodeGroup(group.name, ranks, kind, units, (), env))
     return Cluster(cluster_nodes, node_groups)
+
+
+def untolerated_nodes(
+    spec: RLJobSpec, groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo | None]
+) -> dict[str, str]:
+    """Node -> why the job's worker could not run there: a NoSchedule or NoExecute taint that the worker's
+    tolerations (spec.pods, workers, and the workerNodeGroups of the node's groups) do not match. Admission
+    treats these nodes as taken for this job, so it is never admitted to a node its pod cannot be bound to."""
+    membership: dict[str, list[str]] = {}
+    for group in groups:
+        for entry in group.status.nodes:
+            membership.setdefault(entry.name, []).append(group.name)
+    excluded = {}
+    for name, in_groups in membership.items():
+        info = nodes.get(name)
+        if info is None or not info.taints:
+            continue
+        taint = untolerated(worker_tolerations(spec, in_groups), info.taints)
+        if taint is not None:
+            excluded[name] = refusal(name, taint)
+    return excluded

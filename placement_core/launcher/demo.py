@@ -25,6 +25,7 @@ import argparse
 import dataclasses
 import hashlib
 import os
+import shutil
 import socket
 import sys
 import threading
@@ -160,8 +161,45 @@ def print_table(rows: list[dict[str, str]]) -> None:
         print("  ".join(line[col].ljust(width) for col, width in zip(COLUMNS, widths, strict=True)).rstrip())
 
 
-def run(plan: LaunchPlan, components: Sequence[str], steps: StepOptions | None = None) -> int:
-    """Launch, report, exercise (or run `steps`), print; the groups are shut down at the end."""
+def data_seen(_actor: object = None, path: str | None = None, names: Sequence[str] = ()) -> str:
+    """What this process sees of the job's data, on one line: the first line of the file at `path` (from a
+    volume), the named variables (from a Secret or ConfigMap through envFrom) and the size of /dev/shm. Runs in
+    the driver and, through Ray's `__ray_call__` (hence the unused actor argument), in every worker."""
+    parts = [f"node={os.environ.get(KUBE_NODE_ENV) or socket.gethostname()}"]
+    if path:
+        try:
+            lines = Path(path).read_text(errors="replace").splitlines()
+            parts.append(f"{path}={(lines[0] if lines else '')[:120]!r}")
+        except OSError as err:
+            parts.append(f"{path}=<unreadable: {err.strerror}>")
+    parts += [f"{name}={os.environ[name]!r}" if name in os.environ else f"{name}=<unset>" for name in names]
+    try:
+        parts.append(f"/dev/shm={shutil.disk_usage('/dev/shm').total / 2**20:.0f}MiB")
+    except OSError:
+        parts.append("/dev/shm=<none>")
+    return " ".join(parts)
+
+
+def show_data(groups: Mapping[str, WorkerGroup], path: str | None, names: Sequence[str]) -> None:
+    """Print `data_seen` from the driver (the Ray head) and from every process of every group."""
+    import ray
+
+    print(f"data driver: {data_seen(None, path, names)}", flush=True)
+    for name, group in groups.items():
+        calls = [actor.__ray_call__.remote(data_seen, path, list(names)) for actor in group.actors]
+        seen = ray.get(calls, timeout=120)
+        for rank, line in enumerate(seen):
+            print(f"data {name}[{rank}]: {line}", flush=True)
+
+
+def run(
+    plan: LaunchPlan,
+    components: Sequence[str],
+    steps: StepOptions | None = None,
+    data: tuple[str | None, Sequence[str]] | None = None,
+) -> int:
+    """Launch, report, exercise (or run `steps`), print (and with `data`, what every process sees of the job's
+    data: see `show_data`); the groups are shut down at the end."""
     try:
         groups = launch_all(plan, dict.fromkeys(components, Worker))
     except BindingError as err:
@@ -172,6 +210,8 @@ def run(plan: LaunchPlan, components: Sequence[str], steps: StepOptions | None =
         report = binding_report(groups)
         print(report_line(report), flush=True)
         print(report.summary(), flush=True)
+        if data is not None:
+            show_data(groups, *data)
         if steps is not None:
             print_table(table(groups, report))
             run_steps(groups, plan, steps)
@@ -355,7 +395,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--simulate", action="store_true", help="simulate the plan's nodes on this machine")
     parser.add_argument("--tamper", metavar="COMPONENT:RANK:VAR=VALUE", help="inject a wrong value into the plan")
     add_step_arguments(parser)
+    parser.add_argument("--show-data", metavar="PATH", help="print the first line of PATH as every process reads it")
+    parser.add_argument(
+        "--show-env", metavar="NAME", action="append", default=[], help="print variable NAME in every process"
+    )
     args = parser.parse_args(argv)
+    data = (args.show_data, args.show_env) if args.show_data or args.show_env else None
     try:
         plan = load_plan(Path(args.plan).read_bytes()) if args.plan else read_plan()
         if args.tamper:
@@ -364,9 +409,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         steps = step_options(args, components)
         if args.simulate:
             with simulated_cluster(simulated_gpus(plan), ship_code=True):
-                return run(plan, components, steps)
+                return run(plan, components, steps, data)
         connect(args.address, ship_code=True, logging_level="WARNING")
-        return run(plan, components, steps)
+        return run(plan, components, steps, data)
     except (LaunchError, PlacementError, ConnectionError, OSError, ValueError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placement_core import contract
-from rlplace_operator.models import RLJobSpec
+from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker
+from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
     JOB_LABEL,
     NODES_ANNOTATION,
@@ -22,6 +23,10 @@ from rlplace_operator.names import (
     raycluster_name,
     worker_group_name,
 )
+from rlplace_operator.taints import Taint, untolerated
+
+#: The head's volume with the plan (spec.pods volumes cannot start with `rlplace-`).
+PLAN_VOLUME = "rlplace-plan"
 
 
 @dataclass(frozen=True)
@@ -38,6 +43,10 @@ class WorkerNode:
     """Extended resources requested, all of the node's units (nvidia.com/gpu, robot resources)."""
     env: Mapping[str, str] = field(default_factory=dict)
     """NodeGroup variables for workers on this node."""
+    groups: tuple[str, ...] = ()
+    """The job's NodeGroups the node belongs to (for spec.pods.workerNodeGroups)."""
+    taints: tuple[Taint, ...] = ()
+    """The node's taints (the head goes to a node it tolerates)."""
 
 
 def pod_security_context() -> dict:
@@ -86,6 +95,16 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
             {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
         ],
     }
+    # The job's labels find its worker pods whether KubeRay names the cluster after the job or its RayJob.
+    template = {
+        "metadata": {"labels": {JOB_LABEL: job}},
+        "spec": {
+            "affinity": on_nodes([node.name]),
+            "securityContext": pod_security_context(),
+            "containers": [container],
+        },
+    }
+    options = effective_worker(spec, node.groups)
     return {
         "groupName": worker_group_name(node.rank),
         "replicas": 1,
@@ -93,16 +112,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "rayStartParams": contract.ray_start_params(node.rank, node.gpus),
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
-        # The job's labels find its worker pods whether KubeRay names the cluster after the job or its RayJob.
-        "template": {
-            "metadata": {"labels": {JOB_LABEL: job}},
-            "spec": {
-                "affinity": on_nodes([node.name]),
-                "securityContext": pod_security_context(),
-                "containers": [container],
-                **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
-            },
-        },
+        "template": apply_pod_options(template, options, "ray-worker", spec.ray.service_account_name),
     }
 
 
@@ -111,36 +121,40 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
 HEAD_NODE_CHOICES = 16
 
 
-def head_nodes(nodes: Sequence[WorkerNode]) -> list[str]:
-    """The nodes the head (and the RayJob's submitter) may run on."""
-    return [node.name for node in nodes[:HEAD_NODE_CHOICES]]
+def head_nodes(nodes: Sequence[WorkerNode], tolerations: Sequence[Toleration] = ()) -> list[str]:
+    """The nodes the head (and the RayJob's submitter) may run on: the job's first nodes whose taints its
+    tolerations allow (all of the first ones when none does, so the pod waits visibly for a node)."""
+    first = nodes[:HEAD_NODE_CHOICES]
+    allowed = [node.name for node in first if untolerated(tolerations, node.taints) is None]
+    return allowed or [node.name for node in first]
 
 
 def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
     """The head, on one of the job's own nodes (`head_nodes`): it needs no GPU, and the job's nodes are the
     ones known to run its image (a cluster may also have nodes that cannot, such as virtual ones)."""
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
+    options = effective_head(spec)
+    template = {
+        "metadata": {"labels": child_labels(job)},
+        "spec": {
+            "affinity": on_nodes(head_nodes(nodes, options.tolerations)),
+            "securityContext": pod_security_context(),
+            "containers": [
+                {
+                    "name": "ray-head",
+                    "image": spec.ray.image,
+                    "securityContext": container_security_context(),
+                    "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
+                    "env": _env(env),
+                    "volumeMounts": [{"name": PLAN_VOLUME, "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
+                }
+            ],
+            "volumes": [{"name": PLAN_VOLUME, "configMap": {"name": placement_configmap_name(job)}}],
+        },
+    }
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
-        "template": {
-            "metadata": {"labels": child_labels(job)},
-            "spec": {
-                "affinity": on_nodes(head_nodes(nodes)),
-                "securityContext": pod_security_context(),
-                "containers": [
-                    {
-                        "name": "ray-head",
-                        "image": spec.ray.image,
-                        "securityContext": container_security_context(),
-                        "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
-                        "env": _env(env),
-                        "volumeMounts": [{"name": "plan", "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
-                    }
-                ],
-                "volumes": [{"name": "plan", "configMap": {"name": placement_configmap_name(job)}}],
-                **({"serviceAccountName": spec.ray.service_account_name} if spec.ray.service_account_name else {}),
-            },
-        },
+        "template": apply_pod_options(template, options, "ray-head", spec.ray.service_account_name),
     }
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
 from rlplace_operator.builders.raycluster import (
     WorkerNode,
     build_raycluster_spec,
@@ -36,14 +37,17 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> di
         "resources": {"limits": SUBMITTER_LIMITS},
         "securityContext": container_security_context(),
     }
-    return {
+    options = effective_submitter(spec)
+    affinity = on_nodes(head_nodes(nodes, options.tolerations))
+    template = {
         "spec": {
             "restartPolicy": "Never",
-            "affinity": on_nodes(head_nodes(nodes)),
+            "affinity": affinity,
             "securityContext": pod_security_context(),
             "containers": [container],
         }
     }
+    return apply_pod_options(template, options, SUBMITTER_CONTAINER)
 
 
 def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:

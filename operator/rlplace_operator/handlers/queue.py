@@ -114,6 +114,8 @@ class PlannedDemand:
     demand: tuple[GroupDemand, ...]
     spec: RLJobSpec
     predicted_iteration_time: float | None
+    excluded: Mapping[str, str] = field(default_factory=dict)
+    """Nodes of its groups whose taints its workers do not tolerate, and why (selection.untolerated_nodes)."""
 
 
 @dataclass
@@ -272,7 +274,8 @@ def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[Qu
         if _backing_off(entry["status"]):
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)
-        queue.append(QueuedJob(key, entry["priority"], entry["created"], known[1].demand if known else None))
+        demand, excluded = (known[1].demand, known[1].excluded) if known else (None, {})
+        queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
     return queue
 
 

@@ -60,7 +60,7 @@ from rlplace_operator.names import (
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
 from rlplace_operator.reconcile import Job, holds_nodes
-from rlplace_operator.selection import JobGroup, unit_resource
+from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
 #: the first after this many seconds, then doubling up to the cap, so a job left Pending for hours costs
@@ -241,7 +241,10 @@ def _demand(
     """
     ranked = [(group.name, ready_nodes(group, node_index)) for group in groups]
     nodes = tuple((n, tuple(r)) for n, r in ranked)
-    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes)
+    infos = {name: indexed(node_index, name) for _, names in ranked for name in names}
+    # Nodes whose taints the job's workers do not tolerate (its own, not shared: tolerations are per job).
+    excluded = untolerated_nodes(spec, groups, infos)
+    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes, tuple(sorted(excluded.items())))
     known = ledger.demand(key, fingerprint)
     if known is not None:
         return known
@@ -259,7 +262,7 @@ def _demand(
     else:
         job.condition(cond.VALIDATED, True, cond.SPEC_VALID, "spec and NodeGroups are valid")
     demand, applied, predicted = shared
-    result = PlannedDemand(demand, _resolved(spec, annotations, applied), predicted)
+    result = PlannedDemand(demand, _resolved(spec, annotations, applied), predicted, excluded)
     ledger.remember_demand(key, fingerprint, result)
     return result
 
@@ -343,7 +346,8 @@ def _admitted_plan(
     groups = _groups(job, spec, snapshot.nodegroups, retry)
     demand = _demand(job, key, spec, annotations, groups, snapshot.nodes, ledger, retry)
     created = job.body["metadata"]["creationTimestamp"]
-    decision = admit(ledger, admission_world(snapshot), QueuedJob(key, spec.priority, created, demand.demand))
+    queued = QueuedJob(key, spec.priority, created, demand.demand, demand.excluded)
+    decision = admit(ledger, admission_world(snapshot), queued)
     if isinstance(decision, Waiting):
         _queued(job, decision)
         return None
