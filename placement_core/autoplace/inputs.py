@@ -7,14 +7,14 @@ a malformed profile. Bad input is a `PlacementError` with a one-line message nam
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement, ModelParallelComponentPlacement
 from placement_core.errors import PlacementError
 from placement_core.grammar import parse_placement_entries
-from placement_core.jobconfig import Job
+from placement_core.jobconfig import Job, ModelParallelSettings
 
 #: Kinds of chain stage: a rollout engine (SGLang/vLLM-like) or a Megatron model (actor, inference).
 ROLLOUT = "rollout"
@@ -125,7 +125,7 @@ def read_reasoning(job: Job) -> ReasoningTask:
         max_running_requests=batch.max_running_requests,
         stages=stages,
         rollout_gpu_limit=engines_fit_limit(cluster, settings.rollout.model_parallel),
-        collocated_allowed=accepts_placement(job, COLLOCATED_BLOCK),
+        collocated_allowed=collocated_fits(gpus_per_node(cluster), settings),
     )
 
 
@@ -140,6 +140,45 @@ def engines_fit_limit(cluster: Cluster, model_parallel: int) -> int:
     while limit + model_parallel <= len(node_of) and node_of[limit] == node_of[limit + model_parallel - 1]:
         limit += model_parallel
     return limit
+
+
+def gpus_per_node(cluster: Cluster, node_ranks: Sequence[int] | None = None) -> list[int]:
+    """GPUs of each node that has some, in rank order (of `node_ranks` when given, else every node)."""
+    ranks = range(cluster.num_nodes) if node_ranks is None else node_ranks
+    return [cluster.nodes[r].num_accelerators for r in ranks if cluster.nodes[r].num_accelerators]
+
+
+def collocated_fits(node_gpus: Sequence[int], settings: ModelParallelSettings) -> bool:
+    """Whether `actor,rollout,reward: all` over GPUs laid out as `node_gpus` (per node, in rank order) is a
+    placement `ModelParallelComponentPlacement` accepts, decided from the sizes alone.
+
+    Building the placement to find out costs a Placement record per GPU (most of an autotune call at 2,048
+    GPUs); the class's rules for this one block reduce to arithmetic: both tensor-parallel sizes fit in the G
+    GPUs; the rollout's is a divisor of the actor's when smaller (its engines are strided over blocks of the
+    actor's size, B = max of the two); G is a whole number of such blocks; and when an engine spans more than
+    one GPU, no block straddles two nodes, i.e. every node boundary falls on a multiple of B. A property test
+    holds this equal to `accepts_placement(job, COLLOCATED_BLOCK)` on random clusters and sizes.
+    """
+    total = sum(node_gpus)
+    actor_tp, rollout_tp = settings.actor.tp, settings.rollout.tp
+    if total < 1 or actor_tp > total or rollout_tp > total:
+        return False
+    stride = 1
+    if actor_tp > rollout_tp:
+        if actor_tp % rollout_tp:
+            return False
+        stride = actor_tp // rollout_tp
+    block = rollout_tp * stride
+    if total % block:
+        return False
+    if rollout_tp == 1:
+        return True
+    boundary = 0
+    for count in node_gpus:
+        boundary += count
+        if boundary % block:
+            return False
+    return True
 
 
 def accepts_placement(job: Job, block: Mapping[str, str]) -> bool:
