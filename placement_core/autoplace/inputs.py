@@ -85,11 +85,19 @@ def seconds(profile: Mapping[str, object], key: str) -> float:
 
 def read_reasoning(job: Job) -> ReasoningTask:
     """The reasoning chain `rollout -> inference -> actor` (no inference without recompute_logprobs)."""
+    chain = reasoning_chain(job)
+    require_profile_keys(job.profile, tuple(f"{name}_cost" for name in chain))
+    return reasoning_task(job, {name: seconds(job.profile, f"{name}_cost") for name in chain})
+
+
+def reasoning_chain(job: Job) -> tuple[str, ...]:
+    return ("rollout", "inference", "actor") if job.model_parallel.recompute_logprobs else ("rollout", "actor")
+
+
+def reasoning_task(job: Job, costs: Mapping[str, float]) -> ReasoningTask:
+    """The task with `costs[name]` as each chain component's seconds per iteration on the profiled GPUs."""
     check_gpus(job)
     settings, batch, cluster = job.model_parallel, job.batch, job.cluster
-    chain = ("rollout", "inference", "actor") if settings.recompute_logprobs else ("rollout", "actor")
-    costs = job.profile
-    require_profile_keys(costs, tuple(f"{name}_cost" for name in chain))
     rbs = batch.rollout_batch_size
     if rbs is None:
         raise PlacementError("data.rollout_batch_size is required for auto placement")
@@ -112,9 +120,9 @@ def read_reasoning(job: Job) -> ReasoningTask:
             kind=ROLLOUT if name == "rollout" else MEGATRON,
             model_parallel=sizes[name],
             profiled_gpus=profiled,
-            cost=seconds(costs, f"{name}_cost"),
+            cost=costs[name],
         )
-        for name in chain
+        for name in reasoning_chain(job)
     )
     return ReasoningTask(
         num_gpus=cluster.num_accelerators,
@@ -135,10 +143,18 @@ COLLOCATED_BLOCK = {"actor,rollout,reward": "all"}
 
 def engines_fit_limit(cluster: Cluster, model_parallel: int) -> int:
     """The most GPUs, counted from global GPU 0, that hold whole rollout engines each within one node."""
-    node_of = [node.rank for node in cluster.nodes for _ in range(node.num_accelerators)]
+    return engines_fit(gpus_per_node(cluster), model_parallel)
+
+
+def engines_fit(node_gpus: Sequence[int], model_parallel: int) -> int:
+    """The most GPUs from the first of `node_gpus` (per node, in rank order) that hold whole engines of
+    `model_parallel` GPUs, none straddling two nodes: engines are packed from GPU 0, so the first node whose
+    count is not a multiple of the engine size ends the run."""
     limit = 0
-    while limit + model_parallel <= len(node_of) and node_of[limit] == node_of[limit + model_parallel - 1]:
-        limit += model_parallel
+    for count in node_gpus:
+        limit += count - count % model_parallel
+        if count % model_parallel:
+            break
     return limit
 
 
