@@ -75,14 +75,18 @@ def profile_keys(chain: Sequence[str] = ("rollout", "inference", "actor")) -> tu
 
 
 def wants_hetero(job: Job) -> bool:
-    """Whether the job gives any per-type data (else the homogeneous search answers, exactly as before)."""
-    if any(
-        group.accelerator_type is not None or group.accelerator_memory_gb is not None
-        for group in job.cluster.node_groups
-    ):
-        return True
+    """Whether the job gives per-type data: a per-type profile key, or GPU node groups that differ in their
+    `accelerator_type` / `accelerator_memory_gb`. Otherwise the single-type search answers, exactly as before
+    (a cluster whose every GPU group is labelled `a800`, 80 GB, is a single-type cluster)."""
     names = ("rollout", "inference", "actor")
-    return any(job.profile.get(key) is not None for key in profile_keys(names))
+    if any(job.profile.get(key) is not None for key in profile_keys(names)):
+        return True
+    described = {
+        (group.accelerator_type, group.accelerator_memory_gb)
+        for group in job.cluster.node_groups
+        if group.label not in (CLUSTER_GROUP, NODE_GROUP) and group.hardware_type == ACCELERATOR
+    }
+    return len(described) > 1 and any(kind is not None or memory is not None for kind, memory in described)
 
 
 @dataclass(frozen=True, slots=True)

@@ -160,6 +160,8 @@ def scenarios(draw):
         mrr=draw(st.sampled_from([1, 4, 16])),
         recompute=recompute,
     )
+    for group in config["cluster"]["node_groups"]:
+        group["accelerator_type"] = group["label"]  # distinct types: the node-group search always answers
     return config, draw(st.sampled_from(list(CostModel)))
 
 
@@ -264,10 +266,15 @@ def test_a_same_node_split_wins_when_the_sync_dominates():
 
 
 def test_homogeneous_jobs_keep_todays_search():
-    config = mixed_config([("a800", [8], None)], {"actor_cost": 1, "inference_cost": 1, "rollout_cost": 1})
-    assert not wants_hetero(read_job(config))
-    config["cluster"]["node_groups"][0]["accelerator_memory_gb"] = 80
-    assert wants_hetero(read_job(config))
+    costs = {"actor_cost": 1, "inference_cost": 1, "rollout_cost": 1}
+    assert not wants_hetero(read_job(mixed_config([("a800", [8], None), ("4090", [8], None)], costs)))
+    # groups that all look alike are one type: today's search, today's answer
+    same = mixed_config([("a800", [8], 80), ("a800b", [8], 80)], costs)
+    for group in same["cluster"]["node_groups"]:
+        group["accelerator_type"] = "a800"
+    assert not wants_hetero(read_job(same))
+    assert wants_hetero(read_job(mixed_config([("a800", [8], 80), ("4090", [8], 24)], costs)))
+    assert wants_hetero(read_job(mixed_config([("a800", [8], None)], costs | {"model_size_gb": 14})))
 
 
 @pytest.mark.parametrize(
