@@ -19,6 +19,7 @@ Public API (what `rlplace autotune`, `rlplace cost` and the operator call):
 curve fits of their profiled points.
 
 Modules: `inputs` checks the job's profile and sizes, `cost` holds both cost models, `search` the exact search,
+`hetero` the model and exact search over node groups of different GPUs (used when a job gives per-type data),
 `embodied` the curve fits and the embodied search, `predict` prices a given placement, `report` the printed
 block and JSON. Every bad input is a
 `PlacementError` with a one-line message.
