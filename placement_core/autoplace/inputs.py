@@ -198,7 +198,8 @@ def collocated_fits(node_gpus: Sequence[int], settings: ModelParallelSettings) -
 
 
 def accepts_placement(job: Job, block: Mapping[str, str]) -> bool:
-    """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job.
+    """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job, found
+    by building it (the reference `collocated_fits` is tested against, and the "before" of the benchmark).
 
     `cluster.auto_scheduler` is left out: the search proposes collocated and disaggregated placements, and
     AUTO mode (which would reorder the chain) is not one of them.

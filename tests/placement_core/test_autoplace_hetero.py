@@ -368,3 +368,27 @@ def test_default_bandwidths_are_documented():
     doc = (Path(__file__).resolve().parents[2] / "docs" / "autoplace.md").read_text()
     for link, value in DEFAULT_BANDWIDTH_GB_S.items():
         assert f"`{link}`" in doc and f"{value:g} GB/s" in doc
+
+
+def test_write_puts_the_node_group_block_in_the_config(tmp_path):
+    config = seven_b([("a800", [8, 8], 80), ("4090", [8, 8], 24)])
+    path = tmp_path / "job.yaml"
+    path.write_text("# my job\n" + yaml.safe_dump(config, sort_keys=False))
+    out = invoke("autotune", path, "--write")
+    assert out.exit_code == 0, out.stderr
+    written = yaml.safe_load(path.read_text())
+    assert written["cluster"]["component_placement"]["actor"] == {"node_group": "a800", "placement": "0-15"}
+    assert path.read_text().startswith("# my job\n")
+    plan = invoke("plan", path)
+    assert plan.exit_code == 0, plan.stderr
+
+
+def test_cost_refuses_per_type_jobs_in_one_line(tmp_path):
+    config = seven_b([("a800", [8], 80), ("4090", [8], 24)])
+    config["cluster"]["component_placement"] = {"actor,rollout,reward": {"node_group": "a800", "placement": "all"}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    out = invoke("cost", path)
+    assert out.exit_code == 2
+    assert out.stderr.startswith("error: rlplace cost prices placements under the single-type model")
+    assert out.stderr.count("\n") == 1
