@@ -7,6 +7,7 @@ a component where it does not fit, and its answers are placements the model-para
 from __future__ import annotations
 
 import itertools
+import json
 import math
 
 import pytest
@@ -392,3 +393,18 @@ def test_cost_refuses_per_type_jobs_in_one_line(tmp_path):
     assert out.exit_code == 2
     assert out.stderr.startswith("error: rlplace cost prices placements under the single-type model")
     assert out.stderr.count("\n") == 1
+
+
+def test_ties_between_equal_groups_are_broken_the_same_way_every_time():
+    # two identical groups listed "zeta" first: equal totals go to fewer GPU sets, smaller counts, then labels
+    profile = {"actor_cost": 10, "rollout_cost": 10, "model_size_gb": 1}
+    config = mixed_config([("zeta", [4], 80), ("alpha", [4], 80)], profile, recompute=False, rbs=4, gs=1)
+    results = {json.dumps(autotune(read_job(config)).to_json(), sort_keys=True) for _ in range(3)}
+    assert len(results) == 1
+    result = autotune(read_job(config))
+    # rollout on one GPU and actor on four: alpha/zeta and zeta/alpha tie, and the labels in chain order decide
+    assert result.component_placement == {
+        "rollout,reward": {"node_group": "alpha", "placement": "0-0"},
+        "actor": {"node_group": "zeta", "placement": "0-3"},
+    }
+    assert result.schedules["collocated"].node_groups == ("alpha", "alpha")
