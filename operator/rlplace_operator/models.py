@@ -288,10 +288,8 @@ class SyncBandwidth(_Camel):
     """Between NodeGroups."""
 
 
-_TypeCosts = Annotated[
-    dict[Annotated[str, Field(min_length=1, max_length=253)], Annotated[float, Field(gt=0)]],
-    Field(min_length=1, max_length=64),
-]
+# Keys are GPU type names; no constraint on them, since a CRD's structural schema has no propertyNames.
+_TypeCosts = Annotated[dict[str, Annotated[float, Field(gt=0)]], Field(min_length=1, max_length=64)]
 
 
 class Profile(
