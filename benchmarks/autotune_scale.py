@@ -5,25 +5,39 @@ Targets: G = 2048 under 0.5 s and G = 8192 under 3 s on one core. Two inputs per
   inference to a handful of GPU counts);
 - worst case: every model-parallel size 1 and no valid data-parallel size, so every stage may take any GPU
   count and the search evaluates about G^2/2 splits.
-`search` times the search alone; `autotune` the whole call (reading the config, checking the placement).
+`search` times the search alone; `autotune` the whole call (reading the config, checking the placement);
+`before` the same call with the collocated block validated the old way, by building the whole placement
+(issue 20, "Speed"), measured in the same run, and `speed-up` = before / autotune.
+Then node groups of different GPUs (docs/autoplace.md, "Node groups of different GPUs"): G = 64, 256 and
+1,024 GPUs split evenly over 2 or 3 GPU types (a800 80 GB, 4090 24 GB, h20 96 GB) with per-type costs,
+memory limits and the weight sync, beside the single-type search on the same G in the same run (goal: under
+1 s at 256 and under 10 s at 1,024). `typical` and `worst` as above.
 Run: .venv/bin/python benchmarks/autotune_scale.py
 """
 
 from __future__ import annotations
 
+import itertools
 import os
 import time
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one core, as the target says
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from placement_core.autoplace import autotune
+from collections.abc import Iterator
+from contextlib import contextmanager
+from unittest import mock
+
+from placement_core.autoplace import autotune, inputs
 from placement_core.autoplace.cost import CostModel
-from placement_core.autoplace.inputs import read_reasoning
+from placement_core.autoplace.hetero import read_hetero, search_hetero
+from placement_core.autoplace.inputs import COLLOCATED_BLOCK, accepts_placement, read_reasoning
 from placement_core.autoplace.search import search_reasoning
 from placement_core.jobconfig import read_job
 
 SIZES = (128, 512, 2048, 8192)
+HETERO_SIZES = (64, 256, 1024)
+TYPES = (("a800", 80, 1.0), ("4090", 24, 1.9), ("h20", 96, 1.4))  # label, GB per GPU, time relative to a800
 REPEATS = 3
 
 
@@ -49,8 +63,19 @@ def best_of(run) -> float:
     return min(times)
 
 
+@contextmanager
+def validated_by_building(job_of: dict) -> Iterator[None]:
+    """autotune as it was before: `actor,rollout,reward: all` checked by building it with the placement class."""
+    job = read_job(job_of)
+    with mock.patch.object(inputs, "collocated_fits", lambda *_: accepts_placement(job, COLLOCATED_BLOCK)):
+        yield
+
+
 def main() -> None:
-    print(f"{'G':>6} {'input':<10} {'model':<8} {'search s':>9} {'autotune s':>11}  placement")
+    print(
+        f"{'G':>6} {'input':<10} {'model':<8} {'search s':>9} {'autotune s':>11} {'before s':>9} {'speed-up':>8}"
+        "  placement"
+    )
     for gpus in SIZES:
         for worst in (False, True):
             raw = config(gpus, worst)
@@ -59,11 +84,65 @@ def main() -> None:
                 search_s = best_of(lambda: search_reasoning(task, model))  # noqa: B023
                 # The whole call from the config, as `rlplace autotune` makes it.
                 total_s = best_of(lambda: autotune(read_job(raw), model))  # noqa: B023
+                with validated_by_building(raw):
+                    before_s = best_of(lambda: autotune(read_job(raw), model))  # noqa: B023
+                    before = autotune(read_job(raw), model)
                 result = autotune(read_job(raw), model)
+                assert result.to_json() == before.to_json(), "the fast validation changed an answer"
                 where = ", ".join(f"{k}: {v}" for k, v in result.component_placement.items())
                 label = "worst" if worst else "typical"
-                print(f"{gpus:>6} {label:<10} {model.value:<8} {search_s:>9.3f} {total_s:>11.3f}  {where}")
+                print(
+                    f"{gpus:>6} {label:<10} {model.value:<8} {search_s:>9.4f} {total_s:>11.4f} {before_s:>9.4f} "
+                    f"{before_s / total_s:>7.2f}x  {where}"
+                )
+
+
+def hetero_config(gpus: int, types: int, worst: bool) -> dict:
+    """`config(gpus, worst)` over `types` node groups of equal size, with per-type costs and memory."""
+    raw = config(gpus, worst)
+    nodes = gpus // 8
+    groups, costs = [], {"actor": {}, "inference": {}, "rollout": {}}
+    for index, (label, memory, slowdown) in enumerate(TYPES[:types]):
+        first, last = index * nodes // types, (index + 1) * nodes // types - 1
+        groups.append({"label": label, "node_ranks": f"{first}-{last}", "accelerator_memory_gb": memory})
+        for name, base in (("actor", 101), ("inference", 10), ("rollout", 224)):
+            costs[name][label] = round(base * slowdown, 1)
+    raw["cluster"]["node_groups"] = groups
+    raw["profile_data"] = {f"{name}_cost_by_type": by_type for name, by_type in costs.items()} | {
+        "actor_memory_gb": 56,
+        "rollout_memory_gb": 20,
+        "inference_memory_gb": 16,
+        "model_size_gb": 14,
+    }
+    return raw
+
+
+def hetero_main() -> None:
+    print()
+    print("node groups of different GPUs, the single-type search on the same G alongside (ratio = autotune / 1-type)")
+    print(
+        f"{'G':>6} {'types':>5} {'input':<8} {'model':<8} {'search s':>9} {'autotune s':>11} {'1-type s':>9} "
+        f"{'ratio':>7}  placement"
+    )
+    for gpus, types, worst, model in itertools.product(HETERO_SIZES, (2, 3), (False, True), CostModel):
+        raw = hetero_config(gpus, types, worst)
+        task = read_hetero(read_job(raw), model)
+        search_s = best_of(lambda: search_hetero(task))  # noqa: B023
+        total_s = best_of(lambda: autotune(read_job(raw), model))  # noqa: B023
+        plain = config(gpus, worst)
+        single_s = best_of(lambda: autotune(read_job(plain), model))  # noqa: B023
+        result = autotune(read_job(raw), model)
+        where = ", ".join(
+            f"{k}: {v['node_group']} {v['placement']}" if isinstance(v, dict) else f"{k}: {v}"
+            for k, v in result.component_placement.items()
+        )
+        label = "worst" if worst else "typical"
+        print(
+            f"{gpus:>6} {types:>5} {label:<8} {model.value:<8} {search_s:>9.4f} {total_s:>11.4f} "
+            f"{single_s:>9.4f} {total_s / single_s:>6.1f}x  {where}"
+        )
 
 
 if __name__ == "__main__":
     main()
+    hetero_main()

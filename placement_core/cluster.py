@@ -98,6 +98,11 @@ class NodeGroup:
     hardware_units: tuple[int, ...] = ()
     hardware_configs: tuple[Mapping[str, object], ...] = ()
     env_configs: tuple[EnvConfig, ...] = ()
+    accelerator_type: str | None = None
+    """What kind of GPU the group's nodes have (`a800`, `4090`; auto placement's per-type costs use it).
+    None: not said (auto placement then names the type after the label)."""
+    accelerator_memory_gb: float | None = None
+    """Memory of one of its GPUs in GB (auto placement never places a process that needs more); None: unknown."""
 
     def env_for(self, node_rank: int) -> dict[str, str]:
         """The variables this group sets for a worker on `node_rank` (empty when none)."""
@@ -454,7 +459,26 @@ def _node_group_from_config(raw: object, nodes: Sequence[Node]) -> NodeGroup:
     else:
         hardware_type = ACCELERATOR if any(nodes[r].num_accelerators for r in ranks) else None
     env_configs = _env_configs_from_config(where, raw.get("env_configs") or [], ranks)
-    return NodeGroup(label, tuple(ranks), hardware_type, units, configs, env_configs)
+    accelerator_type, memory_gb = _accelerator_from_config(where, raw, hardware_type)
+    return NodeGroup(label, tuple(ranks), hardware_type, units, configs, env_configs, accelerator_type, memory_gb)
+
+
+def _accelerator_from_config(
+    where: str, raw: Mapping[str, object], hardware_type: str | None
+) -> tuple[str | None, float | None]:
+    """`accelerator_type` and `accelerator_memory_gb` of a node group (docs/autoplace.md): GPU groups only."""
+    kind, memory = raw.get("accelerator_type"), raw.get("accelerator_memory_gb")
+    if (kind is not None or memory is not None) and hardware_type != ACCELERATOR:
+        raise PlacementError(f"{where}: accelerator_type and accelerator_memory_gb describe GPUs; the group has none")
+    if kind is not None and (isinstance(kind, bool) or not str(kind).strip()):
+        raise PlacementError(f"{where}: accelerator_type must be a name like a800, got {kind!r}")
+    if memory is not None and (
+        isinstance(memory, bool) or not isinstance(memory, int | float) or not 0 < memory < float("inf")
+    ):
+        raise PlacementError(
+            f"{where}: accelerator_memory_gb must be a number of GB > 0, got {memory!r}{not_a_number_hint(memory)}"
+        )
+    return (None if kind is None else str(kind).strip()), (None if memory is None else float(memory))
 
 
 def _hardware_from_config(

@@ -265,7 +265,8 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
 #: its cost per GPU type, its memory and its profiled curve, and the model's size and link bandwidths. One
 #: pattern, so a new per-component key is one alternative here.
 PROFILE_DATA_KEY = re.compile(
-    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|[a-z0-9_]*bandwidth[a-z0-9_]*"
+    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|collocated_offload"
+    r"|[a-z0-9_]*bandwidth[a-z0-9_]*"
 )
 #: Examples of valid keys, for "did you mean" (a typo is compared with these).
 PROFILE_DATA_EXAMPLES = (
@@ -277,6 +278,8 @@ PROFILE_DATA_EXAMPLES = (
     "actor_cost_by_type",
     "actor_memory_gb",
     "model_size_gb",
+    "collocated_offload",
+    "sync_bandwidth_gb_s",
 )
 
 
@@ -288,6 +291,6 @@ def check_profile_keys(profile: Mapping[object, object]) -> None:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise PlacementError(
                 f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
-                "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb and "
-                "bandwidths)"
+                "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb, "
+                "collocated_offload and bandwidths)"
             )

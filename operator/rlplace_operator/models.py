@@ -120,6 +120,12 @@ class NodeGroupSpec(
     """Count the nodes themselves, never their hardware (for CPU workers)."""
     env: list[EnvVar] = Field([], max_length=128)
     """Variables every worker on these nodes gets."""
+    accelerator_type: str | None = Field(None, min_length=1, max_length=253)
+    """What kind of GPU the nodes have (a800, 4090), matching the profile's per-type costs (docs/autoplace.md).
+    Default: the nodes' nvidia.com/gpu.product label when they all agree, else the group's name."""
+    accelerator_memory_gb: float | None = Field(None, gt=0, le=1e6)
+    """GB of memory per GPU, a hard limit for auto placement. Default: the nodes' nvidia.com/gpu.memory label
+    (MiB / 1024), the smallest when they differ."""
 
 
 class NodeStatus(_Camel):
@@ -159,6 +165,10 @@ class NodeGroupStatus(_Camel):
     """Matched nodes in rank order."""
     hardware_type: str | None = None
     """Accelerator, a robot type, or empty for a group of plain nodes."""
+    accelerator_type: str | None = None
+    """The GPU type auto placement uses: spec.acceleratorType, else the nodes' nvidia.com/gpu.product label."""
+    accelerator_memory_gb: float | None = None
+    """GB per GPU auto placement uses: spec.acceleratorMemoryGb, else the nodes' nvidia.com/gpu.memory label."""
     total_nodes: int = 0
     """Number of matched nodes."""
     ready_nodes: int = 0
@@ -268,15 +278,56 @@ class Algorithm(_Camel):
     """rollout.max_running_requests."""
 
 
-class Profile(_Camel):
-    """Per-iteration costs in seconds, profiled collocated on all GPUs (docs/autoplace.md)."""
+class SyncBandwidth(_Camel):
+    """GB/s of the actor -> rollout weight sync per link (defaults in docs/autoplace.md)."""
 
-    actor_cost: float = Field(gt=0)
+    same_node: float | None = Field(None, gt=0)
+    """Inside a node (collocated, or both on one node)."""
+    across_nodes: float | None = Field(None, gt=0)
+    """Between nodes of one NodeGroup."""
+    across_groups: float | None = Field(None, gt=0)
+    """Between NodeGroups."""
+
+
+# Keys are GPU type names; no constraint on them, since a CRD's structural schema has no propertyNames.
+_TypeCosts = Annotated[dict[str, Annotated[float, Field(gt=0)]], Field(min_length=1, max_length=64)]
+
+
+class Profile(
+    _Camel,
+    json_schema_extra=cel(
+        "has(self.actorCost) || has(self.actorCostByType)",
+        "actorCost or actorCostByType is required",
+        ("has(self.rolloutCost) || has(self.rolloutCostByType)", "rolloutCost or rolloutCostByType is required"),
+    ),
+):
+    """Per-iteration costs in seconds, profiled collocated on all GPUs (docs/autoplace.md); over NodeGroups of
+    different GPUs also per GPU type, memory per process and the weight sync."""
+
+    actor_cost: float | None = Field(None, gt=0)
     """Seconds per iteration of the actor (training)."""
     inference_cost: float | None = Field(None, gt=0)
     """Seconds per iteration of inference (needed when recomputeLogprobs is true)."""
-    rollout_cost: float = Field(gt=0)
+    rollout_cost: float | None = Field(None, gt=0)
     """Seconds per iteration of rollout (generation)."""
+    actor_cost_by_type: _TypeCosts | None = None
+    """Seconds per iteration of the actor on each GPU type it was measured on, e.g. {a800: 95.7, "4090": 180.2}."""
+    inference_cost_by_type: _TypeCosts | None = None
+    """Seconds per iteration of inference per GPU type."""
+    rollout_cost_by_type: _TypeCosts | None = None
+    """Seconds per iteration of rollout per GPU type."""
+    actor_memory_gb: float | None = Field(None, gt=0)
+    """GB of GPU memory one actor process needs (never placed on smaller GPUs)."""
+    inference_memory_gb: float | None = Field(None, gt=0)
+    """GB of GPU memory one inference process needs."""
+    rollout_memory_gb: float | None = Field(None, gt=0)
+    """GB of GPU memory one rollout process needs."""
+    model_size_gb: float | None = Field(None, gt=0)
+    """GB of weights synced from actor to rollout each iteration."""
+    sync_bandwidth_gb_s: SyncBandwidth | None = None
+    """Bandwidths of the weight sync, overriding the defaults."""
+    collocated_offload: bool | None = None
+    """Collocated components take turns on the GPUs (offloading), so only the largest must fit."""
 
 
 class Resources(_Camel):

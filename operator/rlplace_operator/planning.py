@@ -134,10 +134,19 @@ def plan_job(
                 "auto placement needs profiled costs: set spec.profile or the rlplace.io/profile annotation"
             )
         job = Job(cluster, tuple(entries), REASONING, settings, batch_settings(spec), profile)
-        # The operator's auto placement is the reasoning search (collocated or disaggregated model-parallel).
+        # The operator's auto placement is the reasoning search (collocated or disaggregated model-parallel);
+        # over NodeGroups of different GPUs (types and memory in their status, per-type profile keys) it
+        # also picks each component's group.
         result = autotune(job)
         entries = parse_placement_entries(result.component_placement)
-        applied = [SpecEntry(components=e.key, placement=e.placement) for e in entries]
+        applied = [
+            SpecEntry(
+                components=e.key,
+                placement=e.placement,
+                node_group=",".join(e.node_groups) if e.node_groups else None,
+            )
+            for e in entries
+        ]
         predicted = result.total_cost
         model_parallel = True
     placed: ComponentPlacement = (

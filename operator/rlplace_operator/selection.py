@@ -16,6 +16,9 @@ from rlplace_operator.names import NODE_RANK_LABEL
 from rlplace_operator.taints import Taint, refusal, untolerated
 
 GPU_RESOURCE = "nvidia.com/gpu"
+#: GPU feature discovery's node labels: the GPU model (`NVIDIA-A800-SXM4-80GB`) and its memory in MiB.
+GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +97,22 @@ def unit_resource(spec: NodeGroupSpec) -> str | None:
     return spec.hardware.resource_name if spec.hardware else GPU_RESOURCE
 
 
+def accelerator_of(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> tuple[str | None, float | None]:
+    """The GPU type and GB per GPU of an Accelerator group, for auto placement (docs/autoplace.md).
+
+    The spec wins; else GPU feature discovery's labels: the product when every labelled node agrees (mixed
+    products give no type: the group's name stands in), the smallest memory (a hard limit must hold on every
+    node). None where neither says.
+    """
+    products = {n.labels[GPU_PRODUCT_LABEL] for n in nodes if n.labels.get(GPU_PRODUCT_LABEL)}
+    kind = spec.accelerator_type or (products.pop() if len(products) == 1 else None)
+    memory = spec.accelerator_memory_gb
+    if memory is None:
+        mib = [int(n.labels[GPU_MEMORY_LABEL]) for n in nodes if n.labels.get(GPU_MEMORY_LABEL, "").isdigit()]
+        memory = min(mib) / 1024 if mib and min(mib) > 0 else None
+    return kind, memory
+
+
 def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation: int | None) -> NodeGroupStatus:
     """The status a NodeGroup should have for the current nodes (conditions are added by the handler)."""
     matched = group_nodes(spec, nodes)
@@ -103,9 +122,12 @@ def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation:
         NodeStatus(name=n.name, rank=i, units=n.count(resource) if resource and kind else 0, ready=n.ready)
         for i, n in enumerate(matched)
     ]
+    accelerator, memory = accelerator_of(spec, matched) if kind == ACCELERATOR else (None, None)
     return NodeGroupStatus(
         nodes=entries,
         hardware_type=kind,
+        accelerator_type=accelerator,
+        accelerator_memory_gb=memory,
         total_nodes=len(entries),
         ready_nodes=sum(e.ready for e in entries),
         total_units=sum(e.units for e in entries if e.ready),
@@ -151,7 +173,10 @@ def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cl
         kind = group.status.hardware_type
         units = tuple(e.units for e in ready) if kind not in (None, ACCELERATOR) else ()
         env = (EnvConfig(ranks, tuple((v.name, v.value) for v in group.spec.env)),) if group.spec.env and ranks else ()
-        node_groups.append(NodeGroup(group.name, ranks, kind, units, (), env))
+        status = group.status
+        node_groups.append(
+            NodeGroup(group.name, ranks, kind, units, (), env, status.accelerator_type, status.accelerator_memory_gb)
+        )
     return Cluster(cluster_nodes, node_groups)
 
 

@@ -19,6 +19,7 @@ Public API (what `rlplace autotune`, `rlplace cost` and the operator call):
 curve fits of their profiled points.
 
 Modules: `inputs` checks the job's profile and sizes, `cost` holds both cost models, `search` the exact search,
+`hetero` the model and exact search over node groups of different GPUs (used when a job gives per-type data),
 `embodied` the curve fits and the embodied search, `predict` prices a given placement, `report` the printed
 block and JSON. Every bad input is a
 `PlacementError` with a one-line message.
@@ -28,6 +29,7 @@ from __future__ import annotations
 
 from placement_core.autoplace.cost import CostModel, parse_cost_model
 from placement_core.autoplace.embodied import read_embodied, search_embodied
+from placement_core.autoplace.hetero import pick, read_hetero, search_hetero, summarize, wants_hetero
 from placement_core.autoplace.inputs import read_reasoning
 from placement_core.autoplace.predict import predict_embodied, predict_reasoning
 from placement_core.autoplace.report import AutotuneResult, ComponentChoice, build_result
@@ -63,6 +65,8 @@ def autotune(
     Raises PlacementError for bad input and when no placement of the space is possible.
     """
     model = parse_cost_model(cost_model)
+    if wants_hetero(job):
+        return _autotune_hetero(job, model, progress)
     if job.task_type == EMBODIED:
         task = read_embodied(job)
         schedules = search_embodied(task, progress)
@@ -75,6 +79,34 @@ def autotune(
     if best is None:
         raise PlacementError(_no_placement_message(chain, num_gpus, job))
     return build_result(job.task_type, schedules, best, num_gpus, num_nodes, model.value)
+
+
+def _autotune_hetero(job: Job, model: CostModel, progress: Progress | None) -> AutotuneResult:
+    """Node groups of different GPUs (autoplace/hetero.py): which group(s) and how many GPUs per component."""
+    if job.task_type == EMBODIED:
+        raise PlacementError(
+            "per-type profile data (_cost_by_type, _memory_gb, model_size_gb, sync_bandwidth_gb_s, "
+            "collocated_offload) is for reasoning tasks; embodied auto placement does not read it"
+        )
+    task = read_hetero(job, model)
+    schedules = search_hetero(task, progress)
+    best = pick(list(schedules.values()))
+    if best is None:
+        groups = ", ".join(f"{p.label} ({p.accelerator_type}, {p.gpus} GPUs)" for p in task.pools)
+        raise PlacementError(
+            f"no valid placement for {' -> '.join(task.chain)} on node groups {groups}: no group fits every "
+            "component collocated, and no split gives each component a group whose GPU memory holds it and a GPU "
+            "count it allows (rlplace autotune --explain shows each component per group)"
+        )
+    return build_result(
+        job.task_type,
+        schedules,
+        best,
+        task.base.num_gpus,
+        task.base.num_nodes,
+        model.value,
+        hetero=summarize(task),
+    )
 
 
 def _no_placement_message(chain: str, num_gpus: int, job: Job) -> str:
@@ -100,6 +132,12 @@ def predict_cost(job: Job, cost_model: str | CostModel = CostModel.scaling) -> f
 def predict(job: Job, cost_model: str | CostModel = CostModel.scaling) -> Schedule:
     """The job's own placement as a Schedule (ranges, seconds per batch, total) under autotune's model."""
     model = parse_cost_model(cost_model)
+    if wants_hetero(job):
+        raise PlacementError(
+            "rlplace cost prices placements under the single-type model; this job gives per-type data "
+            "(node groups' accelerator_type/accelerator_memory_gb or per-type profile keys): use rlplace autotune "
+            "--explain for its predictions"
+        )
     if job.task_type == EMBODIED:
         return predict_embodied(job)
     return predict_reasoning(job, model)

@@ -6,7 +6,7 @@ a malformed profile. Bad input is a `PlacementError` with a one-line message nam
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.cluster import Cluster
@@ -14,7 +14,7 @@ from placement_core.components import ComponentPlacement, ModelParallelComponent
 from placement_core.configfile import not_a_number_hint
 from placement_core.errors import PlacementError
 from placement_core.grammar import parse_placement_entries
-from placement_core.jobconfig import Job
+from placement_core.jobconfig import Job, ModelParallelSettings
 
 #: Kinds of chain stage: a rollout engine (SGLang/vLLM-like) or a Megatron model (actor, inference).
 ROLLOUT = "rollout"
@@ -96,11 +96,19 @@ def seconds(profile: Mapping[str, object], key: str) -> float:
 
 def read_reasoning(job: Job) -> ReasoningTask:
     """The reasoning chain `rollout -> inference -> actor` (no inference without recompute_logprobs)."""
+    chain = reasoning_chain(job)
+    require_profile_keys(job.profile, tuple(f"{name}_cost" for name in chain))
+    return reasoning_task(job, {name: seconds(job.profile, f"{name}_cost") for name in chain})
+
+
+def reasoning_chain(job: Job) -> tuple[str, ...]:
+    return ("rollout", "inference", "actor") if job.model_parallel.recompute_logprobs else ("rollout", "actor")
+
+
+def reasoning_task(job: Job, costs: Mapping[str, float]) -> ReasoningTask:
+    """The task with `costs[name]` as each chain component's seconds per iteration on the profiled GPUs."""
     check_gpus(job)
     settings, batch, cluster = job.model_parallel, job.batch, job.cluster
-    chain = ("rollout", "inference", "actor") if settings.recompute_logprobs else ("rollout", "actor")
-    costs = job.profile
-    require_profile_keys(costs, tuple(f"{name}_cost" for name in chain))
     rbs = batch.rollout_batch_size
     if rbs is None:
         raise PlacementError("data.rollout_batch_size is required for auto placement")
@@ -123,9 +131,9 @@ def read_reasoning(job: Job) -> ReasoningTask:
             kind=ROLLOUT if name == "rollout" else MEGATRON,
             model_parallel=sizes[name],
             profiled_gpus=profiled,
-            cost=seconds(costs, f"{name}_cost"),
+            cost=costs[name],
         )
-        for name in chain
+        for name in reasoning_chain(job)
     )
     return ReasoningTask(
         num_gpus=cluster.num_accelerators,
@@ -136,7 +144,7 @@ def read_reasoning(job: Job) -> ReasoningTask:
         max_running_requests=batch.max_running_requests,
         stages=stages,
         rollout_gpu_limit=engines_fit_limit(cluster, settings.rollout.model_parallel),
-        collocated_allowed=accepts_placement(job, COLLOCATED_BLOCK),
+        collocated_allowed=collocated_fits(gpus_per_node(cluster), settings),
     )
 
 
@@ -146,15 +154,63 @@ COLLOCATED_BLOCK = {"actor,rollout,reward": "all"}
 
 def engines_fit_limit(cluster: Cluster, model_parallel: int) -> int:
     """The most GPUs, counted from global GPU 0, that hold whole rollout engines each within one node."""
-    node_of = [node.rank for node in cluster.nodes for _ in range(node.num_accelerators)]
+    return engines_fit(gpus_per_node(cluster), model_parallel)
+
+
+def engines_fit(node_gpus: Sequence[int], model_parallel: int) -> int:
+    """The most GPUs from the first of `node_gpus` (per node, in rank order) that hold whole engines of
+    `model_parallel` GPUs, none straddling two nodes: engines are packed from GPU 0, so the first node whose
+    count is not a multiple of the engine size ends the run."""
     limit = 0
-    while limit + model_parallel <= len(node_of) and node_of[limit] == node_of[limit + model_parallel - 1]:
-        limit += model_parallel
+    for count in node_gpus:
+        limit += count - count % model_parallel
+        if count % model_parallel:
+            break
     return limit
 
 
+def gpus_per_node(cluster: Cluster, node_ranks: Sequence[int] | None = None) -> list[int]:
+    """GPUs of each node that has some, in rank order (of `node_ranks` when given, else every node)."""
+    ranks = range(cluster.num_nodes) if node_ranks is None else node_ranks
+    return [cluster.nodes[r].num_accelerators for r in ranks if cluster.nodes[r].num_accelerators]
+
+
+def collocated_fits(node_gpus: Sequence[int], settings: ModelParallelSettings) -> bool:
+    """Whether `actor,rollout,reward: all` over GPUs laid out as `node_gpus` (per node, in rank order) is a
+    placement `ModelParallelComponentPlacement` accepts, decided from the sizes alone.
+
+    Building the placement to find out costs a Placement record per GPU (most of an autotune call at 2,048
+    GPUs); the class's rules for this one block reduce to arithmetic: both tensor-parallel sizes fit in the G
+    GPUs; the rollout's is a divisor of the actor's when smaller (its engines are strided over blocks of the
+    actor's size, B = max of the two); G is a whole number of such blocks; and when an engine spans more than
+    one GPU, no block straddles two nodes, i.e. every node boundary falls on a multiple of B. A property test
+    holds this equal to `accepts_placement(job, COLLOCATED_BLOCK)` on random clusters and sizes.
+    """
+    total = sum(node_gpus)
+    actor_tp, rollout_tp = settings.actor.tp, settings.rollout.tp
+    if total < 1 or actor_tp > total or rollout_tp > total:
+        return False
+    stride = 1
+    if actor_tp > rollout_tp:
+        if actor_tp % rollout_tp:
+            return False
+        stride = actor_tp // rollout_tp
+    block = rollout_tp * stride
+    if total % block:
+        return False
+    if rollout_tp == 1:
+        return True
+    boundary = 0
+    for count in node_gpus:
+        boundary += count
+        if boundary % block:
+            return False
+    return True
+
+
 def accepts_placement(job: Job, block: Mapping[str, str]) -> bool:
-    """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job.
+    """Whether `block` as `cluster.component_placement` is a valid model-parallel placement for this job, found
+    by building it (the reference `collocated_fits` is tested against, and the "before" of the benchmark).
 
     `cluster.auto_scheduler` is left out: the search proposes collocated and disaggregated placements, and
     AUTO mode (which would reorder the chain) is not one of them.

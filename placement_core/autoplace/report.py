@@ -8,12 +8,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import yaml
 from rich.table import Table
 
 from placement_core.autoplace.search import COLLOCATED, Schedule
+from placement_core.cluster import CLUSTER_GROUP
 from placement_core.jobconfig import EMBODIED
+
+if TYPE_CHECKING:
+    from placement_core.autoplace.hetero import HeteroSummary
 
 HEADLINE = "Best placement for this task is:"
 
@@ -24,6 +29,8 @@ class ComponentChoice:
 
     gpus: tuple[int, int]
     per_batch: float
+    node_group: str | None = None
+    """The node group whose ranks `gpus` counts (node groups of different GPUs only)."""
 
 
 @dataclass(frozen=True)
@@ -45,6 +52,10 @@ class AutotuneResult:
     num_nodes: int
     cost_model: str
     schedules: Mapping[str, Schedule | None] = field(default_factory=dict)
+    hetero: HeteroSummary | None = None
+    """Per-type estimates, assumptions and sync settings when the job gave per-type data (hetero.py)."""
+    sync_cost: float = 0.0
+    sync_link: str = ""
 
     @property
     def speedup(self) -> float | None:
@@ -54,16 +65,35 @@ class AutotuneResult:
         return self.collocated_cost / self.total_cost
 
     def to_json(self) -> dict[str, object]:
-        return {
+        data: dict[str, object] = {
             "mode": self.mode,
             "total_cost": self.total_cost,
             "collocated_cost": self.collocated_cost,
             "component_placement": dict(self.component_placement),
             "components": {
                 name: {"gpus": list(choice.gpus), "per_batch": choice.per_batch}
+                | ({"node_group": choice.node_group} if choice.node_group is not None else {})
                 for name, choice in self.components.items()
             },
         }
+        if self.hetero is not None:
+            data["sync_cost"] = self.sync_cost
+            data["sync_link"] = self.sync_link
+            data["notes"] = list(self.hetero.notes)
+            data["estimates"] = [
+                {
+                    "component": e.component,
+                    "node_group": e.node_group,
+                    "accelerator_type": e.accelerator_type,
+                    "gpus": e.gpus,
+                    "seconds": e.seconds,
+                    "why_not": e.why_not,
+                    "memory_gb": e.memory_gb,
+                    "accelerator_memory_gb": e.accelerator_memory_gb,
+                }
+                for e in self.hetero.estimates
+            ]
+        return data
 
 
 def gpu_range(start: int, end: int) -> str:
@@ -77,6 +107,8 @@ def placement_mapping(task_type: str, schedule: Schedule, num_gpus: int) -> dict
     of its own); disaggregated gives each component its range and reward the rollout's GPUs. Embodied:
     `actor,env,rollout: all`, or env and rollout on their ranges with the actor on all GPUs.
     """
+    if schedule.node_groups:
+        return _node_group_mapping(schedule)
     if schedule.mode == COLLOCATED:
         names = ("actor", "env", "rollout") if task_type == EMBODIED else ("actor", "rollout", "reward")
         return {",".join(names): "all"}
@@ -89,6 +121,21 @@ def placement_mapping(task_type: str, schedule: Schedule, num_gpus: int) -> dict
     return mapping
 
 
+def _node_group_mapping(schedule: Schedule) -> dict[str, object]:
+    """A reasoning placement over node groups: each value `{node_group: X, placement: ...}` (plain strings on
+    the implicit `cluster` group), reward on the rollout's GPUs; what `rlplace plan` reads as it stands."""
+
+    def value(label: str, placement: str) -> object:
+        return placement if label == CLUSTER_GROUP else {"node_group": label, "placement": placement}
+
+    if schedule.mode == COLLOCATED:
+        return {"actor,rollout,reward": value(schedule.node_groups[0], "all")}
+    return {
+        ("rollout,reward" if name == "rollout" else name): value(label, gpu_range(*rng))
+        for name, rng, label in zip(schedule.names, schedule.ranges, schedule.node_groups, strict=True)
+    }
+
+
 def build_result(
     task_type: str,
     schedules: Mapping[str, Schedule | None],
@@ -96,8 +143,10 @@ def build_result(
     num_gpus: int,
     num_nodes: int,
     cost_model: str,
+    hetero: HeteroSummary | None = None,
 ) -> AutotuneResult:
     collocated = schedules.get(COLLOCATED)
+    groups = best.node_groups or (None,) * len(best.names)
     return AutotuneResult(
         task_type=task_type,
         mode=best.mode,
@@ -105,12 +154,15 @@ def build_result(
         collocated_cost=collocated.total if collocated is not None else None,
         component_placement=placement_mapping(task_type, best, num_gpus),
         components={
-            name: ComponentChoice(gpus=rng, per_batch=per_batch)
-            for name, rng, per_batch in zip(best.names, best.ranges, best.per_batch, strict=True)
+            name: ComponentChoice(gpus=rng, per_batch=per_batch, node_group=group)
+            for name, rng, per_batch, group in zip(best.names, best.ranges, best.per_batch, groups, strict=True)
         },
         num_nodes=num_nodes,
         cost_model=cost_model,
         schedules=dict(schedules),
+        hetero=hetero,
+        sync_cost=best.sync,
+        sync_link=best.sync_link,
     )
 
 
@@ -134,7 +186,26 @@ def render_text(result: AutotuneResult, cluster: Mapping[str, object] | None = N
     section = dict(cluster) if cluster is not None else {"num_nodes": result.num_nodes}
     section["component_placement"] = dict(result.component_placement)
     body = yaml.safe_dump({"cluster": section}, sort_keys=False, indent=2, default_flow_style=False, allow_unicode=True)
-    return f"{HEADLINE}\n\n{body}{summary_line(result)}"
+    return f"{HEADLINE}\n\n{body}{summary_line(result)}" + "".join(f"\n# {line}" for line in hetero_lines(result))
+
+
+def hetero_lines(result: AutotuneResult) -> list[str]:
+    """The weight sync and the assumptions made, as comment lines (node groups of different GPUs only)."""
+    if result.hetero is None:
+        return []
+    from placement_core.autoplace.hetero import LINK_WORDS
+
+    lines = []
+    if result.hetero.model_size_gb:
+        bandwidth = result.hetero.bandwidth_gb_s[result.sync_link]
+        lines.append(
+            f"weight sync: {result.sync_cost:.2f} s per iteration ({result.hetero.model_size_gb:g} GB "
+            f"{LINK_WORDS[result.sync_link]} at {bandwidth:g} GB/s), included above"
+        )
+    else:
+        lines.append("weight sync: not priced (no model_size_gb in profile_data)")
+    lines.extend(result.hetero.notes)
+    return lines
 
 
 def explain_table(result: AutotuneResult) -> Table:
@@ -146,10 +217,37 @@ def explain_table(result: AutotuneResult) -> Table:
         if schedule is None:
             table.add_row(mode, "not possible", "-", "-", "")
             continue
+        groups = schedule.node_groups or ("",) * len(schedule.names)
         where = ", ".join(
-            f"{name} {gpu_range(*rng)}" for name, rng in zip(schedule.names, schedule.ranges, strict=True)
+            f"{name} {f'{group}:' if group else ''}{gpu_range(*rng)}"
+            for name, rng, group in zip(schedule.names, schedule.ranges, groups, strict=True)
         )
         per_batch = ", ".join(f"{name} {p:.4g}" for name, p in zip(schedule.names, schedule.per_batch, strict=True))
         chosen = "chosen" if mode == result.mode else ""
+        if schedule.sync_link:
+            per_batch += f"; weight sync {schedule.sync:.3g} s per iteration ({schedule.sync_link.replace('_', ' ')})"
         table.add_row(mode, where, per_batch, f"{schedule.total:.2f}", chosen)
+    return table
+
+
+def estimates_table(result: AutotuneResult) -> Table | None:
+    """Each component on each node group: its best time there alone, the memory check (hetero only)."""
+    if result.hetero is None:
+        return None
+    table = Table(title="each component per node group (alone, at its best GPU count there)", title_justify="left")
+    for column in ("component", "node group", "type", "GPUs", "iteration (s)", "memory per GPU", ""):
+        table.add_column(column, justify="right" if column in ("GPUs", "iteration (s)") else "left")
+    for e in result.hetero.estimates:
+        need = f"{e.memory_gb:g} GB" if e.memory_gb is not None else "not given"
+        have = f"{e.accelerator_memory_gb:g} GB" if e.accelerator_memory_gb is not None else "unknown"
+        fits = (
+            ""
+            if e.memory_gb is None or e.accelerator_memory_gb is None
+            else (" fits" if e.memory_gb <= e.accelerator_memory_gb else " DOES NOT FIT")
+        )
+        seconds = f"{e.seconds:.2f}" if e.seconds is not None else "-"
+        gpus = str(e.gpus) if e.seconds is not None else "-"
+        table.add_row(
+            e.component, e.node_group, e.accelerator_type, gpus, seconds, f"{need} of {have}{fits}", e.why_not or ""
+        )
     return table

@@ -47,7 +47,10 @@ class Schedule:
     """One placement of a chain and its predicted iteration time.
 
     `ranges[i]` is the inclusive GPU range of `names[i]`; `per_batch[i]` its seconds per batch there;
-    `gpu_sets` the number of distinct GPU sets (1 for collocated), the first tie-breaker.
+    `gpu_sets` the number of distinct GPU sets (1 for collocated), the first tie-breaker. Over node groups of
+    different GPUs (hetero.py) `node_groups[i]` is the group whose ranks `ranges[i]` counts, and `sync` the
+    seconds per iteration the weight sync over `sync_link` adds (included in `total`); otherwise they are
+    empty and 0.
     """
 
     mode: str
@@ -56,6 +59,9 @@ class Schedule:
     per_batch: tuple[float, ...]
     total: float
     gpu_sets: int
+    node_groups: tuple[str, ...] = ()
+    sync: float = 0.0
+    sync_link: str = ""
 
     @property
     def gpu_counts(self) -> tuple[int, ...]:

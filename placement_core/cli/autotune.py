@@ -59,7 +59,14 @@ def autotune(
     config_path: ConfigArg,
     cost_model: CostModelOpt = CostModelOption.scaling,
     output_format: FormatOpt = OutputFormat.text,
-    explain: Annotated[bool, typer.Option("--explain", help="Also show the best schedule of each mode.")] = False,
+    explain: Annotated[
+        bool,
+        typer.Option(
+            "--explain",
+            help="Also show the best schedule of each mode; over node groups of different GPUs, each component's "
+            "time and memory check per group and the weight sync cost.",
+        ),
+    ] = False,
     write: Annotated[
         bool,
         typer.Option(
@@ -75,7 +82,7 @@ def autotune(
     config's own cluster: section; or use --write.
     """
     from placement_core import autoplace
-    from placement_core.autoplace.report import explain_table, render_text
+    from placement_core.autoplace.report import estimates_table, explain_table, render_text
     from placement_core.jobconfig import read_job
 
     if write and config_path == STDIN:
@@ -90,7 +97,11 @@ def autotune(
         write_out(render_text(result, cluster if isinstance(cluster, Mapping) else None))
     if explain:
         # With JSON on stdout the table goes to stderr, so stdout stays parseable.
-        console(stderr=output_format is OutputFormat.json).print(explain_table(result))
+        out = console(stderr=output_format is OutputFormat.json)
+        out.print(explain_table(result))
+        per_group = estimates_table(result)
+        if per_group is not None:
+            out.print(per_group)
     if write:
         write_placement(Path(config_path), result.component_placement)
         console(stderr=True).print(f"wrote cluster.component_placement to {quote(config_path)}")

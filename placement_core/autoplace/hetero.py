@@ -1,0 +1,552 @@
+"""Auto placement on node groups of different GPUs (docs/autoplace.md, "Node groups of different GPUs").
+
+Used when a job gives per-type data: a node group's `accelerator_type` / `accelerator_memory_gb`, or in
+`profile_data` a `<component>_cost_by_type`, `<component>_memory_gb`, `model_size_gb`,
+`sync_bandwidth_gb_s` or `collocated_offload`. Without any of them autotune runs today's search unchanged.
+
+The model. A *pool* is one GPU node group (the implicit `cluster` group when none is declared); a component
+runs inside one pool, never across two. On a pool of type t a component's cost per batch is the scaling or
+linear model of `cost.py` with c = (its `_cost_by_type[t]`) / rbs measured on W_t GPUs (every GPU of type t
+in the cluster), or with the single `<component>_cost` on the profiled W GPUs, the same time on every type
+(an assumption the output states). A component never goes where its `<component>_memory_gb` exceeds the
+pool's GPU memory; collocated components add up (or, with `collocated_offload`, the largest counts, as they
+take turns on the GPUs). After each iteration the actor's weights (`model_size_gb`) go to the rollout over
+the slowest link between them: the same node (collocated, or both ranges on one node), across nodes of one
+group, or across node groups.
+
+The space. Collocated: every component on all GPUs of one pool (`{node_group: X, placement: all}`), when
+the placement class accepts it. Disaggregated: each component on its own pool and GPU count; inside a pool
+the components take contiguous ranges from its GPU 0 in chain order (so the rollout, first in the chain,
+starts there and its engines must not straddle nodes), and a pool's GPUs may be left idle. The search is
+exact over this space: `best_counts` finds min sum + (rbs-1) max of the per-batch costs under per-pool GPU
+budgets for every assignment of components to pools. Only GPU counts on each component's *frontier* (a
+count whose cost is lower than every smaller count's) can be needed, since a smaller count never breaks a
+budget and the objective only grows with each cost; the last component's best is a prefix minimum of its
+cost table. The weight sync depends on whether rollout and actor share a node; that case is searched on its
+own (pool budget = its first node's GPUs) and the rest with the across-nodes price, which over-prices only
+points the first case already prices right (the same node is never slower than across nodes: checked).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from placement_core.autoplace.cost import CostModel, StageCost, collocated_total, pipelined_total
+from placement_core.autoplace.inputs import (
+    ROLLOUT,
+    ReasoningTask,
+    collocated_fits,
+    engines_fit,
+    gpus_per_node,
+    reasoning_chain,
+    reasoning_task,
+    seconds,
+)
+from placement_core.autoplace.search import COLLOCATED, DISAGGREGATED, TIE_RTOL, Progress, Schedule, contiguous_ranges
+from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, NODE_GROUP, Cluster, NodeGroup
+from placement_core.errors import PlacementError
+from placement_core.jobconfig import Job
+
+#: profile_data keys of this model (besides `<component>_cost`).
+COST_BY_TYPE = "_cost_by_type"
+MEMORY = "_memory_gb"
+MODEL_SIZE = "model_size_gb"
+BANDWIDTH = "sync_bandwidth_gb_s"
+OFFLOAD = "collocated_offload"
+
+SAME_NODE = "same_node"
+ACROSS_NODES = "across_nodes"
+ACROSS_GROUPS = "across_groups"
+#: GB/s assumed for the weight sync when the profile does not say (docs/autoplace.md): NVLink-class inside a
+#: node, a 100 Gb/s network between nodes of a group, 25 Gb/s Ethernet between node groups.
+DEFAULT_BANDWIDTH_GB_S = {SAME_NODE: 100.0, ACROSS_NODES: 12.5, ACROSS_GROUPS: 3.125}
+LINK_WORDS = {SAME_NODE: "same node", ACROSS_NODES: "across nodes", ACROSS_GROUPS: "across node groups"}
+
+
+def profile_keys(chain: Sequence[str] = ("rollout", "inference", "actor")) -> tuple[str, ...]:
+    """Every profile_data key this model reads (for the unknown-key check of the config reader)."""
+    per_component = tuple(f"{name}{suffix}" for name in chain for suffix in (COST_BY_TYPE, MEMORY))
+    return (*per_component, MODEL_SIZE, BANDWIDTH, OFFLOAD)
+
+
+def wants_hetero(job: Job) -> bool:
+    """Whether the job gives per-type data: a per-type profile key, or GPU node groups that differ in their
+    `accelerator_type` / `accelerator_memory_gb`. Otherwise the single-type search answers, exactly as before
+    (a cluster whose every GPU group is labelled `a800`, 80 GB, is a single-type cluster)."""
+    names = ("rollout", "inference", "actor")
+    if any(job.profile.get(key) is not None for key in profile_keys(names)):
+        return True
+    described = {
+        (group.accelerator_type, group.accelerator_memory_gb)
+        for group in job.cluster.node_groups
+        if group.label not in (CLUSTER_GROUP, NODE_GROUP) and group.hardware_type == ACCELERATOR
+    }
+    return len(described) > 1 and any(kind is not None or memory is not None for kind, memory in described)
+
+
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """One GPU node group the search may place components on."""
+
+    label: str
+    accelerator_type: str
+    memory_gb: float | None
+    node_gpus: tuple[int, ...]
+    """GPUs of each of its nodes (with GPUs), in the group's rank order."""
+    collocated_ok: bool
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.node_gpus)
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One component on one pool: its cost model there (None when it cannot run there, and why)."""
+
+    component: str
+    pool: int
+    cost: StageCost | None
+    why_not: str | None
+    memory_gb: float | None
+    assumed_same_time: bool
+
+
+@dataclass(frozen=True)
+class HeteroTask:
+    base: ReasoningTask
+    pools: tuple[Pool, ...]
+    options: tuple[tuple[Option, ...], ...]
+    """options[i][p]: chain component i on pool p."""
+    model_size_gb: float
+    bandwidth_gb_s: Mapping[str, float]
+    offload: bool
+    notes: tuple[str, ...]
+
+    @property
+    def chain(self) -> tuple[str, ...]:
+        return self.base.chain
+
+    def sync_seconds(self, link: str) -> float:
+        return self.model_size_gb / self.bandwidth_gb_s[link] if self.model_size_gb else 0.0
+
+
+# -- inputs ---------------------------------------------------------------------------------------------------
+
+
+def _positive(profile: Mapping[str, object], key: str) -> float | None:
+    value = profile.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+        raise PlacementError(f"profile_data.{key} must be a number of GB > 0, got {value!r}")
+    return float(value)
+
+
+def _pools(job: Job) -> list[Pool]:
+    cluster: Cluster = job.cluster
+    declared = [
+        g
+        for g in cluster.node_groups
+        if g.label not in (CLUSTER_GROUP, NODE_GROUP)
+        and g.hardware_type == ACCELERATOR
+        and gpus_per_node(cluster, g.node_ranks)
+    ]
+    groups: list[NodeGroup] = declared or [cluster.get_node_group(CLUSTER_GROUP)]
+    seen: dict[int, str] = {}
+    for group in groups:
+        for rank in group.node_ranks:
+            if rank in seen:
+                raise PlacementError(
+                    f"node groups '{seen[rank]}' and '{group.label}' share node {rank}: auto placement over node "
+                    "groups needs GPU groups that share no nodes"
+                )
+            seen[rank] = group.label
+    settings = job.model_parallel
+    return [
+        Pool(
+            label=group.label,
+            accelerator_type=group.accelerator_type or group.label,
+            memory_gb=group.accelerator_memory_gb,
+            node_gpus=tuple(gpus_per_node(cluster, group.node_ranks)),
+            collocated_ok=collocated_fits(gpus_per_node(cluster, group.node_ranks), settings),
+        )
+        for group in groups
+    ]
+
+
+def _bandwidths(profile: Mapping[str, object]) -> dict[str, float]:
+    raw = profile.get(BANDWIDTH)
+    if raw is None:
+        return dict(DEFAULT_BANDWIDTH_GB_S)
+    if not isinstance(raw, Mapping):
+        raise PlacementError(
+            f"profile_data.{BANDWIDTH} must be a mapping like {{same_node: 100, across_nodes: 12.5, "
+            f"across_groups: 3.125}} (GB/s), got {raw!r}"
+        )
+    unknown = [str(k) for k in raw if k not in DEFAULT_BANDWIDTH_GB_S]
+    if unknown:
+        raise PlacementError(
+            f"profile_data.{BANDWIDTH}: unknown link '{unknown[0]}' (known: {', '.join(DEFAULT_BANDWIDTH_GB_S)})"
+        )
+    result = dict(DEFAULT_BANDWIDTH_GB_S)
+    for link, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
+            raise PlacementError(f"profile_data.{BANDWIDTH}.{link} must be a number of GB/s > 0, got {value!r}")
+        result[str(link)] = float(value)
+    if result[SAME_NODE] < result[ACROSS_NODES]:
+        raise PlacementError(
+            f"profile_data.{BANDWIDTH}: same_node ({result[SAME_NODE]:g} GB/s) must be at least across_nodes "
+            f"({result[ACROSS_NODES]:g} GB/s)"
+        )
+    return result
+
+
+def _costs_by_type(profile: Mapping[str, object], name: str) -> dict[str, float]:
+    key = f"{name}{COST_BY_TYPE}"
+    raw = profile.get(key)
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping) or not raw:
+        raise PlacementError(f"profile_data.{key} must map accelerator types to seconds, like {{a800: 95.7}}")
+    return {str(kind): seconds({f"{key}.{kind}": value}, f"{key}.{kind}") for kind, value in raw.items()}
+
+
+def read_hetero(job: Job, model: CostModel) -> HeteroTask:
+    """The job as the node-group model sees it; one-line `PlacementError`s for bad input."""
+    profile = job.profile
+    chain = reasoning_chain(job)
+    pools = _pools(job)
+    types = list(dict.fromkeys(pool.accelerator_type for pool in pools))
+    by_type = {name: _costs_by_type(profile, name) for name in chain}
+    single = {
+        name: seconds(profile, f"{name}_cost") if profile.get(f"{name}_cost") is not None else None for name in chain
+    }
+    missing = [name for name in chain if single[name] is None and not any(kind in types for kind in by_type[name])]
+    if missing:
+        keys = ", ".join(f"{name}_cost or {name}{COST_BY_TYPE}" for name in missing)
+        raise PlacementError(
+            f"profile data is not provided: missing {keys} for the GPU types here ({', '.join(types)}; add under "
+            "profile_data)"
+        )
+    base = reasoning_task(job, {name: single[name] or 0.0 for name in chain})
+    memory = {name: _positive(profile, f"{name}{MEMORY}") for name in chain}
+    for pool in pools:
+        if pool.memory_gb is None and any(memory.values()):
+            needs = ", ".join(f"{name}{MEMORY}" for name in chain if memory[name])
+            raise PlacementError(
+                f"node group '{pool.label}' has no accelerator_memory_gb, so profile_data.{needs} cannot be checked "
+                "against it (set it on the node group)"
+            )
+    offload = profile.get(OFFLOAD, False)
+    if not isinstance(offload, bool):
+        raise PlacementError(f"profile_data.{OFFLOAD} must be true or false, got {offload!r}")
+    gpus_of_type = {kind: sum(p.gpus for p in pools if p.accelerator_type == kind) for kind in types}
+    options = []
+    assumed: list[str] = []
+    for stage in base.stages:
+        row = []
+        for index, pool in enumerate(pools):
+            kind = pool.accelerator_type
+            need = memory[stage.name]
+            if kind in by_type[stage.name]:
+                priced = replace(stage, cost=by_type[stage.name][kind], profiled_gpus=gpus_of_type[kind])
+                same_time = False
+            elif single[stage.name] is not None:
+                priced, same_time = stage, len(types) > 1
+            else:
+                row.append(Option(stage.name, index, None, f"no cost measured on {kind}", need, False))
+                continue
+            if need is not None and pool.memory_gb is not None and need > pool.memory_gb:
+                why = f"needs {need:g} GB per GPU, {kind} has {pool.memory_gb:g} GB"
+                row.append(Option(stage.name, index, None, why, need, same_time))
+                continue
+            if same_time and stage.name not in assumed:
+                assumed.append(stage.name)
+            row.append(Option(stage.name, index, StageCost.build(base, priced, model), None, need, same_time))
+        options.append(tuple(row))
+    notes = []
+    if assumed:
+        notes.append(
+            f"assumption: {', '.join(assumed)} take the same time on every GPU type ({', '.join(types)}): only "
+            f"{' and '.join(f'{n}_cost' for n in assumed)} is given, add {assumed[0]}{COST_BY_TYPE} to tell them apart"
+        )
+    elsewhere = sorted({kind for name in chain for kind in by_type[name] if kind not in types})
+    if elsewhere:
+        notes.append(
+            f"no node group here has type {', '.join(elsewhere)} (types: {', '.join(types)}): those costs are not used"
+        )
+    unchecked = [name for name in chain if memory[name] is None]
+    if unchecked and len(pools) > 1:
+        notes.append(f"memory not checked for {', '.join(unchecked)} (no {unchecked[0]}{MEMORY} in profile_data)")
+    return HeteroTask(
+        base=base,
+        pools=tuple(pools),
+        options=tuple(options),
+        model_size_gb=_positive(profile, MODEL_SIZE) or 0.0,
+        bandwidth_gb_s=_bandwidths(profile),
+        offload=offload,
+        notes=tuple(notes),
+    )
+
+
+# -- cost tables ----------------------------------------------------------------------------------------------
+
+
+def cost_table(task: HeteroTask, component: int, pool: int) -> np.ndarray:
+    """Seconds per batch of a component on g = 0..pool.gpus GPUs of a pool in a disaggregated placement,
+    inf where not allowed (memory, no cost, the model's rules, a rollout engine straddling nodes)."""
+    target = task.pools[pool]
+    option = task.options[component][pool]
+    out = np.full(target.gpus + 1, np.inf)
+    if option.cost is None:
+        return out
+    limit = target.gpus
+    if option.cost.stage.kind == ROLLOUT:
+        limit = engines_fit(target.node_gpus, option.cost.stage.model_parallel)
+    out[: limit + 1] = option.cost.table(limit)
+    return out
+
+
+def collocated_memory(task: HeteroTask) -> float:
+    """GB per GPU the collocated components need: the actor recomputes log-probs itself (no inference
+    process); without offloading rollout and actor stay resident together."""
+    needs = [o[0].memory_gb or 0.0 for o, name in zip(task.options, task.chain, strict=True) if name != "inference"]
+    return max(needs) if task.offload else sum(needs)
+
+
+def collocated_schedule(task: HeteroTask, pool: int) -> Schedule | None:
+    target = task.pools[pool]
+    if not target.collocated_ok:
+        return None
+    if target.memory_gb is not None and collocated_memory(task) > target.memory_gb:
+        return None
+    per_batch = []
+    for row in task.options:
+        cost = row[pool].cost
+        value = cost(target.gpus) if cost is not None else None
+        if value is None:
+            return None
+        per_batch.append(value)
+    sync = task.sync_seconds(SAME_NODE)
+    k = len(per_batch)
+    return Schedule(
+        mode=COLLOCATED,
+        names=task.chain,
+        ranges=((0, target.gpus - 1),) * k,
+        per_batch=tuple(per_batch),
+        total=collocated_total(per_batch, task.base.rollout_batch_size) + sync,
+        gpu_sets=1,
+        node_groups=(target.label,) * k,
+        sync=sync,
+        sync_link=SAME_NODE,
+    )
+
+
+def sync_link(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> str:
+    """The link the weights cross from actor to rollout in a disaggregated placement."""
+    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
+    if pools[rollout] != pools[actor]:
+        return ACROSS_GROUPS
+    span = sum(c for p, c in zip(pools, counts, strict=True) if p == pools[actor])
+    return SAME_NODE if span <= task.pools[pools[actor]].node_gpus[0] else ACROSS_NODES
+
+
+def disaggregated_schedule(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> Schedule:
+    """The schedule of one point of the disaggregated space (ranges from each pool's GPU 0, chain order)."""
+    per_batch = tuple(
+        task.options[i][p].cost(g)  # type: ignore[union-attr]
+        for i, (p, g) in enumerate(zip(pools, counts, strict=True))
+    )
+    ranges = []
+    used = dict.fromkeys(pools, 0)
+    for p, g in zip(pools, counts, strict=True):
+        ranges.append(contiguous_ranges([g], used[p])[0])
+        used[p] += g
+    link = sync_link(task, pools, counts)
+    sync = task.sync_seconds(link)
+    return Schedule(
+        mode=DISAGGREGATED,
+        names=task.chain,
+        ranges=tuple(ranges),
+        per_batch=per_batch,
+        total=pipelined_total(per_batch, task.base.rollout_batch_size) + sync,
+        gpu_sets=len(counts),
+        node_groups=tuple(task.pools[p].label for p in pools),
+        sync=sync,
+        sync_link=link,
+    )
+
+
+# -- the search -------------------------------------------------------------------------------------------
+
+
+def frontier(table: np.ndarray) -> np.ndarray:
+    """GPU counts whose cost is lower than that of every smaller count (the only ones a budget can need)."""
+    finite = np.isfinite(table)
+    if not finite.any():
+        return np.empty(0, dtype=np.int64)
+    before = np.minimum.accumulate(np.concatenate(([np.inf], table[:-1])))
+    return np.flatnonzero(finite & (table < before))
+
+
+def best_counts(
+    tables: Sequence[np.ndarray], pools: Sequence[int], budgets: Mapping[int, int], weight: float
+) -> tuple[tuple[int, ...], float] | None:
+    """min over counts of sum_i t_i[g_i] + weight * max_i t_i[g_i], with sum of g_i over each pool's
+    components <= its budget; ties to the smallest counts in chain order. None when nothing fits."""
+    k = len(tables)
+    fronts = []
+    for table, p in zip(tables, pools, strict=True):
+        front = frontier(table[: budgets[p] + 1])
+        if len(front) == 0:
+            return None
+        fronts.append(front)
+    order = sorted(range(k), key=lambda i: (len(fronts[i]), i))
+    outer, inner, last = order[:-2], order[-2], order[-1]
+    last_table = tables[last][: budgets[pools[last]] + 1]
+    prefix_min = np.minimum.accumulate(last_table)
+    # the smallest count reaching each prefix minimum (the frontier point at or below r)
+    last_front = fronts[last]
+    rows = list(itertools.product(*(fronts[i].tolist() for i in outer)))
+
+    def row(fixed: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+        left = dict(budgets)
+        for i, g in zip(outer, fixed, strict=True):
+            left[pools[i]] -= g
+        if any(v < 0 for v in left.values()):
+            return None
+        xs = fronts[inner][fronts[inner] <= left[pools[inner]]]
+        if len(xs) == 0:
+            return None
+        rest = left[pools[last]] - (xs if pools[inner] == pools[last] else 0)
+        rest = np.broadcast_to(rest, xs.shape)
+        ok = rest >= 0
+        xs, rest = xs[ok], rest[ok]
+        if len(xs) == 0:
+            return None
+        last_cost = prefix_min[rest]
+        fixed_costs = [float(tables[i][g]) for i, g in zip(outer, fixed, strict=True)]
+        inner_cost = tables[inner][xs]
+        total = inner_cost + last_cost + sum(fixed_costs)
+        slowest = np.maximum(inner_cost, last_cost)
+        if fixed_costs:
+            slowest = np.maximum(slowest, max(fixed_costs))
+        return xs, rest, total + weight * slowest
+
+    mins = np.full(len(rows), np.inf)
+    for n, fixed in enumerate(rows):
+        found = row(fixed)
+        if found is not None:
+            mins[n] = found[2].min()
+    if len(rows) == 0 or not np.isfinite(mins.min()):
+        return None
+    best = float(mins.min())
+    threshold = best + TIE_RTOL * abs(best)
+    chosen: tuple[tuple[int, ...], float] | None = None
+    for n in np.flatnonzero(mins <= threshold):
+        xs, rest, totals = row(rows[n])  # type: ignore[misc]
+        for hit in np.flatnonzero(totals <= threshold):
+            counts = [0] * k
+            for i, g in zip(outer, rows[n], strict=True):
+                counts[i] = g
+            counts[inner] = int(xs[hit])
+            counts[last] = int(last_front[np.searchsorted(last_front, rest[hit], side="right") - 1])
+            candidate = (tuple(counts), float(totals[hit]))
+            if chosen is None or candidate[0] < chosen[0]:
+                chosen = candidate
+    return chosen
+
+
+def search_hetero(task: HeteroTask, progress: Progress | None = None) -> dict[str, Schedule | None]:
+    """The best collocated and the best disaggregated schedule over the node groups (None where impossible)."""
+    collocated = pick([collocated_schedule(task, p) for p in range(len(task.pools))])
+    k, n_pools = len(task.chain), len(task.pools)
+    tables = [[cost_table(task, i, p) for p in range(n_pools)] for i in range(k)]
+    weight = float(task.base.rollout_batch_size - 1)
+    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
+    found: list[Schedule] = []
+    assignments = list(itertools.product(range(n_pools), repeat=k))
+    for done, pools in enumerate(assignments, 1):
+        budgets = {p: task.pools[p].gpus for p in set(pools)}
+        cases = [budgets]
+        if pools[rollout] == pools[actor]:
+            # rollout and actor on one node: the same-node sync price applies only within the first node
+            shared = pools[actor]
+            cases.insert(0, {**budgets, shared: min(budgets[shared], task.pools[shared].node_gpus[0])})
+        for case in cases:
+            best = best_counts([tables[i][p] for i, p in enumerate(pools)], pools, case, weight)
+            if best is not None:
+                found.append(disaggregated_schedule(task, pools, best[0]))
+        if progress is not None:
+            progress(done, len(assignments))
+    return {COLLOCATED: collocated, DISAGGREGATED: pick(found)}
+
+
+def hetero_tie_key(schedule: Schedule) -> tuple[int, tuple[int, ...], tuple[str, ...]]:
+    return (schedule.gpu_sets, schedule.gpu_counts, schedule.node_groups)
+
+
+def pick(schedules: Sequence[Schedule | None]) -> Schedule | None:
+    """The fastest; ties to fewer GPU sets, then smaller GPU counts in chain order, then node group labels."""
+    found = [s for s in schedules if s is not None]
+    if not found:
+        return None
+    best = min(s.total for s in found)
+    return min((s for s in found if s.total <= best + TIE_RTOL * abs(best)), key=hetero_tie_key)
+
+
+# -- what --explain and the JSON show ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypeEstimate:
+    """One component on one node group: its best iteration time there alone, or why it cannot run there."""
+
+    component: str
+    node_group: str
+    accelerator_type: str
+    gpus: int
+    """The GPU count of that best time (0 when it cannot run there)."""
+    seconds: float | None
+    why_not: str | None
+    memory_gb: float | None
+    accelerator_memory_gb: float | None
+
+
+@dataclass(frozen=True)
+class HeteroSummary:
+    estimates: tuple[TypeEstimate, ...]
+    notes: tuple[str, ...]
+    model_size_gb: float
+    bandwidth_gb_s: Mapping[str, float]
+
+
+def summarize(task: HeteroTask) -> HeteroSummary:
+    rbs = task.base.rollout_batch_size
+    estimates = []
+    for i, row in enumerate(task.options):
+        for p, option in enumerate(row):
+            pool = task.pools[p]
+            table = cost_table(task, i, p)
+            finite = np.isfinite(table)
+            best = int(np.argmin(table)) if finite.any() else 0
+            why = option.why_not or (None if finite.any() else "no GPU count of the group fits its model-parallel size")
+            estimates.append(
+                TypeEstimate(
+                    component=option.component,
+                    node_group=pool.label,
+                    accelerator_type=pool.accelerator_type,
+                    gpus=best,
+                    seconds=float(table[best]) * rbs if finite.any() else None,
+                    why_not=why,
+                    memory_gb=option.memory_gb,
+                    accelerator_memory_gb=pool.memory_gb,
+                )
+            )
+    return HeteroSummary(tuple(estimates), task.notes, task.model_size_gb, dict(task.bandwidth_gb_s))
