@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Self
 
 from placement_core.cluster import ACCELERATOR, CLUSTER_GROUP, Cluster, RankSpace
 from placement_core.errors import CapacityError, PlacementError
@@ -236,18 +237,15 @@ _MODEL_COMPONENTS = ("actor", "rollout", "inference", "critic", "critic_inferenc
 _REQUIRED = ("actor", "rollout", "reward")
 
 
-class ModelParallelComponentPlacement(ComponentPlacement):
-    """Reasoning tasks: actor, rollout, reward (+ inference, critic, critic_inference) laid out by their
-    model-parallel sizes as collocated, disaggregated or auto-scheduled (docs/placement.md, "Modes")."""
-
-    def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
-        self._build(placement_entries(config), cluster)
-        self._lay_out(ModelParallelSettings.from_config(config, self.components))
+class _PackedLayout(ComponentPlacement):
+    """A placement whose final strategies are Packed ones laid out from model-parallel settings (the reasoning
+    and evaluation classes): the parsed entries are checked, then `_lay_out` replaces some of their strategies.
+    Accessors follow the final strategies; a component that got none keeps its parsed one."""
 
     @classmethod
     def from_entries(
         cls, entries: Sequence[PlacementEntry], cluster: Cluster, settings: ModelParallelSettings | None = None
-    ) -> ModelParallelComponentPlacement:
+    ) -> Self:
         """The placement of typed entries and settings (what the operator has), without a config mapping."""
         placement = cls.__new__(cls)
         placement._build(entries, cluster)
@@ -257,6 +255,41 @@ class ModelParallelComponentPlacement(ComponentPlacement):
     def _build(self, entries: Sequence[PlacementEntry], cluster: Cluster) -> None:
         self._strategies: dict[str, PlacementStrategy] = {}  # until they are built, accessors use the parsed ones
         super()._build(entries, cluster)
+
+    def _lay_out(self, settings: ModelParallelSettings) -> None:
+        raise NotImplementedError
+
+    def _packed(
+        self, name: str, per_process: int, stride: int = 1, first: int | None = None, last: int | None = None
+    ) -> PackedPlacementStrategy:
+        """`name`'s GPUs (from `first` to `last`; default its parsed range) packed `per_process` at a time."""
+        entry = self._entries[name]
+        start = entry.hardware_ranks[0] if first is None else first
+        end = entry.hardware_ranks[-1] if last is None else last
+        try:
+            return PackedPlacementStrategy(start, end, per_process, stride, entry.labels)
+        except PlacementError as err:
+            raise type(err)(f"component '{name}': {err} (in '{entry.key}: {entry.text}')") from None
+
+    def get_strategy(self, component_name: str) -> PlacementStrategy:
+        self._entry(component_name)
+        strategy = self._strategies.get(component_name)
+        return strategy if strategy is not None else super().get_strategy(component_name)
+
+    def get_hardware_ranks(self, component_name: str) -> list[int]:
+        strategy = self.get_strategy(component_name)
+        if isinstance(strategy, PackedPlacementStrategy):
+            return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
+        return super().get_hardware_ranks(component_name)
+
+
+class ModelParallelComponentPlacement(_PackedLayout):
+    """Reasoning tasks: actor, rollout, reward (+ inference, critic, critic_inference) laid out by their
+    model-parallel sizes as collocated, disaggregated or auto-scheduled (docs/placement.md, "Modes")."""
+
+    def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
+        self._build(placement_entries(config), cluster)
+        self._lay_out(ModelParallelSettings.from_config(config, self.components))
 
     def _lay_out(self, settings: ModelParallelSettings) -> None:
         """Check the model-parallel rules and replace the parsed strategies by the Packed ones."""
@@ -286,17 +319,6 @@ class ModelParallelComponentPlacement(ComponentPlacement):
     @property
     def placement_mode(self) -> PlacementMode:
         return self._mode
-
-    def get_strategy(self, component_name: str) -> PlacementStrategy:
-        self._entry(component_name)
-        strategy = self._strategies.get(component_name)
-        return strategy if strategy is not None else super().get_strategy(component_name)
-
-    def get_hardware_ranks(self, component_name: str) -> list[int]:
-        strategy = self.get_strategy(component_name)
-        if isinstance(strategy, PackedPlacementStrategy):
-            return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
-        return super().get_hardware_ranks(component_name)
 
     def get_units(self, component_name: str) -> set[tuple[int, int, str | None]]:
         """The physical GPUs of the final strategy (in auto mode the actor holds every GPU, and a rollout with
@@ -421,17 +443,6 @@ class ModelParallelComponentPlacement(ComponentPlacement):
 
     # -- strategies ------------------------------------------------------------------------------------------
 
-    def _packed(
-        self, name: str, per_process: int, stride: int = 1, start: int | None = None
-    ) -> PackedPlacementStrategy:
-        entry = self._entries[name]
-        first = entry.hardware_ranks[0] if start is None else start
-        last = entry.hardware_ranks[-1]
-        try:
-            return PackedPlacementStrategy(first, last, per_process, stride, entry.labels)
-        except PlacementError as err:
-            raise type(err)(f"component '{name}': {err} (in '{entry.key}: {entry.text}')") from None
-
     def _model_parallel_strategies(self, present: list[str]) -> dict[str, PlacementStrategy]:
         s = self.settings
         strategies: dict[str, PlacementStrategy] = {}
@@ -460,7 +471,7 @@ class ModelParallelComponentPlacement(ComponentPlacement):
                     f"component 'rollout': {gpus} GPUs are not a multiple of tensor*pipeline parallel size {mp} "
                     f"{self._quote('rollout')}"
                 )
-            strategies["rollout"] = self._packed("rollout", mp, start=start)
+            strategies["rollout"] = self._packed("rollout", mp, first=start)
         for name in (*present, "reward"):
             if name in strategies:
                 continue
@@ -499,7 +510,7 @@ class MultiAgentComponentPlacement(ModelParallelComponentPlacement):
             self._check_places(self._entries[name], self._strategies[name], name)
 
 
-class ModelParallelEvalComponentPlacement(ComponentPlacement):
+class ModelParallelEvalComponentPlacement(_PackedLayout):
     """Evaluation runs (`runner.task_type: reasoning_eval`): rollout and reward, always collocated. The
     rollout is packed in groups of its tensor parallel size over its continuous GPU range; the reward gets one
     process per GPU over its range. Other components keep the placement they were given."""
@@ -507,19 +518,6 @@ class ModelParallelEvalComponentPlacement(ComponentPlacement):
     def __init__(self, config: Mapping[str, object], cluster: Cluster) -> None:
         self._build(placement_entries(config), cluster)
         self._lay_out(ModelParallelSettings.from_config(config))
-
-    @classmethod
-    def from_entries(
-        cls, entries: Sequence[PlacementEntry], cluster: Cluster, settings: ModelParallelSettings | None = None
-    ) -> ModelParallelEvalComponentPlacement:
-        placement = cls.__new__(cls)
-        placement._build(entries, cluster)
-        placement._lay_out(settings or ModelParallelSettings())
-        return placement
-
-    def _build(self, entries: Sequence[PlacementEntry], cluster: Cluster) -> None:
-        self._strategies: dict[str, PlacementStrategy] = {}
-        super()._build(entries, cluster)
 
     def _lay_out(self, settings: ModelParallelSettings) -> None:
         self.settings = settings
@@ -546,31 +544,9 @@ class ModelParallelEvalComponentPlacement(ComponentPlacement):
         for name, strategy in self._strategies.items():
             self._check_places(self._entries[name], strategy, name)
 
-    def _packed(
-        self, name: str, per_process: int, stride: int = 1, first: int | None = None, last: int | None = None
-    ) -> PackedPlacementStrategy:
-        entry = self._entries[name]
-        start = entry.hardware_ranks[0] if first is None else first
-        end = entry.hardware_ranks[-1] if last is None else last
-        try:
-            return PackedPlacementStrategy(start, end, per_process, stride, entry.labels)
-        except PlacementError as err:
-            raise type(err)(f"component '{name}': {err} (in '{entry.key}: {entry.text}')") from None
-
     @property
     def placement_mode(self) -> PlacementMode:
         return PlacementMode.COLLOCATED
-
-    def get_strategy(self, component_name: str) -> PlacementStrategy:
-        self._entry(component_name)
-        strategy = self._strategies.get(component_name)
-        return strategy if strategy is not None else super().get_strategy(component_name)
-
-    def get_hardware_ranks(self, component_name: str) -> list[int]:
-        strategy = self.get_strategy(component_name)
-        if isinstance(strategy, PackedPlacementStrategy):
-            return list(range(strategy.start_hardware_rank, strategy.end_hardware_rank + 1))
-        return super().get_hardware_ranks(component_name)
 
     @property
     def rollout_world_size(self) -> int:

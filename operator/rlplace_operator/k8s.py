@@ -124,19 +124,17 @@ class Kube:
         """Whether the API serves ray.io/v1 RayJobs (see raycluster_crd_installed)."""
         return self._ray_kind_served(RAYJOB_PLURAL)
 
-    def container_log_heads(
-        self, namespace: str, label_selector: str, container: str, limit_bytes: int, newest_only: bool = False
+    def _container_logs(
+        self, namespace: str, label_selector: str, container: str, newest_only: bool = False, **read: int
     ) -> Iterator[str]:
-        """The first `limit_bytes` of `container`'s log in each pod matching `label_selector`, newest pod
-        first, read one at a time as the caller asks; pods whose container has no log yet are skipped. With
-        `newest_only`, only the newest pod's."""
+        """`container`'s log (`read`: limit_bytes or tail_lines) in each pod matching `label_selector`, newest pod
+        first (with `newest_only`, only the newest pod), read one at a time as the caller asks; pods whose
+        container has no log yet are skipped."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
         pods = sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
         for pod in pods[:1] if newest_only else pods:
             try:
-                yield self.core.read_namespaced_pod_log(
-                    pod.metadata.name, namespace, container=container, limit_bytes=limit_bytes
-                )
+                yield self.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container, **read)
             except ApiException as err:
                 # 400: the container has not started; 404: the pod just went away; 5xx: the API server could
                 # not reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
@@ -144,19 +142,17 @@ class Kube:
                     continue
                 raise
 
+    def container_log_heads(
+        self, namespace: str, label_selector: str, container: str, limit_bytes: int, newest_only: bool = False
+    ) -> Iterator[str]:
+        """The first `limit_bytes` of `container`'s log in each pod matching `label_selector`, newest pod
+        first (see `_container_logs`)."""
+        return self._container_logs(namespace, label_selector, container, newest_only, limit_bytes=limit_bytes)
+
     def container_log_tail(self, namespace: str, label_selector: str, container: str, lines: int) -> str:
-        """The last `lines` of `container`'s log in the newest pod matching `label_selector` ('' if none)."""
-        pods = self.core.list_namespaced_pod(namespace, label_selector=label_selector).items
-        for pod in sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True):
-            try:
-                return self.core.read_namespaced_pod_log(
-                    pod.metadata.name, namespace, container=container, tail_lines=lines
-                )
-            except ApiException as err:
-                if err.status in (400, 404) or err.status >= 500:
-                    continue
-                raise
-        return ""
+        """The last `lines` of `container`'s log in the newest pod matching `label_selector` that has one ('' if
+        none)."""
+        return next(self._container_logs(namespace, label_selector, container, tail_lines=lines), "")
 
     def warning_events(self, namespace: str) -> list[dict]:
         """The namespace's Warning events (core/v1), as API JSON dicts."""
