@@ -248,7 +248,7 @@ class Kube:
                 raise StatusConflict(metadata["name"]) from None
             if err.status != 422:
                 raise
-            refusal = short(f"the API server refused the status update: {_message(err)}")
+            refusal = short(f"the API server refused the status update: {api_message(err)}")
             conditions = set_condition(before.get("conditions"), STATUS_WRITTEN, False, STATUS_REJECTED, refusal)
             try:
                 self.patch_rljob_status(metadata["namespace"], metadata["name"], {"conditions": conditions})
@@ -262,7 +262,8 @@ class Kube:
         return obj if isinstance(obj, dict) else self.api_client.sanitize_for_serialization(obj)
 
 
-def _message(err: ApiException) -> str:
+def api_message(err: ApiException) -> str:
+    """What the API server said, from its Status body (its reason when the body has none)."""
     try:
         return str(json.loads(err.body).get("message", err.reason))
     except (TypeError, ValueError):

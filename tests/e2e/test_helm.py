@@ -108,7 +108,7 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
         ("create", "rayclusters.ray.io", True),
         ("create", "rayjobs.ray.io", True),
         ("patch", "rayjobs.ray.io", True),
-        ("delete", "rayjobs.ray.io", False),
+        ("delete", "rayjobs.ray.io", True),  # a job that gives its nodes back deletes its RayJob
         ("list", "pods", True),
         ("get", "pods --subresource=log", True),
         ("create", "pods --subresource=exec", False),

@@ -157,14 +157,12 @@ def wait_group_ready(jobs: RunJobs, group: str) -> None:
 
 
 def long_driver(seconds: int) -> str:
-    """The reference driver, then a Ray actor on node rank 0's worker called every second for `seconds`: a
-    driver whose processes stay alive on the workers, so losing a pod fails it."""
-    script = (
-        "import ray, time; ray.init(); "
-        "A = ray.remote(num_cpus=0, resources={'rlplace_node_0': 1})(type('A', (), {'ping': lambda self: 1})); "
-        f"a = A.remote(); [(ray.get(a.ping.remote()), time.sleep(1)) for _ in range({seconds})]"
-    )
-    return f'python -m placement_core.launcher.demo && python -c "{script}"'
+    """The reference driver running about `seconds` one-second synthetic steps (actor 0.5 s, rollout 0.3 s,
+    reward 0.2 s on the collocated GPUs): its processes stay alive on the workers the whole time, so losing a
+    pod fails it. One command: KubeRay's submitter runs the entrypoint inside `ray job submit ... -- <entrypoint>`
+    unquoted, so a `&&` chain would run its second half in the submitter pod, not in the Ray job."""
+    laws = " ".join(f"--law {law}" for law in ("actor=0.5", "rollout=0.3", "reward=0.2"))
+    return f"python -m placement_core.launcher.demo --steps {seconds} --workload synthetic {laws}"
 
 
 def test_an_image_that_cannot_be_pulled_names_the_cause_and_the_next_job_gets_the_nodes(

@@ -39,10 +39,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [ray.io]
   resources: [rayclusters]
   verbs: [get, list, watch, create, patch, delete]
-# Jobs with an entrypoint run as RayJobs (suspend is a patch; deletion cascades through ownerReferences).
+# Jobs with an entrypoint run as RayJobs (suspend is a patch). A job whose pods cannot start, or that gives
+# its nodes back to the queue, has its RayJob deleted (its RayCluster and submitter go with it).
 - apiGroups: [ray.io]
   resources: [rayjobs]
-  verbs: [get, list, watch, create, patch]
+  verbs: [get, list, watch, create, patch, delete]
 # The driver's binding report is read from its log (the RayJob submitter's pod); the Ray pods get no rights.
 - apiGroups: [""]
   resources: [pods]

@@ -34,7 +34,7 @@ from rlplace_operator.handlers import rljob
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.queue import Ledger, Snapshot, queue_pass
 from rlplace_operator.handlers.raycluster import raycluster_ready
-from rlplace_operator.k8s import Kube, StatusConflict
+from rlplace_operator.k8s import Kube, StatusConflict, api_message
 from rlplace_operator.models import GROUP, VERSION, JobPhase
 from rlplace_operator.names import (
     API_VERSION,
@@ -418,8 +418,9 @@ def _safely(memo: kopf.Memo, observer: Observer, job: Job, queue: Decision | Non
     except ApiException as err:
         if err.status == 404:
             return None
+        # The API's own message names the refused verb and resource (a missing RBAC rule, say): say it whole.
         logger.warning(
-            "RLJob %s/%s: reconcile failed (%s %s); the next pass looks again", *job.key, err.status, err.reason
+            "RLJob %s/%s: reconcile failed (%s: %s); the next pass looks again", *job.key, err.status, api_message(err)
         )
         return None
     except Exception:  # one job's failure must not stop the pass (the queue never stalls): said, then go on
