@@ -13,8 +13,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 CLUSTER_SCRIPTS = REPO / "e2e" / "cluster"
+
+#: e2e tests whose last run on this project's cluster failed, or that never ran there: skipped unless
+#: RLPLACE_E2E_UNVERIFIED=1, until a run shows them passing (each names why in its docstring or the issue notes).
+unverified = pytest.mark.skipif(
+    os.environ.get("RLPLACE_E2E_UNVERIFIED") != "1",
+    reason="not yet seen passing on the local cluster (set RLPLACE_E2E_UNVERIFIED=1 to run it)",
+)
 
 GPU = "nvidia.com/gpu"
 # Label and annotation every kwok node carries (see e2e/nodes.yaml).

@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e_cluster import wait_for
+from e2e_cluster import unverified, wait_for
 from rlplace_fixtures import Jobs, kubectl
 
 pytestmark = pytest.mark.e2e
@@ -83,6 +83,7 @@ def in_head(kubeconfig: str, jobs: Jobs, pod: str, script: str, *args: str) -> s
     )
 
 
+@unverified
 def test_step_times_reach_the_job_only_from_its_own_pods(
     jobs: Jobs, real_nodes: list[str], kubeconfig: str, k8s: client.ApiClient
 ) -> None:
