@@ -165,7 +165,6 @@ def long_driver(seconds: int) -> str:
     return f"python -m placement_core.launcher.demo --steps {seconds} --workload synthetic {laws}"
 
 
-@unverified
 def test_an_image_that_cannot_be_pulled_names_the_cause_and_the_next_job_gets_the_nodes(
     run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
     real_nodes: list[str],  # noqa: F811

@@ -16,7 +16,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e_cluster import unverified, wait_for
+from e2e_cluster import wait_for
 from rlplace_fixtures import CHART, Jobs, images_env, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -56,9 +56,7 @@ def test_the_namespace_refuses_a_pod_that_is_not_restricted(kubeconfig: str, res
     assert result.returncode != 0 and 'violates PodSecurity "restricted:latest"' in result.stderr, result.stderr
 
 
-@pytest.mark.parametrize(
-    "name", ["rljob-collocated-run.yaml", pytest.param("rljob-heterogeneous-run.yaml", marks=unverified)]
-)
+@pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
 def test_the_example_job_runs_to_succeeded_in_a_restricted_namespace(
     k8s: client.ApiClient, kubeconfig: str, restricted_jobs: Jobs, name: str
 ) -> None:
