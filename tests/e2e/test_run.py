@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.launcher.verify import find_report
 
-from e2e_cluster import wait_for
+from e2e_cluster import unverified, wait_for
 from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -161,6 +161,7 @@ def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs:
     assert run_jobs.status("late")["phase"] == "Failed"
 
 
+@unverified
 def test_suspend_stops_the_driver_and_frees_the_cluster_resume_runs_again(run_jobs: RunJobs) -> None:
     run_jobs.create(entrypoint_job("pausable"))
     first = run_jobs.wait_phase("pausable", "Running")["rayCluster"]
