@@ -114,8 +114,16 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     assert pinned == planned_nodes == ["a800-0", "a800-1"]
     env = workers[0]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "RLPLACE_KUBE_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
-    # The head and KubeRay's submitter pod run on the job's own nodes.
-    for pod in run_jobs.core.list_namespaced_pod(run_jobs.namespace).items:
+    # The head and KubeRay's submitter pod run on the job's own nodes (the submitter may be seconds old: wait for
+    # the scheduler to bind every pod before reading where it went).
+    pods = wait_for(
+        lambda: (items := run_jobs.core.list_namespaced_pod(run_jobs.namespace).items)
+        and all(p.spec.node_name for p in items)
+        and items,
+        60,
+        "every pod of the job bound to a node",
+    )
+    for pod in pods:
         assert pod.spec.node_name in planned_nodes, (pod.metadata.name, pod.spec.node_name)
     # KubeRay made the RayCluster from the RayJob; the RLJob names it, the RayJob and where the driver logs.
     assert status["rayJob"] == "driven"
