@@ -62,6 +62,8 @@ class Job:
     resource_version: str | None = None
     created: str = ""
     annotations: Mapping[str, str] = field(default_factory=dict)
+    #: The RLJob's labels: its children carry them (a gang scheduler's or Kueue's labels reach the RayCluster).
+    labels: Mapping[str, str] = field(default_factory=dict)
     #: The update handler saw the rlplace.io/profile annotation change (a re-plan, as a spec change).
     profile_changed: bool = False
     #: Read from the API just now (a handler's body, a GET), not from an index that may lag behind writes.

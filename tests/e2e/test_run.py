@@ -22,7 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.launcher.verify import find_report
 
-from e2e_cluster import unverified, wait_for
+from e2e_cluster import wait_for
 from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -117,9 +117,11 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     # The head and KubeRay's submitter pod run on the job's own nodes (the submitter may be seconds old: wait for
     # the scheduler to bind every pod before reading where it went).
     pods = wait_for(
-        lambda: (items := run_jobs.core.list_namespaced_pod(run_jobs.namespace).items)
-        and all(p.spec.node_name for p in items)
-        and items,
+        lambda: (
+            (items := run_jobs.core.list_namespaced_pod(run_jobs.namespace).items)
+            and all(p.spec.node_name for p in items)
+            and items
+        ),
         60,
         "every pod of the job bound to a node",
     )
@@ -169,7 +171,6 @@ def test_a_driver_past_its_deadline_fails_the_job_with_kuberays_reason(run_jobs:
     assert run_jobs.status("late")["phase"] == "Failed"
 
 
-@unverified
 def test_suspend_stops_the_driver_and_frees_the_cluster_resume_runs_again(run_jobs: RunJobs) -> None:
     run_jobs.create(entrypoint_job("pausable"))
     first = run_jobs.wait_phase("pausable", "Running")["rayCluster"]

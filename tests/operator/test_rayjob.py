@@ -134,7 +134,10 @@ def rayjob(deployment: str = "", job_status: str = "", reason: str = "", message
         (rayjob("Failed", "", "DeadlineExceeded"), JobPhase.FAILED, "DeadlineExceeded"),
         (rayjob("ValidationFailed"), JobPhase.FAILED, "ValidationFailed"),
         (rayjob("Retrying"), JobPhase.PROVISIONING, "Retrying"),
-        (rayjob("Suspended"), JobPhase.SUSPENDED, "Suspended"),
+        (rayjob("Suspended", suspend=True), JobPhase.SUSPENDED, "Suspended"),
+        (rayjob("Suspending", suspend=True), JobPhase.SUSPENDED, "Suspended"),
+        # Resumed: spec.suspend is false again and KubeRay has not moved on yet (the job must stay looked at).
+        (rayjob("Suspended"), JobPhase.PROVISIONING, "Resuming"),
         (rayjob("Running", "RUNNING", suspend=True), JobPhase.SUSPENDED, "Suspended"),
     ],
 )

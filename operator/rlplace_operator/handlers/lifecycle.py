@@ -137,6 +137,7 @@ def job_of(key: tuple[str, str], entry: Mapping[str, Any], profile_changed: bool
         resource_version=entry.get("resourceVersion"),
         created=entry.get("created", ""),
         annotations=entry.get("annotations") or {},
+        labels=entry.get("labels") or {},
         profile_changed=profile_changed,
         fresh=fresh,
     )
@@ -152,6 +153,7 @@ def job_of_body(body: Mapping[str, Any], profile_changed: bool = False) -> Job:
         "resourceVersion": metadata.get("resourceVersion"),
         "created": metadata.get("creationTimestamp", ""),
         "annotations": dict(metadata.get("annotations") or {}),
+        "labels": dict(metadata.get("labels") or {}),
     }
     return job_of((metadata["namespace"], metadata["name"]), entry, profile_changed, fresh=True)
 

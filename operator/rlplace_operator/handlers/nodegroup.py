@@ -57,6 +57,7 @@ def rljob_index(
             "generation": meta.get("generation"),
             "resourceVersion": meta.get("resourceVersion"),
             "annotations": dict(meta.get("annotations") or {}),
+            "labels": dict(meta.get("labels") or {}),
             "spec": dict(spec),
             "nodeGroups": list(spec.get("nodeGroups") or []),
             "status": dict(status),

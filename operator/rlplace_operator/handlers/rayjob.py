@@ -68,8 +68,12 @@ def driver_state(rayjob: Mapping[str, Any]) -> DriverState:
     if deployment in ("Failed", "ValidationFailed"):
         reason = status.get("reason") or ("ValidationFailed" if deployment == "ValidationFailed" else "DriverFailed")
         return DriverState(JobPhase.FAILED, reason, message or "the driver failed")
-    if spec.get("suspend") or deployment in ("Suspending", "Suspended"):
+    if spec.get("suspend"):
         return DriverState(JobPhase.SUSPENDED, "Suspended", "the job is suspended; its driver was stopped")
+    if deployment in ("Suspending", "Suspended"):
+        # Resumed (spec.suspend false) but KubeRay has not acted on it yet: the driver is about to start again.
+        # Read as Suspended, the job would leave the phases anything looks at again and stay Suspended.
+        return DriverState(JobPhase.PROVISIONING, "Resuming", "resumed: waiting for KubeRay to start the driver again")
     if deployment == "Running":
         return DriverState(JobPhase.RUNNING, "Running", "the driver is running")
     if deployment == "Retrying":

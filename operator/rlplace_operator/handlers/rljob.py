@@ -380,6 +380,8 @@ def provision(
         "uid": job.uid,
         "creationTimestamp": job.created,
         "annotations": dict(job.annotations),
+        # kopf.adopt copies the owner's labels onto the children: the RayCluster (or RayJob) carries them.
+        "labels": dict(job.labels),
     }
     body = {"apiVersion": API_VERSION, "kind": "RLJob", "metadata": metadata}
     status = _JobStatus(kopf.Body(body), job.status, job.generation)
