@@ -47,7 +47,10 @@ class Serving:
     """Port of /metrics."""
 
 
-SERVING = Serving()
+def _serving(memo: kopf.Memo) -> Serving:
+    """What `main` asked to serve (none when the module runs under `kopf run`, which passes no memo)."""
+    serving = memo.get("serving")
+    return serving if isinstance(serving, Serving) else Serving()
 
 
 def _api_client() -> kubernetes.client.ApiClient:
@@ -95,7 +98,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.batching.batch_window = 0.02
     settings.watching.server_timeout = 300
     settings.networking.request_timeout = 60
-    progress_url = SERVING.progress_url if SERVING.progress_port else None
+    serving = _serving(memo)
+    progress_url = serving.progress_url if serving.progress_port else None
     memo.kube = Kube(_api_client(), progress_url=progress_url)
     # One ledger of node reservations for every handler thread (its lock makes admissions one at a time).
     memo.ledger = Ledger()
@@ -106,19 +110,20 @@ async def serve_progress(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> N
     """The progress endpoint and /metrics, in kopf's event loop (their Kubernetes calls run in their own
     threads); see progress.py."""
     memo.servers = []
-    if SERVING.progress_port is None and SERVING.metrics_port is None:
+    serving = _serving(memo)
+    if serving.progress_port is None and serving.metrics_port is None:
         return
     api_client = _api_client()
     service = progress.ProgressService(progress.KubeIdentify(api_client), progress.kube_write_progress(api_client))
     memo.progress = service
-    if SERVING.progress_port is not None:
-        memo.servers.append(await progress.serve(service.app(), "0.0.0.0", SERVING.progress_port))
-        if not SERVING.progress_url:
+    if serving.progress_port is not None:
+        memo.servers.append(await progress.serve(service.app(), "0.0.0.0", serving.progress_port))
+        if not serving.progress_url:
             logger.warning("progress endpoint served, but no --progress-url: jobs' pods are not told where it is")
-        logger.info("progress endpoint on port %d (pods report to %s)", SERVING.progress_port, SERVING.progress_url)
-    if SERVING.metrics_port is not None:
-        memo.servers.append(await progress.serve(metrics_app(service), "0.0.0.0", SERVING.metrics_port))
-        logger.info("metrics on port %d (/metrics)", SERVING.metrics_port)
+        logger.info("progress endpoint on port %d (pods report to %s)", serving.progress_port, serving.progress_url)
+    if serving.metrics_port is not None:
+        memo.servers.append(await progress.serve(metrics_app(service), "0.0.0.0", serving.metrics_port))
+        logger.info("metrics on port %d (/metrics)", serving.metrics_port)
     memo.forgetter = asyncio.get_running_loop().create_task(progress.forget_idle_forever(service))
 
 
@@ -168,11 +173,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.progress_url and not args.progress_url.startswith(("http://", "https://")):
         parser.error(f"--progress-url must start with http:// or https://, got '{args.progress_url}'")
-    SERVING.progress_port, SERVING.progress_url, SERVING.metrics_port = (
-        args.progress_port,
-        args.progress_url,
-        args.metrics_port,
-    )
+    serving = Serving(args.progress_port, args.progress_url, args.metrics_port)
     # kopf's own log format names the object ([namespace/name]) on every line.
     kopf.configure(verbose=args.verbose, log_prefix=True)
     # kopf only watches the resources served when it starts: with a CRD installed later it would never
@@ -198,6 +199,8 @@ def main() -> None:
         liveness_endpoint=args.liveness,
         # One replica by design (the chart's Deployment uses the Recreate strategy), so no kopf peering.
         standalone=True,
+        # The startup handlers read what to serve from the memo every handler gets (no module state).
+        memo=kopf.Memo(serving=serving),
     )
 
 

@@ -457,10 +457,9 @@ def test_operator_startup_serves_the_endpoint_and_metrics(monkeypatch: pytest.Mo
     configuration.host = "http://127.0.0.1:1"  # never called: the requests below carry no token
     monkeypatch.setattr(main, "_api_client", lambda: k8s.ApiClient(configuration))
     progress_port, metrics_port = free_port(), free_port()
-    monkeypatch.setattr(main, "SERVING", main.Serving(progress_port, "http://op.svc:8081", metrics_port))
 
     async def scenario() -> None:
-        memo = kopf.Memo()
+        memo = kopf.Memo(serving=main.Serving(progress_port, "http://op.svc:8081", metrics_port))
         await main.serve_progress(memo=memo, logger=logging.getLogger("test"))
         try:
             async with aiohttp.ClientSession() as session:
