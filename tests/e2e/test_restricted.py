@@ -9,6 +9,7 @@ e2e/cluster/up.sh leaves the default plugins on): the first test shows that it r
 from __future__ import annotations
 
 import json
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +35,22 @@ def restricted_jobs(k8s: client.ApiClient, kubeconfig: str, jobs: Jobs) -> Itera
     yield jobs
 
 
+def server_dry_run(kubeconfig: str, namespace: str, body: dict) -> subprocess.CompletedProcess[str]:
+    """`kubectl apply --dry-run=server` of `body` in `namespace`: what admission (Pod Security) says of it."""
+    return run_tool(
+        "kubectl",
+        kubeconfig,
+        "apply",
+        "--dry-run=server",
+        "-n",
+        namespace,
+        "-f",
+        "-",
+        stdin=json.dumps(body),
+        check=False,
+    )
+
+
 def test_the_namespace_refuses_a_pod_that_is_not_restricted(kubeconfig: str, restricted_jobs: Jobs) -> None:
     pod = {
         "apiVersion": "v1",
@@ -41,18 +58,7 @@ def test_the_namespace_refuses_a_pod_that_is_not_restricted(kubeconfig: str, res
         "metadata": {"name": "root"},
         "spec": {"containers": [{"name": "c", "image": images_env()["RAY_IMAGE"]}]},
     }
-    result = run_tool(
-        "kubectl",
-        kubeconfig,
-        "apply",
-        "--dry-run=server",
-        "-n",
-        restricted_jobs.namespace,
-        "-f",
-        "-",
-        stdin=json.dumps(pod),
-        check=False,
-    )
+    result = server_dry_run(kubeconfig, restricted_jobs.namespace, pod)
     assert result.returncode != 0 and 'violates PodSecurity "restricted:latest"' in result.stderr, result.stderr
 
 
@@ -99,17 +105,6 @@ def test_the_charts_operator_deployment_is_restricted(kubeconfig: str, restricte
     )
     manifest = manifest.stdout
     (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
-    result = run_tool(
-        "kubectl",
-        kubeconfig,
-        "apply",
-        "--dry-run=server",
-        "-n",
-        restricted_jobs.namespace,
-        "-f",
-        "-",
-        stdin=json.dumps(deployment),
-        check=False,
-    )
+    result = server_dry_run(kubeconfig, restricted_jobs.namespace, deployment)
     assert result.returncode == 0, result.stderr
     assert "PodSecurity" not in result.stderr, result.stderr
