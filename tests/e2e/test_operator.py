@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
 
-from e2e_cluster import unverified, wait_for
+from e2e_cluster import wait_for
 from rlplace_fixtures import GROUP, VERSION, Jobs, example_job, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -503,7 +503,6 @@ def test_replan_across_the_plan_size_boundary_keeps_one_key(
         assert len(jobs.plan("collocated")["components"]["actor"]["processes"]) == 512
 
 
-@unverified
 def test_operator_exits_with_a_message_until_the_crds_are_installed(
     kubeconfig: str, operator_kubeconfig: str, restart_operator: Callable[[], None]
 ) -> None:

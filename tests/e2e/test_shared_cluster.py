@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterator
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from e2e_cluster import e2e_dir, unverified, wait_for
+from e2e_cluster import e2e_dir, wait_for
 from rlplace_fixtures import Jobs, OperatorProcess, example_job
 
 pytestmark = pytest.mark.e2e
@@ -114,7 +114,6 @@ def test_the_three_examples_together_queue_instead_of_deadlocking(jobs: Jobs) ->
     assert watch.longest.get("heterogeneous", 0.0) <= PARTIAL_BOUND_SECONDS
 
 
-@unverified
 def test_priority_reorders_the_queue_and_gang_labels_pass_through(jobs: Jobs) -> None:
     jobs.create(gpu_job("holder"))
     jobs.wait_phase("holder", "Running", timeout=60)
