@@ -33,6 +33,19 @@ RLJOB_STATUS = {
 }
 
 
+def serve_forever(app: web.Application, port: int, ready: mp.Event) -> None:  # type: ignore[valid-type]
+    """Serve `app` on 127.0.0.1:`port` in this (child) process until it is killed; `ready` once listening."""
+
+    async def main() -> None:
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", port).start()
+        ready.set()
+        await asyncio.Event().wait()
+
+    asyncio.run(main())
+
+
 def fake_api_server(port: int, ready: mp.Event) -> None:  # type: ignore[valid-type]
     async def patch(request: web.Request) -> web.Response:
         body = await request.json()
@@ -49,14 +62,7 @@ def fake_api_server(port: int, ready: mp.Event) -> None:  # type: ignore[valid-t
     app = web.Application()
     app.router.add_patch("/apis/rlplace.io/v1alpha1/namespaces/{ns}/rljobs/{name}/status", patch)
 
-    async def main() -> None:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        ready.set()
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+    serve_forever(app, port, ready)
 
 
 def operator(port: int, api_port: int, ready: mp.Event, interval: float) -> None:  # type: ignore[valid-type]
@@ -97,14 +103,7 @@ def operator(port: int, api_port: int, ready: mp.Event, interval: float) -> None
     app.router.add_post("/bare/{name}", bare)
     app.router.add_get("/stats", stats)
 
-    async def main() -> None:
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", port).start()
-        ready.set()
-        await asyncio.Event().wait()
-
-    asyncio.run(main())
+    serve_forever(app, port, ready)
 
 
 async def drive(base: str, jobs: int, period: float, seconds: float, bare: bool) -> int:
