@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement_core.plan import Plan
 from rlplace_operator.names import SUBMITTER_CONTAINER
@@ -72,6 +72,8 @@ class Cause:
     permanent: bool
     """Retrying cannot help (Pod Security, an invalid image name, an image that runs as root, an invalid pod):
     the job ends Failed."""
+    node: str | None = field(default=None, compare=False)
+    """The node of the pod that was lost, when a loss names one (what a restart may leave out)."""
 
 
 # -- reading the API's objects -------------------------------------------------------------------------------
@@ -115,8 +117,8 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _cause(reason: str, message: str, permanent: bool = False) -> Cause:
-    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent)
+def _cause(reason: str, message: str, permanent: bool = False, node: str | None = None) -> Cause:
+    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent, node)
 
 
 def _ranges(ranks: Iterable[int]) -> str:
@@ -631,7 +633,7 @@ def lost_process(
         message = f"{info.describe(plan)} {what}"
         if launcher:
             message = f"{_cut(message, 180)}; launcher: {launcher}"
-        return _cause(reason, message)
+        return _cause(reason, message, node=info.node)
     if launcher:
         died = _DIED_RANK.search(launcher)
         if died and plan is not None:
@@ -640,6 +642,6 @@ def lost_process(
                 None,
             )
             if node:
-                return _cause(WORKER_DIED, f"{launcher} (on node '{node}')")
+                return _cause(WORKER_DIED, f"{launcher} (on node '{node}')", node=node)
         return _cause(WORKER_DIED, launcher)
     return None
