@@ -85,7 +85,8 @@ def test_past_max_restarts_the_job_fails_with_the_last_cause() -> None:
     assert DeleteChildren() not in outcome.actions
     # One short of the limit it restarts once more.
     once_more = reconcile(
-        job(running_driver_status() | {"attempts": 2, "restartCount": 1}, ENTRYPOINT, {"maxRestarts": 2}), failed_world()
+        job(running_driver_status() | {"attempts": 2, "restartCount": 1}, ENTRYPOINT, {"maxRestarts": 2}),
+        failed_world(),
     )
     assert (once_more.status.phase, once_more.status.attempts) == ("Queued", 3)
 
