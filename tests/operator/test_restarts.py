@@ -6,7 +6,10 @@ Pure and fast, like tests/operator/test_reconcile.py (whose snapshot helpers the
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from pydantic import ValidationError
 from test_reconcile import NOW, event, job, pod, rayjob, running_driver_status
 
@@ -20,6 +23,7 @@ from rlplace_operator.models import RLJobSpec, dump
 from rlplace_operator.names import ATTEMPT_ANNOTATION
 from rlplace_operator.reconcile import RESTARTING, DeleteChildren, Post, Provision, ReleaseNodes, World, reconcile
 
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 ENTRYPOINT = "python -m placement_core.launcher.demo --steps 100 --checkpoint-every 10"
 WORKER = "train-abcde-node-0-worker-xyz12"
 ACTOR_DIED = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
@@ -217,3 +221,12 @@ def test_run_settings_refuse_kuberay_retries_beside_rlplace_restarts() -> None:
         spec(run={"maxRestarts": 101})
     with pytest.raises(ValidationError):
         spec(checkpoint={"volume": {"name": "c", "emptyDir": {}}, "mountPath": "/etc/rlplace"})
+
+
+def test_the_resumable_example_checkpoints_on_a_volume_and_restarts_on_failure() -> None:
+    (body,) = [d for d in yaml.safe_load_all((EXAMPLES / "rljob-resumable-run.yaml").read_text()) if d]
+    job = RLJobSpec.model_validate(body["spec"])
+    assert job.checkpoint is not None and job.checkpoint.volume.host_path is not None
+    assert job.run.restart_policy == "OnFailure" and job.run.max_restarts >= 1
+    assert "--checkpoint-every" in (job.entrypoint or "") and "--steps" in (job.entrypoint or "")
+    assert "--checkpoint-dir" not in (job.entrypoint or "")  # the directory comes from RLPLACE_CHECKPOINT_DIR
