@@ -598,6 +598,31 @@ def _gone_pod_loss(
     return list(losses.values())
 
 
+def seen_before(
+    pods: Sequence[Mapping], events: Sequence[Mapping], ended: dt.datetime
+) -> tuple[list[Mapping], list[Mapping]]:
+    """The pods and events as they were before the driver ended at `ended`: a pod whose deletion began then or
+    later (KubeRay deleting the cluster of a finished RayJob) and its events are left out, as are events first
+    seen then or later: what happened after the driver's end is not why it failed."""
+    late: set[str] = set()
+    kept_pods = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        deleted = _time(meta.get("deletionTimestamp"))
+        if deleted is not None:
+            deleted -= dt.timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+            if deleted >= ended:
+                late.add(meta.get("name") or "")
+                continue
+        kept_pods.append(pod)
+    kept_events = [
+        e
+        for e in events
+        if _involved(e).get("name") not in late and ((when := _event_first_time(e)) is None or when < ended)
+    ]
+    return kept_pods, kept_events
+
+
 def lost_process(
     pods: Sequence[Mapping],
     events: Sequence[Mapping],

@@ -522,7 +522,15 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
     conditions = failed.get("conditions") or []
     if any(c.get("type") == BINDING_CONDITION and c.get("status") == "False" for c in conditions):
         return None  # the plan did not hold inside the pods: a new attempt would fail the same way
-    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail)
+    pods, events = list(world.pods), list(world.events)
+    ended = parse_time(failed.get("driverEndTime")) or parse_time(
+        ((world.rayjob or {}).get("status") or {}).get("endTime")
+    )
+    if ended is not None:
+        # KubeRay deletes a finished RayJob's cluster at once (ttlSecondsAfterFinished 0): those deletions
+        # followed the failure, they did not cause it.
+        pods, events = diagnosis.seen_before(pods, events, ended)
+    cause = diagnosis.lost_process(pods, events, world.nodes, world.plan, world.driver_log_tail)
     if cause is None or cause.reason not in RESTARTABLE:
         return None
     policy, limit = _run_settings(job)

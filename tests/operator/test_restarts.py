@@ -230,3 +230,21 @@ def test_the_resumable_example_checkpoints_on_a_volume_and_restarts_on_failure()
     assert job.run.restart_policy == "OnFailure" and job.run.max_restarts >= 1
     assert "--checkpoint-every" in (job.entrypoint or "") and "--steps" in (job.entrypoint or "")
     assert "--checkpoint-dir" not in (job.entrypoint or "")  # the directory comes from RLPLACE_CHECKPOINT_DIR
+
+
+def test_pods_kuberay_deletes_after_the_driver_failed_by_itself_are_not_a_restart() -> None:
+    """ttlSecondsAfterFinished 0: KubeRay deletes the cluster as soon as the driver ended, so its pods may show
+    a deletion by the time the failure is read; that deletion followed the failure and is not its cause."""
+    failed = rayjob("Failed", "FAILED", reason="AppFailed", message="ZeroDivisionError", endTime="2026-11-24T00:59:58Z")
+    cleanup = pod(WORKER, phase="Running")
+    cleanup["metadata"] |= {"deletionTimestamp": "2026-11-24T01:00:29Z", "deletionGracePeriodSeconds": 30}
+    killing = event("Pod", WORKER, "Killing", "Stopping container ray-worker", when="2026-11-24T00:59:59Z")
+    world = World(now=NOW, rayjob=failed, pods=[cleanup], events=[killing], nodes={"kwok-0": node("kwok-0")})
+    outcome = reconcile(job(running_driver_status(), ENTRYPOINT), world)
+    assert outcome.status.phase == "Failed" and outcome.status.restarts == []
+    # The same pod deleted before the driver ended (the loss that made it fail) is a restart.
+    lost = pod(WORKER, phase="Running")
+    lost["metadata"] |= {"deletionTimestamp": "2026-11-24T00:59:55Z", "deletionGracePeriodSeconds": 0}
+    early = event("Pod", WORKER, "Killing", "Stopping container ray-worker", when="2026-11-24T00:59:55Z")
+    world = World(now=NOW, rayjob=failed, pods=[lost], events=[early], nodes={"kwok-0": node("kwok-0")})
+    assert reconcile(job(running_driver_status(), ENTRYPOINT), world).status.phase == "Queued"
