@@ -269,8 +269,10 @@ def test_a_worker_pod_force_deleted_mid_run_restarts_the_job_which_resumes_from_
     assert status["phase"] == "Succeeded", status.get("message")
     assert (status["attempts"], status["restartCount"]) == (2, 1), status
     restart = status["restarts"][-1]
-    assert restart["attempt"] == 2 and worker.metadata.name in restart["message"], restart
-    assert worker.spec.node_name in restart["message"] and len(restart["message"]) <= 300, restart
+    # A force-deleted pod leaves no object and often no event: the launcher's line names the rank that died.
+    assert restart["attempt"] == 2 and restart["reason"] in ("PodDeleted", "WorkerDied"), restart
+    named = worker.metadata.name in restart["message"] or "rank" in restart["message"]
+    assert named and worker.spec.node_name in restart["message"] and len(restart["message"]) <= 300, restart
     assert condition(status, "BindingVerified").get("status") == "True"  # attempt 2 verified its own binding
     summary = summary_line(kubeconfig, run_jobs.namespace, "lose-worker")
     # summary: attempt 2 ran <n> steps (<first>-<STEPS>), resumed from step <s>, repeated <r>
