@@ -292,7 +292,8 @@ def test_restart_policy_never_fails_the_job_naming_the_lost_pod_and_node(
     run_jobs.create(resumable_job(run_jobs, "never", restartPolicy="Never"))
     wait_verified_at(run_jobs, "never", EVERY)
     (worker,) = ray_pods(run_jobs, "never", "worker")[:1]
-    force_delete(run_jobs, worker)
+    # Deleted with its grace period: the pod is still there, terminating, when the failure is named.
+    run_jobs.core.delete_namespaced_pod(worker.metadata.name, run_jobs.namespace)
     status = wait_ended(run_jobs, "never", 240)
     assert status["phase"] == "Failed", status
     assert worker.metadata.name in status["message"] and worker.spec.node_name in status["message"], status
