@@ -210,7 +210,7 @@ def _plan(
 
 
 #: RLJobSpec fields that do not change a job's plan (what it runs and how it is queued).
-_NOT_PLANNING = frozenset({"ray", "entrypoint", "run", "suspend", "priority"})
+_NOT_PLANNING = frozenset({"ray", "entrypoint", "run", "suspend", "priority", "checkpoint"})
 
 
 def _planning_fields(spec: RLJobSpec) -> str:
