@@ -248,3 +248,14 @@ def test_pods_kuberay_deletes_after_the_driver_failed_by_itself_are_not_a_restar
     early = event("Pod", WORKER, "Killing", "Stopping container ray-worker", when="2026-11-24T00:59:55Z")
     world = World(now=NOW, rayjob=failed, pods=[lost], events=[early], nodes={"kwok-0": node("kwok-0")})
     assert reconcile(job(running_driver_status(), ENTRYPOINT), world).status.phase == "Queued"
+
+
+def test_a_driver_kuberay_submits_again_after_a_lost_head_counts_as_a_restart() -> None:
+    """KubeRay's own resubmission (a new head on the same, healthy node) is recorded and counted like a restart
+    (RESTARTS column); the driver resumes from the checkpoint volume all the same."""
+    new_head = pod("train-abcde-head-new01", kind="head", node="kwok-0", phase="Running")
+    new_head["metadata"]["creationTimestamp"] = "2026-11-24T00:59:58Z"
+    resubmitted = rayjob("Running", "RUNNING", started="2026-11-24T01:00:00Z")
+    status = reconcile(job(running_driver_status(), ENTRYPOINT), World(now=NOW, rayjob=resubmitted, pods=[new_head]))
+    assert (status.status.phase, status.status.attempts, status.status.restart_count) == ("Running", 2, 1)
+    assert not any(isinstance(a, (DeleteChildren, ReleaseNodes)) for a in status.actions)
