@@ -16,6 +16,7 @@ Running and to its first step (a restart cannot be faster than a start). Prints 
 from __future__ import annotations
 
 import argparse
+import shutil
 import subprocess
 import time
 import uuid
@@ -110,6 +111,7 @@ def run(api: client.ApiClient, kubeconfig: str, loss: str, steps: int, every: in
             core.patch_node(lost, {"spec": {"unschedulable": None}})
         core.delete_namespace(namespace)
         custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+        shutil.rmtree(CHECKPOINTS / namespace, ignore_errors=True)
     print(f"loss of a {loss} ({lost}) under examples/rljob-resumable-run.yaml, {steps} steps, checkpoint every {every}")
     print(f"  ended {end['phase']}, attempts {end.get('attempts')}, now on {', '.join(sorted(moved))}")
     print(f"  {summary[-1] if summary else 'no summary line'}")
