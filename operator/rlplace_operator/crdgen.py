@@ -190,6 +190,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
                 '.status.conditions[?(@.type=="BindingVerified")].status',
                 description="Every launched process checked its own placement from inside (True/False)",
             ),
+            _column("Restarts", ".status.restartCount", "integer", "Driver restarts of the current spec"),
             _column("Iteration", ".status.progress.iteration", "integer", "Latest iteration the driver reported"),
             _column("Step", ".status.progress.iterationSeconds", "number", "Median seconds per iteration"),
             _column("Bottleneck", ".status.progress.bottleneck", description="Component busy longest per iteration"),

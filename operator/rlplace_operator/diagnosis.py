@@ -23,7 +23,7 @@ from __future__ import annotations
 import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from placement_core.plan import Plan
 from rlplace_operator.names import SUBMITTER_CONTAINER
@@ -72,6 +72,8 @@ class Cause:
     permanent: bool
     """Retrying cannot help (Pod Security, an invalid image name, an image that runs as root, an invalid pod):
     the job ends Failed."""
+    node: str | None = field(default=None, compare=False)
+    """The node of the pod that was lost, when a loss names one (what a restart may leave out)."""
 
 
 # -- reading the API's objects -------------------------------------------------------------------------------
@@ -115,8 +117,8 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _cause(reason: str, message: str, permanent: bool = False) -> Cause:
-    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent)
+def _cause(reason: str, message: str, permanent: bool = False, node: str | None = None) -> Cause:
+    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent, node)
 
 
 def _ranges(ranks: Iterable[int]) -> str:
@@ -596,6 +598,31 @@ def _gone_pod_loss(
     return list(losses.values())
 
 
+def seen_before(
+    pods: Sequence[Mapping], events: Sequence[Mapping], ended: dt.datetime
+) -> tuple[list[Mapping], list[Mapping]]:
+    """The pods and events as they were before the driver ended at `ended`: a pod whose deletion began then or
+    later (KubeRay deleting the cluster of a finished RayJob) and its events are left out, as are events first
+    seen then or later: what happened after the driver's end is not why it failed."""
+    late: set[str] = set()
+    kept_pods = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        deleted = _time(meta.get("deletionTimestamp"))
+        if deleted is not None:
+            deleted -= dt.timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
+            if deleted >= ended:
+                late.add(meta.get("name") or "")
+                continue
+        kept_pods.append(pod)
+    kept_events = [
+        e
+        for e in events
+        if _involved(e).get("name") not in late and ((when := _event_first_time(e)) is None or when < ended)
+    ]
+    return kept_pods, kept_events
+
+
 def lost_process(
     pods: Sequence[Mapping],
     events: Sequence[Mapping],
@@ -631,7 +658,7 @@ def lost_process(
         message = f"{info.describe(plan)} {what}"
         if launcher:
             message = f"{_cut(message, 180)}; launcher: {launcher}"
-        return _cause(reason, message)
+        return _cause(reason, message, node=info.node)
     if launcher:
         died = _DIED_RANK.search(launcher)
         if died and plan is not None:
@@ -640,6 +667,6 @@ def lost_process(
                 None,
             )
             if node:
-                return _cause(WORKER_DIED, f"{launcher} (on node '{node}')")
+                return _cause(WORKER_DIED, f"{launcher} (on node '{node}')", node=node)
         return _cause(WORKER_DIED, launcher)
     return None

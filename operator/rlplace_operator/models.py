@@ -773,7 +773,27 @@ class SubmissionMode(enum.StrEnum):
     SIDECAR = "SidecarMode"
 
 
-class RunSpec(_Camel):
+class RestartPolicy(enum.StrEnum):
+    NEVER = "Never"
+    ON_FAILURE = "OnFailure"
+
+
+#: Default of spec.run.maxRestarts: a few lost nodes in a long run, not a crash loop.
+DEFAULT_MAX_RESTARTS = 3
+BACKOFF_WITH_RESTARTS_MESSAGE = (
+    "run.backoffLimit > 0 needs run.restartPolicy Never: KubeRay's retries rebuild the cluster on the same nodes, "
+    "rlplace's restarts re-place it on healthy ones; use one of the two"
+)
+
+
+class RunSpec(
+    _Camel,
+    json_schema_extra=cel(
+        "!has(self.backoffLimit) || self.backoffLimit == 0 || "
+        "(has(self.restartPolicy) && self.restartPolicy == 'Never')",
+        BACKOFF_WITH_RESTARTS_MESSAGE,
+    ),
+):
     """How the driver runs: the settings of the KubeRay RayJob that submits spec.entrypoint."""
 
     submission_mode: SubmissionMode = SubmissionMode.K8S_JOB
@@ -785,9 +805,47 @@ class RunSpec(_Camel):
     """Seconds the RayCluster is kept after the driver ends (to read Ray's own logs) before it is deleted;
     only with shutdownAfterJobFinishes."""
     backoff_limit: int = Field(0, ge=0, le=100)
-    """How many times a failed driver is retried, each time on a new RayCluster."""
+    """How many times KubeRay retries a failed driver, each time on a new RayCluster on the same nodes (only
+    with restartPolicy Never: rlplace's own restarts re-place the job instead)."""
     active_deadline_seconds: int | None = Field(None, ge=1)
     """Seconds the driver may run; then it is stopped and the job Failed with reason DeadlineExceeded."""
+    restart_policy: RestartPolicy = RestartPolicy.ON_FAILURE
+    """OnFailure: when the driver fails because a process, pod or node was lost (a pod deleted, evicted or
+    OOMKilled, a node NotReady or gone), the operator stops the attempt, gives its nodes back, leaves the bad
+    node out for this job and starts a new attempt on the same placement on healthy free nodes (Queued until
+    there are). Never: the job ends Failed, the cause named (docs/restarts.md)."""
+    max_restarts: int = Field(DEFAULT_MAX_RESTARTS, ge=0, le=100)
+    """Restarts allowed with restartPolicy OnFailure (attempts = restarts + 1); past them the job ends Failed
+    with the last cause."""
+
+    @model_validator(mode="after")
+    def _one_restart_mechanism(self) -> RunSpec:
+        if self.backoff_limit > 0 and self.restart_policy is not RestartPolicy.NEVER:
+            raise ValueError(BACKOFF_WITH_RESTARTS_MESSAGE)
+        return self
+
+
+class Checkpoint(_Camel):
+    """A volume that outlives the job's attempts, mounted at the same path on the head and every worker; its
+    path is given to the driver as RLPLACE_CHECKPOINT_DIR (placement_core.launcher.checkpoint)."""
+
+    volume: Volume
+    """The volume (a persistentVolumeClaim on a real cluster: every node of the job must be able to mount it;
+    hostPath only where every node sees the same directory)."""
+    mount_path: Annotated[
+        str,
+        Field(
+            max_length=4096,
+            pattern=r"^/.*",
+            json_schema_extra=cel(
+                f"self.startsWith('/') && self != '{PLAN_MOUNT_PATH}' && !self.startsWith('{PLAN_MOUNT_PATH}/') "
+                f"&& self != '{SHM_MOUNT_PATH}'",
+                f"mountPath must be an absolute path, not {PLAN_MOUNT_PATH} nor {SHM_MOUNT_PATH}",
+            ),
+        ),
+        AfterValidator(_mount_path_allowed),
+    ] = "/rlplace/checkpoint"
+    """Where it is mounted in the Ray containers."""
 
 
 WORKER_NODE_GROUPS_MESSAGE = "pods.workerNodeGroups[].nodeGroup must be one of spec.nodeGroups"
@@ -851,6 +909,8 @@ class RLJobSpec(
     suspend: bool = False
     """Stop the job and free its GPUs, keeping the job: the RayCluster is removed (with an entrypoint the
     RayJob is suspended, which stops the driver). Set back to false to start it again (the driver starts over)."""
+    checkpoint: Checkpoint | None = None
+    """A volume the driver keeps its checkpoints on across restarts (RLPLACE_CHECKPOINT_DIR)."""
     pods: PodSettings = PodSettings()
     """What the job's pods bring: volumes and mounts, envFrom, service account, imagePullSecrets, tolerations,
     labels, annotations, priorityClassName, shared memory; for all pods, the head, the workers (all, or those of
@@ -929,6 +989,17 @@ class Restart(_Camel):
     """Why, as a CamelCase reason (HeadPodReplaced, DriverResubmitted, ImagePullFailed, BindTimeout, ...)."""
     message: str
     """What happened, in one line."""
+    nodes_replaced: list[str] = []
+    """Nodes the job gave up for this restart (left out of its next attempts), when a node was at fault."""
+
+
+class ExcludedNode(_Camel):
+    """A node left out of the job's attempts (until its spec changes) because it failed the job."""
+
+    name: str
+    """Kubernetes node name."""
+    reason: str
+    """Why, in one line (NotReady, unreachable, evicted, gone)."""
 
 
 #: Restarts kept in status (the oldest go first): the status stays small however often a job restarts.
@@ -1003,6 +1074,12 @@ class RLJobStatus(_Camel):
     (a lost head pod, a retried driver)."""
     restarts: list[Restart] = []
     """The last few restarts, oldest first: driver resubmissions and provisioning retries, with their reason."""
+    restart_count: int | None = None
+    """Restarts of the driver for the current spec (attempts - 1): rlplace's restarts under run.restartPolicy
+    and KubeRay's resubmissions; compared with run.maxRestarts."""
+    excluded_nodes: list[ExcludedNode] = []
+    """Nodes unusable for this job (they failed one of its attempts): never planned for it again until its
+    spec changes."""
     provisioning_retries: int | None = None
     """How often the job gave its nodes back after a provisioning failure that may pass (backoff doubles)."""
     retry_after: str | None = None

@@ -15,6 +15,8 @@ PROFILE_ANNOTATION = "rlplace.io/profile"
 #: RayCluster annotation: the nodes its worker pods are pinned to, comma-separated. The operator rebuilds which
 #: nodes admitted jobs hold from it after a restart (see docs/admission.md).
 NODES_ANNOTATION = "rlplace.io/nodes"
+#: On a RayJob: the job's attempt it runs (status.attempts when it was made); an older one is a stopped attempt's.
+ATTEMPT_ANNOTATION = "rlplace.io/attempt"
 
 #: Audience of the projected ServiceAccount token a job's head pod sends with its progress reports: a token
 #: for this audience is good for nothing else (not the API server, whose audience differs).

@@ -28,8 +28,16 @@ from rlplace_operator import diagnosis
 from rlplace_operator.admission import Admitted, Decision, Waiting
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
-from rlplace_operator.models import MAX_RESTARTS_KEPT, JobPhase, RLJobStatus, SubmissionMode, dump
-from rlplace_operator.names import JOB_LABEL
+from rlplace_operator.models import (
+    DEFAULT_MAX_RESTARTS,
+    MAX_RESTARTS_KEPT,
+    JobPhase,
+    RestartPolicy,
+    RLJobStatus,
+    SubmissionMode,
+    dump,
+)
+from rlplace_operator.names import ATTEMPT_ANNOTATION, JOB_LABEL
 
 #: A job whose worker pods are not all bound this long after admission (another workload took a node in
 #: between) gives its nodes back and queues again.
@@ -225,6 +233,10 @@ def reconcile(job: Job, world: World) -> Outcome:
     if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
         return _waiting(job, world, status)
     child = world.rayjob if job.entrypoint else world.raycluster
+    if job.entrypoint and child is not None and stale_attempt(job, child):
+        # A RayJob of an attempt before a restart (being deleted, or left by an operator that stopped between
+        # writing the restart and deleting it): delete it (again); the new attempt is made once it is gone.
+        return Outcome((DeleteChildren(),), _status(status), RECHECK_SECONDS)
     if world.child_known and child is None:
         return Outcome((Provision(),), _status(status))  # its RayCluster or RayJob is gone: plan it again
     if not world.child_known:
@@ -241,6 +253,12 @@ def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
     backing_off = retry_after is not None and world.now < retry_after
     if status.get("phase") == JobPhase.QUEUED and status.get("observedGeneration") == job.generation and backing_off:
         return Outcome((), _status(status), (retry_after - world.now).total_seconds())
+    if job.entrypoint and world.rayjob is not None and stale_attempt(job, world.rayjob):
+        # The last attempt's RayJob is still there (its KubeRay finalizer runs, or an operator that restarted
+        # never deleted it): applying the new one now would patch it. Delete it (again) and look again.
+        message = "waiting for the previous attempt's RayJob to be deleted"
+        status.update(message=message, waitingFor="the previous attempt to stop")
+        return Outcome((DeleteChildren(),), _status(status), RECHECK_SECONDS)
     if status.get("phase") == JobPhase.QUEUED and isinstance(world.queue, Waiting):
         waiting = world.queue
         message = f"waiting for {waiting.reason} (position {waiting.position} in the queue)"
@@ -339,6 +357,7 @@ def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping
     restart = _new_attempt(job, world, rayjob)
     if restart is not None:
         status["attempts"] = restart["attempt"]
+        status["restartCount"] = restart["attempt"] - 1
         status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
         # The new attempt has not verified anything yet: its own report is looked for again.
         status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION]
@@ -351,6 +370,9 @@ def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping
         new["attempts"] = 1
     if new["phase"] == JobPhase.FAILED and status.get("phase") != JobPhase.FAILED:
         new = _failure_named(job, world, new, state.reason)
+        restarted = restart_on_failure(job, world, status, new)
+        if restarted is not None:
+            return restarted
     for condition in new.get("conditions") or []:
         condition["message"] = brief(condition.get("message") or "", cond.MAX_MESSAGE_CHARS)
     status.update(new)
@@ -422,6 +444,149 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
     reason = "DriverRetried" if failed else "DriverResubmitted"
     message = f"KubeRay submitted the driver again (attempt {attempt}, started {started})"
     return {**base, "reason": reason, "message": message}
+
+
+# -- restarts on failure (spec.run.restartPolicy; docs/restarts.md) -----------------------------------------------
+
+#: The condition reason and Event of a restart the operator makes.
+RESTARTING = "Restarting"
+#: The failure causes (diagnosis.lost_process) a restart can help with: something was lost, not the driver's
+#: own error (that would fail again the same way).
+RESTARTABLE = frozenset(
+    {
+        diagnosis.POD_DELETED,
+        diagnosis.POD_EVICTED,
+        diagnosis.OOM_KILLED,
+        diagnosis.NODE_NOT_READY,
+        diagnosis.CONTAINER_EXITED,
+        diagnosis.WORKER_DIED,
+    }
+)
+
+
+def attempt_of(status: Mapping[str, Any]) -> int:
+    """The attempt the job's current (or next) RayJob runs: 1 until a restart."""
+    return int(status.get("attempts") or 1)
+
+
+def stale_attempt(job: Job, rayjob: Mapping[str, Any]) -> bool:
+    """Whether the RayJob belongs to an attempt before the job's current one (its rlplace.io/attempt annotation
+    is older; a RayJob without it predates restarts and is the current one)."""
+    metadata = rayjob.get("metadata") or {}
+    if metadata.get("deletionTimestamp"):
+        return True  # the operator deletes a RayJob only to end its attempt
+    made_for = (metadata.get("annotations") or {}).get(ATTEMPT_ANNOTATION)
+    return made_for is not None and made_for.isdigit() and int(made_for) < attempt_of(job.status)
+
+
+def _run_settings(job: Job) -> tuple[RestartPolicy, int]:
+    run = job.spec.get("run") or {}
+    policy = RestartPolicy(run.get("restartPolicy") or RestartPolicy.ON_FAILURE)
+    limit = run.get("maxRestarts")
+    return policy, DEFAULT_MAX_RESTARTS if limit is None else int(limit)
+
+
+def _node_fault(name: str, world: World, cause: diagnosis.Cause) -> str | None:
+    """Why the job should leave node `name` out of its next attempts, or None (the node is not at fault: a pod
+    deleted by hand, a process that ran out of memory or crashed)."""
+    node = world.nodes.get(name)
+    if node is None:
+        return "gone" if world.nodes and name == cause.node else None
+    for condition in (node.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") != "True":
+            return "NotReady" if condition.get("status") == "False" else "unreachable"
+    if (node.get("spec") or {}).get("unschedulable"):
+        return "cordoned"
+    if name == cause.node and cause.reason == diagnosis.POD_EVICTED:
+        return "evicted the job's pod"
+    return None
+
+
+def bad_nodes(world: World, cause: diagnosis.Cause) -> dict[str, str]:
+    """The job's nodes at fault for a lost process, with why: NotReady, unreachable, cordoned, gone, evicting."""
+    names = [*world.nodes, *([cause.node] if cause.node and cause.node not in world.nodes else [])]
+    found = {}
+    for name in names:
+        fault = _node_fault(name, world, cause)
+        if fault is not None:
+            found[name] = fault
+    return found
+
+
+def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: dict[str, Any]) -> Outcome | None:
+    """The driver failed (`failed` is its status as Failed): a new attempt when a process, pod or node was lost,
+    run.restartPolicy is OnFailure and restarts are left; None to end Failed as `failed` says.
+
+    The attempt is stopped (its RayJob deleted, its reservation dropped at once), the nodes at fault are recorded
+    in status.excludedNodes (left out of every later plan of this spec), and the job is Queued with its own
+    creation time and priority, so it is ahead of every job of its priority created after it; the next reconcile
+    plans it through the normal Provision path on healthy free nodes."""
+    conditions = failed.get("conditions") or []
+    if any(c.get("type") == BINDING_CONDITION and c.get("status") == "False" for c in conditions):
+        return None  # the plan did not hold inside the pods: a new attempt would fail the same way
+    pods, events = list(world.pods), list(world.events)
+    ended = parse_time(failed.get("driverEndTime")) or parse_time(
+        ((world.rayjob or {}).get("status") or {}).get("endTime")
+    )
+    if ended is not None:
+        # KubeRay deletes a finished RayJob's cluster at once (ttlSecondsAfterFinished 0): those deletions
+        # followed the failure, they did not cause it.
+        pods, events = diagnosis.seen_before(pods, events, ended)
+    cause = diagnosis.lost_process(pods, events, world.nodes, world.plan, world.driver_log_tail)
+    if cause is None or cause.reason not in RESTARTABLE:
+        return None
+    policy, limit = _run_settings(job)
+    restarts = int(status.get("restartCount") or 0)
+    if policy is RestartPolicy.NEVER:
+        return None
+    if restarts >= limit:
+        failed["message"] = brief(f"{failed.get('message') or cause.message}; no restarts left (maxRestarts {limit})")
+        return None
+    bad = bad_nodes(world, cause)
+    excluded = {e["name"]: e for e in status.get("excludedNodes") or []}
+    for name, why in bad.items():
+        excluded[name] = {"name": name, "reason": f"{why} during attempt {attempt_of(status)}"}
+    attempt = attempt_of(status) + 1
+    given_up = f"; left out node {', '.join(sorted(bad))}" if bad else ""
+    message = brief(f"{cause.message}{given_up}; restarting as attempt {attempt} ({restarts + 1} of {limit})")
+    record = {
+        "attempt": attempt,
+        "time": timestamp(world.now),
+        "reason": cause.reason,
+        "message": message,
+        "nodesReplaced": sorted(bad),
+    }
+    status["conditions"] = cond.set_condition(
+        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
+        cond.ADMITTED,
+        False,
+        RESTARTING,
+        message,
+        job.generation,
+    )
+    status["conditions"] = cond.set_condition(
+        status["conditions"], "DriverSucceeded", False, cause.reason, message, job.generation
+    )
+    status.update(
+        phase=str(JobPhase.QUEUED),
+        message=message,
+        attempts=attempt,
+        restartCount=restarts + 1,
+        restarts=[*list(status.get("restarts") or []), record][-MAX_RESTARTS_KEPT:],
+        excludedNodes=list(excluded.values()),
+        rayCluster=None,
+        rayJob=None,
+        binding=None,
+        driverStartTime=None,
+        driverEndTime=None,
+        progress=None,
+        queuePosition=None,
+        waitingFor=None,
+        retryAfter=None,
+        observedGeneration=job.generation,
+    )
+    actions = (DeleteChildren(), ReleaseNodes(), Post(True, RESTARTING, message))
+    return Outcome(actions, _status(status), RECHECK_SECONDS)
 
 
 def job_pod_key(labels: Mapping[str, str], namespace: str) -> tuple[str, str] | None:

@@ -89,6 +89,7 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     run = {
         "submissionMode": "K8sJobMode",
         "backoffLimit": 1,
+        "restartPolicy": "Never",  # KubeRay's retries only without rlplace's restarts (docs/restarts.md)
         "activeDeadlineSeconds": 900,
         "ttlSecondsAfterFinished": 30,
     }
@@ -232,6 +233,16 @@ def test_run_settings_are_checked_at_admission(kubeconfig: str, namespace: str, 
         "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(negative), check=False
     )
     assert result.returncode != 0 and "spec.run.backoffLimit" in result.stderr
+    both = entrypoint_job("bad", run={"backoffLimit": 2})  # with the default restartPolicy OnFailure
+    result = run_tool(
+        "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(both), check=False
+    )
+    assert result.returncode != 0 and "run.backoffLimit > 0 needs run.restartPolicy Never" in result.stderr
+    too_many = entrypoint_job("bad", run={"maxRestarts": 101})
+    result = run_tool(
+        "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(too_many), check=False
+    )
+    assert result.returncode != 0 and "spec.run.maxRestarts" in result.stderr
     mode = entrypoint_job("bad", run={"submissionMode": "HTTPMode"})
     result = run_tool(
         "kubectl", kubeconfig, "apply", "-n", namespace, "-f", "-", stdin=yaml.safe_dump(mode), check=False

@@ -87,7 +87,7 @@ def test_head_gets_the_job_wide_settings_and_its_own_beside_the_plan_mount() -> 
     assert container["envFrom"] == [{"secretRef": {"name": "s3-credentials"}}]
     env = [e["name"] for e in container["env"]]
     assert env[0] == "HF_HOME" and container["env"][0]["value"] == "/models/head"  # the narrower level wins
-    assert env.count("HF_HOME") == 1 and env[-1] == contract.PLAN_DIR_ENV  # rlplace's variables last
+    assert env.count("HF_HOME") == 1 and env[-2:] == [contract.PLAN_DIR_ENV, contract.ATTEMPT_ENV]  # rlplace's last
     assert "scratch" not in str(spec["volumes"])  # a workers' volume
     assert "tolerations" in spec and "affinity" in spec
     assert spec["securityContext"] == pod_security_context()  # rlplace's restricted posture, never the user's

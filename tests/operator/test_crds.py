@@ -67,7 +67,7 @@ def test_schema_is_structural_and_documented() -> None:
     assert "pattern" not in entry["items"]["properties"]["placement"]
     assert version["subresources"] == {"status": {}}
     assert rljob["spec"]["names"]["shortNames"] == ["rlj"]
-    assert [c["name"] for c in version["additionalPrinterColumns"]][:12] == [
+    assert [c["name"] for c in version["additionalPrinterColumns"]][:13] == [
         "Phase",
         "Queue",
         "Waiting For",
@@ -76,6 +76,7 @@ def test_schema_is_structural_and_documented() -> None:
         "Nodes",
         "RayCluster",
         "Verified",
+        "Restarts",
         "Iteration",
         "Step",
         "Bottleneck",

@@ -65,6 +65,7 @@ def test_rayjob_runs_the_entrypoint_on_the_cluster_a_raycluster_job_gets() -> No
                         "image": "rayproject/ray:2.60.0",
                         "resources": {"limits": SUBMITTER},
                         "securityContext": {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}},
+                        "env": [{"name": "RLPLACE_ATTEMPT", "value": "1"}],
                     }
                 ],
             }
@@ -78,7 +79,7 @@ def test_the_rayjobs_cluster_says_which_nodes_it_holds_and_whose_pods_it_has() -
     """KubeRay copies the RayJob's annotations to the RayCluster it makes (named after the RayJob with a suffix):
     admission reads the held nodes there, and finds the job's worker pods by the job label, not by cluster."""
     job = build_rayjob("train", spec(), NODES)
-    assert job["metadata"]["annotations"] == {"rlplace.io/nodes": "a800-0,4090-0"}
+    assert job["metadata"]["annotations"] == {"rlplace.io/nodes": "a800-0,4090-0", "rlplace.io/attempt": "1"}
     for group in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
         assert group["template"]["metadata"]["labels"] == {"rlplace.io/job": "train"}
 
@@ -87,6 +88,7 @@ def test_run_settings_reach_the_rayjob() -> None:
     run = {
         "submissionMode": "SidecarMode",
         "backoffLimit": 2,
+        "restartPolicy": "Never",
         "activeDeadlineSeconds": 600,
         "ttlSecondsAfterFinished": 5,
     }

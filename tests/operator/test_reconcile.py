@@ -64,10 +64,12 @@ def live_status(phase: str = "Provisioning", **fields: object) -> dict:
     }
 
 
-def job(status: dict, entrypoint: str | None = None) -> Job:
+def job(status: dict, entrypoint: str | None = None, run: dict | None = None) -> Job:
     spec: dict = {"nodeGroups": ["gpu"]}
     if entrypoint:
         spec["entrypoint"] = entrypoint
+    if run:
+        spec["run"] = run
     return Job("ns", "train", "uid-1", 1, spec, status, "100")
 
 
@@ -303,7 +305,9 @@ def test_a_driver_failure_keeps_a_short_message_never_the_state_dump() -> None:
     assert ReleaseNodes() in outcome.actions
 
 
-def test_a_worker_pod_deleted_mid_run_fails_the_job_naming_component_rank_node_and_pod() -> None:
+def test_a_worker_pod_deleted_mid_run_with_restart_policy_never_fails_the_job_naming_component_rank_node_and_pod() -> (
+    None
+):
     message = f"Job entrypoint command failed with exit code 1, last available logs (truncated):\n{STATE_DUMP}"
     failed = rayjob("Failed", "FAILED", reason="AppFailed", message=message)
     killing = event("Pod", "train-abcde-node-0-worker-xyz12", "Killing", "Stopping container ray-worker")
@@ -311,7 +315,7 @@ def test_a_worker_pod_deleted_mid_run_fails_the_job_naming_component_rank_node_a
     gone["metadata"] = {**gone["metadata"], "deletionTimestamp": "2026-11-24T00:59:55Z"}
     tail = "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.\n"
     world = World(now=NOW, rayjob=failed, pods=[gone], events=[killing], driver_log_tail=tail)
-    status = reconcile(job(running_driver_status(), "python train.py"), world).status
+    status = reconcile(job(running_driver_status(), "python train.py", {"restartPolicy": "Never"}), world).status
     assert status.phase == "Failed"
     assert "train-abcde-node-0-worker-xyz12" in status.message and "kwok-0" in status.message
     assert len(status.message) < MAX_STATUS_MESSAGE + 200

@@ -27,6 +27,8 @@ from rlplace_operator.taints import Taint, untolerated
 
 #: The head's volume with the plan (spec.pods volumes cannot start with `rlplace-`).
 PLAN_VOLUME = "rlplace-plan"
+#: spec.checkpoint's volume in every Ray pod (under rlplace's name, so it never collides with spec.pods volumes).
+CHECKPOINT_VOLUME = "rlplace-checkpoint"
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,30 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
 
 
+def restart_env(spec: RLJobSpec, attempt: int) -> list[dict]:
+    """The resume contract (placement_core.contract, docs/restarts.md): the attempt the pods run, and where the
+    checkpoint volume is mounted when the job has one."""
+    env = [{"name": contract.ATTEMPT_ENV, "value": str(attempt)}]
+    if spec.checkpoint is not None:
+        env.append({"name": contract.CHECKPOINT_DIR_ENV, "value": spec.checkpoint.mount_path})
+    return env
+
+
+def with_checkpoint(template: dict, spec: RLJobSpec, container: str) -> dict:
+    """`template` with spec.checkpoint's volume mounted at its path in `container` (unchanged without one)."""
+    if spec.checkpoint is None:
+        return template
+    source = spec.checkpoint.volume.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    pod = dict(template["spec"])
+    pod["volumes"] = [*(pod.get("volumes") or []), {**source, "name": CHECKPOINT_VOLUME}]
+    mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
+    pod["containers"] = [
+        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]} if c["name"] == container else c
+        for c in pod["containers"]
+    ]
+    return {**template, "spec": pod}
+
+
 def on_nodes(names: Sequence[str]) -> dict:
     """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it). The API
     allows one value per metadata.name field selector, so each node is its own term (terms are ORed)."""
@@ -81,7 +107,7 @@ def on_nodes(names: Sequence[str]) -> dict:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
+def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int = 1) -> dict:
     container = {
         "name": "ray-worker",
         "image": spec.ray.worker_image or spec.ray.image,
@@ -93,6 +119,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
             # The node the pod really runs on, for the launcher's binding check (downward API).
             {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+            *restart_env(spec, attempt),
         ],
     }
     # The job's labels find its worker pods whether KubeRay names the cluster after the job or its RayJob.
@@ -112,7 +139,9 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode) -> dict:
         "rayStartParams": contract.ray_start_params(node.rank, node.gpus),
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
-        "template": apply_pod_options(template, options, "ray-worker", spec.ray.service_account_name),
+        "template": apply_pod_options(
+            with_checkpoint(template, spec, "ray-worker"), options, "ray-worker", spec.ray.service_account_name
+        ),
     }
 
 
@@ -129,7 +158,7 @@ def head_nodes(nodes: Sequence[WorkerNode], tolerations: Sequence[Toleration] = 
     return allowed or [node.name for node in first]
 
 
-def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
     """The head, on one of the job's own nodes (`head_nodes`): it needs no GPU, and the job's nodes are the
     ones known to run its image (a cluster may also have nodes that cannot, such as virtual ones)."""
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
@@ -145,7 +174,7 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
                     "image": spec.ray.image,
                     "securityContext": container_security_context(),
                     "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
-                    "env": _env(env),
+                    "env": [*_env(env), *restart_env(spec, attempt)],
                     "volumeMounts": [{"name": PLAN_VOLUME, "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
                 }
             ],
@@ -154,16 +183,19 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
     }
     return {
         "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
-        "template": apply_pod_options(template, options, "ray-head", spec.ray.service_account_name),
+        "template": apply_pod_options(
+            with_checkpoint(template, spec, "ray-head"), options, "ray-head", spec.ray.service_account_name
+        ),
     }
 
 
-def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
-    """RayCluster.spec: also the rayClusterSpec of the job's RayJob when it has an entrypoint."""
+def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
+    """RayCluster.spec: also the rayClusterSpec of the job's RayJob when it has an entrypoint (`attempt`: the
+    job's attempt it runs, 1 but for a restart's)."""
     return {
         "rayVersion": spec.ray.ray_version,
-        "headGroupSpec": build_head_group(job, spec, nodes),
-        "workerGroupSpecs": [build_worker_group(job, spec, node) for node in nodes],
+        "headGroupSpec": build_head_group(job, spec, nodes, attempt),
+        "workerGroupSpecs": [build_worker_group(job, spec, node, attempt) for node in nodes],
     }
 
 

@@ -13,9 +13,11 @@ from rlplace_operator.builders.raycluster import (
     head_nodes,
     on_nodes,
     pod_security_context,
+    restart_env,
 )
 from rlplace_operator.models import RLJobSpec, SubmissionMode
 from rlplace_operator.names import (
+    ATTEMPT_ANNOTATION,
     NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
@@ -28,7 +30,7 @@ from rlplace_operator.names import (
 SUBMITTER_LIMITS = {"cpu": "200m", "memory": "512Mi"}
 
 
-def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
+def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
     """KubeRay's submitter pod (K8sJobMode) on one of the job's nodes, like the head; KubeRay fills in the
     `ray job submit` command."""
     container = {
@@ -36,6 +38,7 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> di
         "image": spec.ray.image,
         "resources": {"limits": SUBMITTER_LIMITS},
         "securityContext": container_security_context(),
+        "env": restart_env(spec, attempt),
     }
     options = effective_submitter(spec)
     affinity = on_nodes(head_nodes(nodes, options.tolerations))
@@ -50,14 +53,15 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> di
     return apply_pod_options(template, options, SUBMITTER_CONTAINER)
 
 
-def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
-    """The RayJob that runs `spec.entrypoint` on the job's planned cluster (suspended when the job is)."""
+def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
+    """The RayJob that runs `spec.entrypoint` on the job's planned cluster (suspended when the job is), as the
+    job's attempt `attempt` (1, or a restart's: reconcile.restart_on_failure)."""
     if not spec.entrypoint:
         raise ValueError(f"job '{job}' has no entrypoint; it runs as a RayCluster")
     run = spec.run
     body: dict = {
         "entrypoint": spec.entrypoint,
-        "rayClusterSpec": build_raycluster_spec(job, spec, nodes),
+        "rayClusterSpec": build_raycluster_spec(job, spec, nodes, attempt),
         "submissionMode": str(run.submission_mode),
         "shutdownAfterJobFinishes": run.shutdown_after_job_finishes,
         "backoffLimit": run.backoff_limit,
@@ -67,7 +71,7 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict
     if run.shutdown_after_job_finishes:
         body["ttlSecondsAfterFinished"] = run.ttl_seconds_after_finished
     if run.submission_mode is SubmissionMode.K8S_JOB:
-        body["submitterPodTemplate"] = build_submitter_template(spec, nodes)
+        body["submitterPodTemplate"] = build_submitter_template(spec, nodes, attempt)
     if run.active_deadline_seconds is not None:
         body["activeDeadlineSeconds"] = run.active_deadline_seconds
     return {
@@ -78,7 +82,10 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict
         "metadata": {
             "name": rayjob_name(job),
             "labels": child_labels(job),
-            "annotations": {NODES_ANNOTATION: ",".join(node.name for node in nodes)},
+            "annotations": {
+                NODES_ANNOTATION: ",".join(node.name for node in nodes),
+                ATTEMPT_ANNOTATION: str(attempt),
+            },
         },
         "spec": body,
     }

@@ -250,7 +250,10 @@ class Observer:
     def world(self, job: Job, queue: Decision | None = None, fresh: bool = False) -> World:
         now = dt.datetime.now(dt.UTC)
         if not holds_nodes(job.status):
-            return World(now=now, child_known=False, queue=queue)
+            # A waiting job's RayJob, if one is left (a restart's previous attempt): from the index, no API read.
+            left = one(self.indexes, "rayjob_children_index", job.key) if job.entrypoint else None
+            left = left if _owned(left, job.uid) else None
+            return World(now=now, rayjob=left, child_known=False, queue=queue)
         key = job.key
         store = self.indexes["job_pods_index"].get(key)
         pods = [p for p in (list(store) if store is not None else []) if isinstance(p, Mapping)]

@@ -264,6 +264,18 @@ def _backing_off(status: Mapping[str, Any]) -> bool:
     return dt.datetime.fromisoformat(retry_after.replace("Z", "+00:00")) > dt.datetime.now(dt.UTC)
 
 
+def status_excluded(status: Mapping[str, Any], generation: int | None) -> dict[str, str]:
+    """Nodes that failed one of the job's attempts of this spec (status.excludedNodes), with why: left out of its
+    plans like the nodes whose taints it does not tolerate."""
+    if status.get("observedGeneration") != generation:
+        return {}  # a new spec starts with every node again
+    return {
+        e["name"]: f"node {e['name']} is left out for this job ({e.get('reason') or 'it failed an attempt'})"
+        for e in status.get("excludedNodes") or []
+        if e.get("name")
+    }
+
+
 def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[QueuedJob]:
     """The jobs that wait for admission, each with its demand if this process planned it."""
     queue = []
@@ -275,6 +287,7 @@ def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[Qu
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)
         demand, excluded = (known[1].demand, known[1].excluded) if known else (None, {})
+        excluded = {**excluded, **status_excluded(entry["status"], entry.get("generation"))}
         queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
     return queue
 

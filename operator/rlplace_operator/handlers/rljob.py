@@ -40,6 +40,7 @@ from rlplace_operator.handlers.queue import (
     admit,
     groups_with_nodes,
     ready_nodes,
+    status_excluded,
 )
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
@@ -59,7 +60,7 @@ from rlplace_operator.names import (
     rayjob_name,
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
-from rlplace_operator.reconcile import Job, holds_nodes
+from rlplace_operator.reconcile import Job, attempt_of, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
@@ -209,7 +210,7 @@ def _plan(
 
 
 #: RLJobSpec fields that do not change a job's plan (what it runs and how it is queued).
-_NOT_PLANNING = frozenset({"ray", "entrypoint", "run", "suspend", "priority"})
+_NOT_PLANNING = frozenset({"ray", "entrypoint", "run", "suspend", "priority", "checkpoint"})
 
 
 def _planning_fields(spec: RLJobSpec) -> str:
@@ -244,6 +245,8 @@ def _demand(
     infos = {name: indexed(node_index, name) for _, names in ranked for name in names}
     # Nodes whose taints the job's workers do not tolerate (its own, not shared: tolerations are per job).
     excluded = untolerated_nodes(spec, groups, infos)
+    # ... and the nodes that failed one of its attempts (a restart left them out: reconcile.restart_on_failure).
+    excluded.update(status_excluded(job.before, job.generation))
     fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes, tuple(sorted(excluded.items())))
     known = ledger.demand(key, fingerprint)
     if known is not None:
@@ -278,7 +281,7 @@ def _queued(job: _JobStatus, waiting: Waiting) -> None:
     job.set(queuePosition=waiting.position, waitingFor=waiting.reason)
 
 
-def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int) -> dict:
+def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int, attempt: int) -> dict:
     """Apply the ConfigMap and the RayCluster, or with an entrypoint the RayJob (adopted by the job); returns
     the live RayCluster or RayJob."""
     kind, served = (
@@ -290,7 +293,9 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
     name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
     configmap = build_placement_configmap(name, planned.plan)
     child = (
-        build_rayjob(name, spec, planned.workers) if spec.entrypoint else build_raycluster(name, spec, planned.workers)
+        build_rayjob(name, spec, planned.workers, attempt)
+        if spec.entrypoint
+        else build_raycluster(name, spec, planned.workers)
     )
     child = with_progress_reporting(child, name, kube.progress_url)
     kopf.adopt([configmap, child], owner=job.body)
@@ -403,7 +408,12 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
     if planned is None:
         return
-    live = _provision(job, kube, job_spec, planned, retry)
+    # A restart's new attempt keeps its number (reconcile.restart_on_failure counted it); else a new RayJob's
+    # driver is attempt 1 again.
+    restarting = job_spec.entrypoint and bool(job.before.get("restartCount")) and not holds_nodes(job.before)
+    restarting = restarting and job.before.get("observedGeneration") == job.generation
+    attempt = attempt_of(job.before) if restarting else 1
+    live = _provision(job, kube, job_spec, planned, retry, attempt)
     job.set(
         placement=dump(planned.summary),
         appliedPlacement=[dump(e) for e in planned.applied],
@@ -415,10 +425,12 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         retryAfter=None,
     )
     if job.before.get("observedGeneration") != job.generation:
-        job.set(restarts=None, provisioningRetries=None)  # a new spec starts a new history
+        # A new spec starts a new history, with every node again.
+        job.set(restarts=None, provisioningRetries=None, restartCount=None, excludedNodes=None)
     if job_spec.entrypoint and not holds_nodes(job.before):
-        # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one).
-        job.set(attempts=None, driverStartTime=None, driverEndTime=None)
+        # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one), unless
+        # it is a restart's new attempt.
+        job.set(attempts=attempt if restarting else None, driverStartTime=None, driverEndTime=None)
     # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
     job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
     if job_spec.entrypoint:
