@@ -136,6 +136,16 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int, timeout: float) -> di
                 wait_for(lambda: all(name in seen for name in created), timeout, "every RayCluster")
             stop.set()
             poller.join()
+            never = sorted(n for n in created if n.startswith("rl-") and n not in seen)
+            if never:
+                # Why the ones that never got a RayCluster are where they are: their phase and message, grouped.
+                why: dict[str, list[str]] = {}
+                for name in never:
+                    status = custom.get_namespaced_custom_object(GROUP, VERSION, prefix, "rljobs", name).get("status")
+                    status = status or {}
+                    why.setdefault(f"{status.get('phase')}: {status.get('message')}", []).append(name)
+                for reason, names in why.items():
+                    print(f"  never ({len(names)}, e.g. {names[0]}): {reason}", flush=True)
             ours = [seen[n] - t for n, t in created.items() if n.startswith("rl-") and n in seen]
             theirs = [seen[n] - t for n, t in created.items() if n.startswith("kr-") and n in seen]
             log = (REPO / ".e2e" / f"operator-{prefix}.log").read_text(errors="replace")
