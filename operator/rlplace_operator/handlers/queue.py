@@ -40,7 +40,8 @@ from rlplace_operator.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
 )
-from rlplace_operator.selection import JobGroup
+from rlplace_operator.selection import JobGroup, untolerated_among
+from rlplace_operator.taints import Taint
 
 #: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name). The operator's own Ray pods
 #: also carry the job label, which names the job when the cluster belongs to its RayJob.
@@ -228,6 +229,9 @@ class World:
     pods: Mapping[str, Any]
     groups: Mapping[str, Sequence[str]]
     unit_resources: set[str]
+    #: The ready nodes of the groups that have taints: node -> (its taints, the groups it is in). Read fresh by
+    #: each pass: taints come and go (a node's not-ready taint until it is Ready, a `kubectl taint` removed).
+    tainted: Mapping[str, tuple[tuple[Taint, ...], frozenset[str]]] = field(default_factory=dict)
 
 
 def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
@@ -276,6 +280,16 @@ def status_excluded(status: Mapping[str, Any], generation: int | None) -> dict[s
     }
 
 
+def tainted_now(spec: RLJobSpec, world: World) -> dict[str, str]:
+    """The nodes whose taints the job's workers do not tolerate, as the pass sees them (never the ones found
+    when the job was planned: a job held off a node by a taint that has gone since would wait forever)."""
+    if not world.tainted:
+        return {}
+    own = set(spec.node_groups)
+    membership = {node: sorted(groups & own) for node, (_, groups) in world.tainted.items()}
+    return untolerated_among(spec, membership, {node: taints for node, (taints, _) in world.tainted.items()})
+
+
 def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[QueuedJob]:
     """The jobs that wait for admission, each with its demand if this process planned it."""
     queue = []
@@ -286,7 +300,7 @@ def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[Qu
         if _backing_off(entry["status"]):
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)
-        demand, excluded = (known[1].demand, known[1].excluded) if known else (None, {})
+        demand, excluded = (known[1].demand, tainted_now(known[1].spec, world)) if known else (None, {})
         excluded = {**excluded, **status_excluded(entry["status"], entry.get("generation"))}
         queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
     return queue

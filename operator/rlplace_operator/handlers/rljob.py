@@ -62,6 +62,7 @@ from rlplace_operator.names import (
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
 from rlplace_operator.reconcile import Job, attempt_of, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
+from rlplace_operator.taints import Taint
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
 #: the first after this many seconds, then doubling up to the cap, so a job left Pending for hours costs
@@ -329,13 +330,19 @@ def profile_changed(diff: kopf.Diff | None) -> bool:
 def admission_world(snapshot: Snapshot) -> World:
     """What admission reads, from one snapshot of the indexes."""
     groups, resources = {}, set()
+    tainted: dict[str, tuple[tuple[Taint, ...], set[str]]] = {}
     for name in snapshot.nodegroups:
         group = parsed_group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
+        for node in groups[name]:
+            info = indexed(snapshot.nodes, node)
+            if info is not None and info.taints:
+                tainted.setdefault(node, (info.taints, set()))[1].add(name)
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
-    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources)
+    frozen = {node: (taints, frozenset(names)) for node, (taints, names) in tainted.items()}
+    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, frozen)
 
 
 def _admitted_plan(
