@@ -37,6 +37,9 @@ FOLDED_INTO = {"reward": "rollout"}
 DEFAULT_MIN_GAIN = 0.10
 #: The default `cooldown` in seconds: no second re-placement within this long of the last one.
 DEFAULT_COOLDOWN_S = 600.0
+#: Auto applies a recommendation only after this many consecutive reports recommended it at minGain or more:
+#: one noisy report (or the first reports of a new placement) does not move a job.
+CONFIRMATIONS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -221,6 +224,7 @@ class ApplyPolicy:
     apply: Apply = Apply.never
     min_gain: float = DEFAULT_MIN_GAIN
     cooldown_seconds: float = DEFAULT_COOLDOWN_S
+    confirmations: int = CONFIRMATIONS
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,13 +256,16 @@ def decide(
     current: Sequence[PlacementEntry],
     history: History,
     now: float,
+    streak: int = 1,
 ) -> Decision:
     """Whether to use `recommendation` now, at the next restart, or not at all, and why.
 
     A recommendation is used when it differs from the current placement and promises at least `min_gain`.
-    `Auto` also waits `cooldown` after its last re-placement and never goes back to a placement it moved the job
-    away from: with measurements that carry noise, two placements of nearly equal time could otherwise take
-    turns.
+    A job already re-placed n times needs minGain * 2^n (`required_gain`).
+    `Auto` also needs `confirmations` reports in a row that promised `min_gain` (`streak`, this one included:
+    the caller keeps the count with `next_streak`), waits `cooldown` after its last re-placement and never goes back to a placement it moved
+    the job away from: with measurements that carry noise, two placements of nearly equal time could otherwise
+    take turns.
     """
     if recommendation is None:
         return Decision(Verdict.keep, "no recommendation")
@@ -267,6 +274,12 @@ def decide(
     gain = recommendation.gain
     if gain < policy.min_gain:
         return Decision(Verdict.keep, f"predicted gain {gain:.1%} is below minGain {policy.min_gain:.0%}")
+    needed = required_gain(policy, history)
+    if gain < needed:
+        return Decision(
+            Verdict.keep,
+            f"predicted gain {gain:.1%} is below the {needed:.0%} a re-placement number {len(history.left) + 1} needs",
+        )
     if policy.apply is Apply.never:
         return Decision(Verdict.keep, "apply is Never")
     if placement_key(recommendation.placement) in history.left:
@@ -276,4 +289,22 @@ def decide(
     if history.last_applied_at is not None and now - history.last_applied_at < policy.cooldown_seconds:
         wait = policy.cooldown_seconds - (now - history.last_applied_at)
         return Decision(Verdict.keep, f"within the cooldown ({wait:.0f} s left)")
-    return Decision(Verdict.apply_now, f"predicted gain {gain:.1%} >= minGain {policy.min_gain:.0%}")
+    if streak < policy.confirmations:
+        return Decision(Verdict.keep, f"recommended {streak} of {policy.confirmations} reports in a row")
+    return Decision(Verdict.apply_now, f"predicted gain {gain:.1%} >= {needed:.0%}")
+
+
+def required_gain(policy: ApplyPolicy, history: History) -> float:
+    """The gain the next re-placement must promise: minGain, doubled by every re-placement the job already had.
+
+    Noise can make one of two near-equal placements look minGain better than the other; doubling the bar after
+    each move keeps a job from drifting between such placements, while a real change (a new bottleneck, a much
+    better placement) still moves it."""
+    return min(1.0, policy.min_gain * 2 ** len(history.left))
+
+
+def next_streak(streak: int, recommendation: Recommendation, policy: ApplyPolicy) -> int:
+    """The count `decide` reads: reports in a row whose recommendation promised `min_gain` or more (not
+    necessarily the same placement: two near-equal placements may take turns as the best, and either is a gain).
+    The caller starts it over at 0 after a re-placement."""
+    return streak + 1 if recommendation.gain >= policy.min_gain else 0

@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from e2e_cluster import unverified, wait_for
-from rlplace_fixtures import Jobs, kubectl
+from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -103,7 +103,26 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     def progress() -> dict | None:
         return (jobs.get("progress").get("status") or {}).get("progress")
 
-    first = wait_for(progress, 30, "status.progress within 30 s of Running", interval=0.5)
+    try:
+        first = wait_for(progress, 30, "status.progress within 30 s of Running", interval=0.5)
+    except TimeoutError as err:
+        # What the driver said (a refused report is logged by the reporter, and it goes on running).
+        logs = run_tool("kubectl", kubeconfig, "logs", "-n", jobs.namespace, pod, "-c", "ray-head", check=False)
+        submitters = run_tool(
+            "kubectl",
+            kubeconfig,
+            "logs",
+            "-n",
+            jobs.namespace,
+            "-l",
+            "rlplace.io/job=progress",
+            "--all-containers",
+            "--tail=40",
+            check=False,
+        )
+        raise AssertionError(
+            f"{err}\nhead pod log:\n{logs.stdout[-3000:]}\njob pods:\n{submitters.stdout[-3000:]}"
+        ) from None
     print(f"status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
     assert {c["name"] for c in first["components"]} == {"actor", "rollout", "reward"}
     assert first["bottleneck"] == "rollout" and first["iterationSeconds"] > 0

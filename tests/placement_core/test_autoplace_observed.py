@@ -24,6 +24,7 @@ from placement_core.autoplace.observed import (
     Verdict,
     decide,
     derive_profile,
+    next_streak,
     placement_key,
     recommend,
     same_placement,
@@ -134,12 +135,20 @@ CURRENT = tuple(parse_placement_entries(BAD))
 @pytest.mark.parametrize(
     ("apply", "gain", "history", "now", "verdict", "reason"),
     [
-        (Apply.auto, 0.3, History(), 0.0, Verdict.apply_now, "predicted gain 30.0% >= minGain 10%"),
+        (Apply.auto, 0.3, History(), 0.0, Verdict.apply_now, "predicted gain 30.0% >= 10%"),
         (Apply.auto, 0.05, History(), 0.0, Verdict.keep, "below minGain"),
         (Apply.never, 0.3, History(), 0.0, Verdict.keep, "apply is Never"),
         (Apply.on_restart, 0.3, History(), 0.0, Verdict.at_restart, "next restarts"),
         (Apply.auto, 0.3, History(last_applied_at=100.0), 400.0, Verdict.keep, "cooldown (300 s left)"),
-        (Apply.auto, 0.3, History(last_applied_at=100.0), 700.0, Verdict.apply_now, "predicted gain"),
+        (Apply.auto, 0.3, History(last_applied_at=100.0, left=(frozenset(),)), 700.0, Verdict.apply_now, ">= 20%"),
+        (
+            Apply.auto,
+            0.15,
+            History(last_applied_at=100.0, left=(frozenset(),)),
+            700.0,
+            Verdict.keep,
+            "below the 20% a re-placement number 2 needs",
+        ),
         (
             Apply.auto,
             0.3,
@@ -151,8 +160,20 @@ CURRENT = tuple(parse_placement_entries(BAD))
     ],
 )
 def test_decide(apply: Apply, gain: float, history: History, now: float, verdict: Verdict, reason: str) -> None:
-    decision = decide(ApplyPolicy(apply=apply), _rec(COLLOCATED, gain), CURRENT, history, now)
+    decision = decide(ApplyPolicy(apply=apply), _rec(COLLOCATED, gain), CURRENT, history, now, streak=3)
     assert decision.verdict is verdict and reason in decision.reason
+
+
+def test_auto_waits_for_three_reports_in_a_row() -> None:
+    policy, rec = ApplyPolicy(apply=Apply.auto), _rec(COLLOCATED, 0.3)
+    streaks = []
+    streak = 0
+    for _ in range(3):
+        streak = next_streak(streak, rec, policy)
+        streaks.append(decide(policy, rec, CURRENT, History(), 0.0, streak).verdict)
+    assert streaks == [Verdict.keep, Verdict.keep, Verdict.apply_now]
+    assert "recommended 2 of 3 reports in a row" in decide(policy, rec, CURRENT, History(), 0.0, 2).reason
+    assert next_streak(5, _rec(COLLOCATED, 0.05), policy) == 0  # below minGain: the count starts over
 
 
 def test_the_current_placement_is_never_applied() -> None:
@@ -164,9 +185,13 @@ def test_the_current_placement_is_never_applied() -> None:
 #: the truth: a component on g GPUs takes what the scaling model says.
 EXAMPLE_TWO = {"rollout": 60.0, "inference": 8.0, "actor": 40.0}
 #: Costs on that job for which two splits (rollout 2 GPUs, inference 4 or 2, actor 2 or 4) are predicted within
-#: a few percent of each other: +-10% noise makes either look better, by up to about 8%.
-NEAR_TIE = {"rollout": 59.0, "inference": 47.0, "actor": 44.0}
+#: a few percent of each other: +-10% noise makes either look better, by up to about 8%. Seconds as in a short
+#: synthetic run (an iteration of the best placement takes about 6.6 s).
+NEAR_TIE = {"rollout": 2.95, "inference": 2.35, "actor": 2.2}
 BAD_THREE = {"rollout,reward": "0-3", "inference": "4-5", "actor": "6-7"}
+#: 40% slower than the best under NEAR_TIE.
+BAD_NEAR_TIE = {"rollout,reward": "0-5", "inference": "6-6", "actor": "7-7"}
+BEST_NEAR_TIE = {"rollout,reward": "0-1", "inference": "2-5", "actor": "6-7"}
 
 
 def job_two(placement: Mapping[str, str]):
@@ -193,19 +218,22 @@ def noisy_loop(
     policy = ApplyPolicy(apply=Apply.auto, min_gain=0.10, cooldown_seconds=cooldown)
     placement, history, reports = dict(start), History(), []
     ran = [placement]
-    for iteration in range(iterations):
-        now = iteration * 10.0
+    streak = 0
+    now = 0.0
+    for _ in range(iterations):
         truth = scaling_truth(placement, NEAR_TIE)
         reports = [*reports, {n: s * rng.uniform(1 - noise, 1 + noise) for n, s in truth.items()}][-window:]
         medians = {n: statistics.median(r[n] for r in reports) for n in truth}
         rec = recommend(job_two(placement), medians, max(medians.values()), "scaling")
         current = tuple(parse_placement_entries(placement))
-        decision = decide(policy, rec, current, history, now)
+        now += rec.current_predicted_seconds  # the clock moves by an iteration of the current placement
+        streak = next_streak(streak, rec, policy)
+        decision = decide(policy, rec, current, history, now, streak)
         if decision.verdict is Verdict.apply_now:
             history = history.applied(current, now)
             placement = {e.key: e.placement for e in rec.placement}
             ran.append(placement)
-            reports = []  # the new placement's figures start afresh
+            reports, streak = [], 0  # the new placement's figures start afresh
     return ran
 
 
@@ -216,14 +244,30 @@ def test_the_noiseless_truth_recommends_the_spec_answer() -> None:
 
 
 def test_100_noisy_iterations_apply_once_and_never_return() -> None:
-    ran = noisy_loop(seed=23, cooldown=600.0, start=BAD_THREE)
-    assert ran[1:] == [{"rollout,reward": "0-1", "inference": "2-5", "actor": "6-7"}]
+    ran = noisy_loop(seed=23, cooldown=600.0, start=BAD_NEAR_TIE)
+    assert ran[1:] == [BEST_NEAR_TIE]
 
 
 @settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), cooldown=st.sampled_from([0.0, 60.0, 600.0]))
-def test_no_flip_flop_under_noise(seed: int, cooldown: float) -> None:
-    """+-10% noise makes near-equal splits look better by a few percent, never by minGain: one re-placement,
-    then the job stays, even with no cooldown; it never returns to where it started."""
-    ran = noisy_loop(seed=seed, cooldown=cooldown, start=BAD_THREE)
-    assert len(ran) == 2 and BAD_THREE not in ran[1:]
+@given(seed=st.integers(0, 2**32 - 1))
+def test_no_flip_flop_under_noise(seed: int) -> None:
+    """100 iterations (about 11 minutes) with the default policy: one re-placement, never back."""
+    ran = noisy_loop(seed=seed, cooldown=600.0, start=BAD_NEAR_TIE)
+    assert len(ran) == 2 and BAD_NEAR_TIE not in ran[1:]
+
+
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_without_cooldown_a_job_never_returns(seed: int) -> None:
+    """With no cooldown at all, noise does not move a job between near-equal placements either (the bar doubles
+    after the first move), and it never returns to a placement it left."""
+    ran = noisy_loop(seed=seed, cooldown=0.0, start=BAD_NEAR_TIE)
+    keys = [placement_key(parse_placement_entries(p)) for p in ran]
+    assert len(keys) == len(set(keys)) and len(ran) == 2
+
+
+@settings(max_examples=15, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1))
+def test_the_best_placement_stays_under_noise(seed: int) -> None:
+    """Started on the best placement, 100 reports with +-10% noise never move the job (no cooldown)."""
+    assert noisy_loop(seed=seed, cooldown=0.0, start=BEST_NEAR_TIE) == [BEST_NEAR_TIE]

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator import conditions as cond
+from rlplace_operator import recommend
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.progress import with_progress_reporting
@@ -49,6 +50,7 @@ from rlplace_operator.models import (
     NodeGroupStatus,
     PlacementMode,
     RLJobSpec,
+    RLJobStatus,
     dump,
     is_live,
 )
@@ -221,7 +223,10 @@ def _resolved(spec: RLJobSpec, annotations: Mapping[str, str], applied: tuple) -
     """The spec to plan the admitted nodes with: auto placement resolved to the entries the search chose."""
     if not wants_auto_placement(spec, annotations):
         return spec
-    update = {"component_placement": list(applied), "auto_placement": False}
+    update = {
+        "component_placement": list(applied),
+        "auto_placement": spec.auto_placement.model_copy(update={"enabled": False}),
+    }
     return spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
 
 
@@ -244,7 +249,13 @@ def _demand(
     infos = {name: indexed(node_index, name) for _, names in ranked for name in names}
     # Nodes whose taints the job's workers do not tolerate (its own, not shared: tolerations are per job).
     excluded = untolerated_nodes(spec, groups, infos)
-    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes, tuple(sorted(excluded.items())))
+    fingerprint = (
+        job.generation,
+        annotations.get(PROFILE_ANNOTATION),
+        nodes,
+        tuple(sorted(excluded.items())),
+        _planning_fields(spec),  # a re-placement (recommend.py) plans other entries for the same generation
+    )
     known = ledger.demand(key, fingerprint)
     if known is not None:
         return known
@@ -398,9 +409,25 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         ledger.release((namespace, name))
         return
     annotations = dict(job.body["metadata"].get("annotations") or {})
+    # A re-placement from measured step times (recommend.py) is planned instead of the spec's placement.
+    same_spec = job.before.get("observedGeneration") == job.generation
+    status = RLJobStatus.model_validate({k: v for k, v in job.before.items() if v is not None}) if same_spec else None
+    replaced = recommend.replaced_spec(job_spec, status) if status is not None else job_spec
+    predicted: float | None = None
+    if status is not None and replaced is not job_spec:
+        annotations.pop(PROFILE_ANNOTATION, None)
+        replacements = status.replacements
+        waiting = recommend.at_restart(job_spec, status, recommend.timestamp(recommend.utcnow()))
+        if waiting is not None:
+            replacements = recommend.with_replacement(status, waiting)
+            job.set(replacements=[dump(r) for r in replacements], recommendation=None)
+        predicted = replacements[-1].predicted_iteration_seconds
+        job_spec = replaced
     planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
     if planned is None:
         return
+    if predicted is not None:
+        planned = dataclasses.replace(planned, predicted_iteration_time=predicted)
     live = _provision(job, kube, job_spec, planned, retry)
     job.set(
         placement=dump(planned.summary),
@@ -413,7 +440,8 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         retryAfter=None,
     )
     if job.before.get("observedGeneration") != job.generation:
-        job.set(restarts=None, provisioningRetries=None)  # a new spec starts a new history
+        # a new spec starts a new history
+        job.set(restarts=None, provisioningRetries=None, recommendation=None, replacements=None)
     if job_spec.entrypoint and not holds_nodes(job.before):
         # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one).
         job.set(attempts=None, driverStartTime=None, driverEndTime=None)
