@@ -145,3 +145,22 @@ def test_the_timer_looks_at_jobs_whose_recommendation_is_due() -> None:
     assert _recommendation_due(dump(spec()), {**wire, "recommendation": rec, "progress": progress(6, NOW)})
     hybrid = {**dump(spec()), "placementMode": "hybrid"}
     assert not _recommendation_due(hybrid, wire)  # the model prices model-parallel placements only
+
+
+def test_the_synthetic_replace_example_recommends_collocated() -> None:
+    """examples/rljob-synthetic-replace.yaml with the times its synthetic laws give on its bad placement."""
+    from pathlib import Path
+
+    import yaml
+
+    body = yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "examples" / "rljob-synthetic-replace.yaml").read_text()
+    )
+    example = RLJobSpec.model_validate(body["spec"])
+    times = progress(3, NOW, rollout=12 / 4, actor=4 / 4)
+    times["components"].append({"name": "reward", "seconds": 0.05})
+    status = RLJobStatus.model_validate(running(progress=times, appliedPlacement=body["spec"]["componentPlacement"]))
+    rec = step(example, status, CLUSTER, NOW).recommendation
+    assert rec is not None and [dump(e) for e in rec.component_placement] == COLLOCATED
+    # the law's collocated iteration is 12/8 + 4/8 + 0.05 = 2.05 s; the model predicts it within 2%
+    assert abs(rec.predicted_iteration_seconds - 2.05) / 2.05 < 0.02 and rec.gain > 0.3
