@@ -1,9 +1,9 @@
 """The closed loop on the real nodes (docs/autoplace.md, "From measured step times to a new placement").
 
 examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
-time follows a declared law in its GPU count: rollout 12/g s, actor 4/g s, reward 0.05 s; NOT a measurement of
-any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 3 s per iteration). Progress appears
-within 30 s of Running; a recommendation appears (collocated, predicted about 2.05 s, an Event); with apply Auto
+time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.1 s; NOT a measurement of
+any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
+within 30 s of Running; a recommendation appears (collocated, predicted about 4.1 s, an Event); with apply Auto
 the job is re-placed (status.replacements, the children planned again) and its observed iteration time
 afterwards is within 15% of the prediction, and lower than before.
 

@@ -157,10 +157,10 @@ def test_the_synthetic_replace_example_recommends_collocated() -> None:
         (Path(__file__).resolve().parents[2] / "examples" / "rljob-synthetic-replace.yaml").read_text()
     )
     example = RLJobSpec.model_validate(body["spec"])
-    times = progress(3, NOW, rollout=12 / 4, actor=4 / 4)
-    times["components"].append({"name": "reward", "seconds": 0.05})
+    times = progress(3, NOW, rollout=24 / 4, actor=8 / 4)
+    times["components"].append({"name": "reward", "seconds": 0.1})
     status = RLJobStatus.model_validate(running(progress=times, appliedPlacement=body["spec"]["componentPlacement"]))
     rec = step(example, status, CLUSTER, NOW).recommendation
     assert rec is not None and [dump(e) for e in rec.component_placement] == COLLOCATED
-    # the law's collocated iteration is 12/8 + 4/8 + 0.05 = 2.05 s; the model predicts it within 2%
-    assert abs(rec.predicted_iteration_seconds - 2.05) / 2.05 < 0.02 and rec.gain > 0.3
+    # the law's collocated iteration is 24/8 + 8/8 + 0.1 = 4.1 s; the model predicts it within 2%
+    assert abs(rec.predicted_iteration_seconds - 4.1) / 4.1 < 0.02 and rec.gain > 0.3

@@ -401,6 +401,17 @@ def provision(
     return status.after, None
 
 
+def _same_spec_status(job: _JobStatus) -> RLJobStatus | None:
+    """The job's status when it describes the current spec (a re-placement or a waiting recommendation is
+    for that spec only); None for a new spec, or a status this operator's model cannot read."""
+    if job.before.get("observedGeneration") != job.generation:
+        return None
+    try:
+        return RLJobStatus.model_validate({k: v for k, v in job.before.items() if v is not None})
+    except ValidationError:
+        return None
+
+
 def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, snapshot: Snapshot, retry: int) -> None:
     namespace, name = observed.namespace, observed.name
     job_spec = _validated_spec(job, observed.spec)
@@ -410,8 +421,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         return
     annotations = dict(job.body["metadata"].get("annotations") or {})
     # A re-placement from measured step times (recommend.py) is planned instead of the spec's placement.
-    same_spec = job.before.get("observedGeneration") == job.generation
-    status = RLJobStatus.model_validate({k: v for k, v in job.before.items() if v is not None}) if same_spec else None
+    status = _same_spec_status(job)
     replaced = recommend.replaced_spec(job_spec, status) if status is not None else job_spec
     predicted: float | None = None
     if status is not None and replaced is not job_spec:
