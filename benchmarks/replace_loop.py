@@ -122,7 +122,9 @@ def main() -> None:
         for r in replacements:
             placement = ", ".join(f"{e.components}: {e.placement}" for e in r.component_placement)
             print(f"    at iteration {r.iteration}: {placement}")
-        print(f"  operator cost: {cost * 1e3:.2f} ms per report with news = {cost * 1e3:.2f} s of CPU per 1,000 reports")
+        print(
+            f"  operator cost: {cost * 1e3:.2f} ms per report with news = {cost * 1e3:.2f} s of CPU per 1,000 reports"
+        )
 
 
 if __name__ == "__main__":
