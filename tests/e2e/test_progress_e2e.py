@@ -180,6 +180,15 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     assert row[header.index("BOTTLENECK") :].split()[0] == "rollout", table
 
     url = env["RLPLACE_PROGRESS_URL"].replace("$(RLPLACE_NAMESPACE)", jobs.namespace)
+    # Read before the test's own POSTs below: their report (iteration 0, actor only) starts the job's window over.
+    metrics = in_head(kubeconfig, jobs, pod, GET, url.split("/v1/")[0].rsplit(":", 1)[0] + ":9090/metrics")
+    labels = f'namespace="{jobs.namespace}",rljob="progress"'
+    lines = [line for line in metrics.splitlines() if labels in line]
+    print("\n".join(lines))
+    assert any(line.startswith("rlplace_job_step_seconds{") for line in lines)
+    assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
+    assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
+
     own = in_head(kubeconfig, jobs, pod, POST, url)
     assert own.startswith("202"), own
     foreign = in_head(kubeconfig, jobs, pod, POST, url.replace("/rljobs/progress/", "/rljobs/other/"))
@@ -207,14 +216,6 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     token = jobs.core.create_namespaced_service_account_token("default", jobs.namespace, request).status.token
     refused = in_head(kubeconfig, jobs, pod, POST, url, token)
     assert refused.startswith("403") and "not owned by it" in refused, refused
-
-    metrics = in_head(kubeconfig, jobs, pod, GET, url.split("/v1/")[0].rsplit(":", 1)[0] + ":9090/metrics")
-    labels = f'namespace="{jobs.namespace}",rljob="progress"'
-    lines = [line for line in metrics.splitlines() if labels in line]
-    print("\n".join(lines))
-    assert any(line.startswith("rlplace_job_step_seconds{") for line in lines)
-    assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
-    assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
 
     # The driver's last report is sent when it ends: the job's progress ends at its last step.
     jobs.wait_phase("progress", "Succeeded", timeout=300)
