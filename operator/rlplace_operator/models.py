@@ -768,6 +768,38 @@ class PodSettings(PodOptions):
         return self
 
 
+class ApplyRecommendation(enum.StrEnum):
+    """When the placement recommended from measured step times is used (docs/autoplace.md)."""
+
+    NEVER = "Never"
+    ON_RESTART = "OnRestart"
+    AUTO = "Auto"
+
+
+class CostModelName(enum.StrEnum):
+    SCALING = "scaling"
+    LINEAR = "linear"
+
+
+class AutoPlacement(_Camel):
+    """Auto placement (docs/autoplace.md): search the placement from a profile, and re-place a running job from
+    the step times it reports."""
+
+    enabled: bool = False
+    """Search the placement with the shortest predicted iteration time from `profile` (or the rlplace.io/profile
+    annotation) instead of using componentPlacement."""
+    apply: ApplyRecommendation = ApplyRecommendation.NEVER
+    """What to do with status.recommendation (computed from status.progress while the job runs): Never (only
+    show it), OnRestart (use it the next time the job is planned again), Auto (re-place the job at the next
+    iteration report once the predicted gain is at least minGain)."""
+    min_gain: Annotated[float, Field(ge=0, le=1)] = 0.10
+    """Least predicted gain (fraction of the iteration time) for a recommendation to be applied."""
+    cooldown: Annotated[int, Field(ge=0, le=604800)] = 600
+    """Seconds after a re-placement before Auto re-places the job again."""
+    cost_model: CostModelName = CostModelName.SCALING
+    """The cost model of the search and of the conversion of measured times (scaling or linear)."""
+
+
 class SubmissionMode(enum.StrEnum):
     K8S_JOB = "K8sJobMode"
     SIDECAR = "SidecarMode"
@@ -854,9 +886,9 @@ WORKER_NODE_GROUPS_MESSAGE = "pods.workerNodeGroups[].nodeGroup must be one of s
 class RLJobSpec(
     _Camel,
     json_schema_extra=cel(
-        "(has(self.autoPlacement) && self.autoPlacement) || "
+        "(has(self.autoPlacement) && has(self.autoPlacement.enabled) && self.autoPlacement.enabled) || "
         "(has(self.componentPlacement) && size(self.componentPlacement) > 0)",
-        "componentPlacement needs at least one entry unless autoPlacement is true",
+        "componentPlacement needs at least one entry unless autoPlacement.enabled is true",
         (
             # KubeRay suspends only a RayJob that deletes its cluster; the default (true) applies when unset.
             "!(has(self.suspend) && self.suspend) || !has(self.entrypoint) || !has(self.run) || "
@@ -884,10 +916,10 @@ class RLJobSpec(
             json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["components"]},
         ),
     ] = []
-    """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement."""
-    auto_placement: bool = False
-    """Search the placement with the shortest predicted iteration time from `profile` (or the
-    rlplace.io/profile annotation) instead of using componentPlacement."""
+    """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement.enabled."""
+    auto_placement: AutoPlacement = AutoPlacement()
+    """Auto placement: `enabled` searches the placement from `profile`; `apply`, `minGain`, `cooldown` say what
+    to do with the placement recommended from the job's measured step times."""
     placement_mode: PlacementMode = PlacementMode.HYBRID
     """hybrid (any components on any resources) or modelParallel (reasoning: actor, rollout, reward, ...)."""
     model_parallel: ModelParallel = ModelParallel()
@@ -1032,6 +1064,56 @@ class Progress(_Camel):
     """When the latest reported iteration ended (RFC 3339)."""
 
 
+class Recommendation(_Camel):
+    """The placement auto placement finds for the collocated profile derived from status.progress (docs/autoplace.md)."""
+
+    component_placement: list[AppliedPlacementEntry]
+    """The recommended componentPlacement."""
+    mode: str
+    """collocated or disaggregated."""
+    predicted_iteration_seconds: float
+    """Its predicted seconds per iteration."""
+    current_predicted_seconds: float
+    """The current placement's predicted seconds per iteration, under the same model and profile."""
+    observed_iteration_seconds: float
+    """The measured median seconds per iteration (status.progress)."""
+    gain: float
+    """1 - predicted / current predicted: the fraction of the iteration time it is predicted to save."""
+    iteration: int
+    """The reported iteration it was computed from."""
+    streak: int = 0
+    """Reports in a row whose recommendation promised minGain or more (Auto needs 3)."""
+    decision: str
+    """Keep, ApplyNow (re-placed at the next iteration report) or AtRestart."""
+    reason: str
+    """Why, in one line."""
+    since: str
+    """When this placement was first recommended (RFC 3339)."""
+    updated_at: str
+    """When it was last computed (RFC 3339)."""
+
+
+class Replacement(_Camel):
+    """One re-placement of a running job from its recommendation."""
+
+    time: str
+    """When it was applied (RFC 3339)."""
+    iteration: int
+    """The reported iteration at which it was applied (the boundary)."""
+    previous: list[AppliedPlacementEntry]
+    """The componentPlacement it replaced."""
+    component_placement: list[AppliedPlacementEntry]
+    """The componentPlacement applied."""
+    predicted_iteration_seconds: float
+    """Predicted seconds per iteration of the new placement."""
+    observed_iteration_seconds: float
+    """Measured seconds per iteration before it."""
+
+
+#: Re-placements kept in status (the oldest go first).
+MAX_REPLACEMENTS_KEPT = 10
+
+
 class RLJobStatus(_Camel):
     """What the operator did with the job."""
 
@@ -1089,6 +1171,11 @@ class RLJobStatus(_Camel):
     progress: Progress | None = None
     """Step times the driver reports while it runs (written by the operator's progress endpoint, at most every
     5 s)."""
+    recommendation: Recommendation | None = None
+    """The placement recommended from status.progress, its predicted and observed iteration times and gain."""
+    replacements: list[Replacement] = []
+    """Re-placements from recommendations for the current spec, oldest first (the last one is what the job
+    runs)."""
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

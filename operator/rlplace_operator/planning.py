@@ -70,7 +70,7 @@ def cond_quote(text: str, limit: int = 80) -> str:
 
 
 def wants_auto_placement(spec: RLJobSpec, annotations: Mapping[str, str]) -> bool:
-    return spec.auto_placement or PROFILE_ANNOTATION in annotations
+    return spec.auto_placement.enabled or PROFILE_ANNOTATION in annotations
 
 
 def model_parallel_settings(spec: RLJobSpec) -> ModelParallelSettings:

@@ -21,10 +21,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from placement_core.cluster import Cluster
 from placement_core.launcher.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
-from rlplace_operator import diagnosis
+from rlplace_operator import diagnosis, recommend
 from rlplace_operator.admission import Admitted, Decision, Waiting
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
@@ -33,6 +34,7 @@ from rlplace_operator.models import (
     MAX_RESTARTS_KEPT,
     JobPhase,
     RestartPolicy,
+    RLJobSpec,
     RLJobStatus,
     SubmissionMode,
     dump,
@@ -116,6 +118,8 @@ class World:
     """The binding report of the current attempt, if read and found."""
     queue: Decision | None = None
     """What this queue pass decided for a waiting job whose demand is known (None: not decided here)."""
+    cluster: Cluster | None = None
+    """The running job's nodes as placement_core sees them, when its recommendation is due (recommend.py)."""
 
 
 # -- actions ---------------------------------------------------------------------------------------------------
@@ -587,6 +591,31 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
     )
     actions = (DeleteChildren(), ReleaseNodes(), Post(True, RESTARTING, message))
     return Outcome(actions, _status(status), RECHECK_SECONDS)
+
+
+def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with the running job's recommendation brought up to date (recommend.py): its Events posted, and
+    when Auto re-places the job now, the re-placement recorded and its children deleted (the next look plans it
+    again through Provision, on the re-placement's entries). Unchanged without `world.cluster`."""
+    status = outcome.status
+    if (
+        world.cluster is None
+        or status.phase != JobPhase.RUNNING
+        or any(isinstance(a, Provision) for a in outcome.actions)
+    ):
+        return outcome
+    try:
+        spec = RLJobSpec.model_validate(job.spec)
+    except ValueError:
+        return outcome
+    step = recommend.step(spec, status, world.cluster, world.now)
+    update: dict[str, Any] = {"recommendation": step.recommendation}
+    actions: list[Action] = [*outcome.actions, *(Post(False, reason, message) for reason, message in step.events)]
+    if step.replacement is not None:
+        update["replacements"] = recommend.with_replacement(status, step.replacement)
+        update["message"] = brief(step.events[0][1]) if step.events else None
+        actions.append(DeleteChildren())
+    return Outcome(tuple(actions), status.model_copy(update=update), outcome.requeue_after)
 
 
 def job_pod_key(labels: Mapping[str, str], namespace: str) -> tuple[str, str] | None:

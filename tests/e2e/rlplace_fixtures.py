@@ -205,12 +205,21 @@ class InClusterOperator:
 def operator_image_on_real_nodes(kubeconfig: str) -> str | None:
     """The operator image when a real node has it (so the chart's Deployment can run it), else None."""
     image = images_env().get("OPERATOR_IMAGE")
-    nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-l", f"{REAL_NODE_LABEL}=true", "-o", "json"))["items"]
-    for node in nodes:
-        names = {name for entry in node["status"].get("images") or [] for name in entry.get("names") or []}
-        if image and any(name.endswith(image.split("/", 1)[-1]) for name in names):
-            return image
-    return None
+    if not image:
+        return None
+    # A node lists its images in its status only at its next status update (every 10 s or more after the
+    # images were loaded): a real node without it yet is asked again for a while, not taken as "no image"
+    # (which ran the operator as a local process, whose progress endpoint no pod can reach).
+    deadline = time.monotonic() + 90
+    while True:
+        nodes = json.loads(kubectl(kubeconfig, "get", "nodes", "-l", f"{REAL_NODE_LABEL}=true", "-o", "json"))["items"]
+        for node in nodes:
+            names = {name for entry in node["status"].get("images") or [] for name in entry.get("names") or []}
+            if any(name.endswith(image.split("/", 1)[-1]) for name in names):
+                return image
+        if not nodes or time.monotonic() > deadline:
+            return None
+        time.sleep(2)
 
 
 @pytest.fixture(scope="session")

@@ -83,7 +83,7 @@ def test_profiled_job_over_two_gpu_types_is_placed_by_memory_and_speed(
             "spec": {
                 "nodeGroups": ["h24-big", "h24-small"],
                 "placementMode": "modelParallel",
-                "autoPlacement": True,
+                "autoPlacement": {"enabled": True},
                 "modelParallel": {"actorTensorParallelSize": 2},
                 "algorithm": {"groupSize": 8, "nMinibatches": 4, "rolloutBatchSize": 64},
             },

@@ -289,7 +289,7 @@ def test_auto_placement_applies_the_search_and_follows_the_profile_annotation(jo
     body["metadata"]["name"] = "auto"
     body["spec"].pop("componentPlacement")
     body["spec"].update(
-        autoPlacement=True,
+        autoPlacement={"enabled": True},
         modelParallel={},
         profile={"actorCost": 40, "inferenceCost": 8, "rolloutCost": 60},
         algorithm={"groupSize": 4, "nMinibatches": 1, "rolloutBatchSize": 32, "maxRunningRequests": 128},

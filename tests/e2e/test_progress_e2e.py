@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from e2e_cluster import unverified, wait_for
-from rlplace_fixtures import Jobs, kubectl
+from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -31,6 +31,9 @@ REPO = Path(__file__).resolve().parents[2]
 REAL_NODE_LABEL = "rlplace.io/real-node"
 AUDIENCE = "rlplace.io/progress"
 STEPS = 25
+#: Running begins when KubeRay runs the driver; on the 2-core e2e machine the driver then needs over 30 s to
+#: start its processes (seen: still starting 30 s after Running, while a POST from the head pod was accepted).
+STARTUP_S = 120
 LAWS = "--law actor=4/g --law rollout=4/g+0.5 --law reward=0.25"
 
 #: Run inside the head pod: POST a report to URL (argv[1]) with the token in argv[2] (or the pod's own), print
@@ -83,6 +86,49 @@ def in_head(kubeconfig: str, jobs: Jobs, pod: str, script: str, *args: str) -> s
     )
 
 
+#: Run inside the head pod when no progress came: who the container runs as, the token file, the variables.
+DIAGNOSE = """
+import os
+print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups())
+path = os.environ.get("RLPLACE_PROGRESS_TOKEN_FILE", "")
+print("url", os.environ.get("RLPLACE_PROGRESS_URL"), "token file", path)
+try:
+    st = os.stat(path)
+    print("token file mode", oct(st.st_mode), "owner", st.st_uid, st.st_gid, "readable", os.access(path, os.R_OK))
+except OSError as err:
+    print("token file:", err)
+"""
+
+
+def _why_no_progress(kubeconfig: str, jobs: Jobs, pod: str, env: dict) -> str:
+    """What the head pod and the driver say, for a run where status.progress never came."""
+    parts = []
+    for script, args in (
+        (DIAGNOSE, ()),
+        (POST, (env.get("RLPLACE_PROGRESS_URL", "").replace("$(RLPLACE_NAMESPACE)", jobs.namespace),)),
+    ):
+        result = run_tool(
+            "kubectl",
+            kubeconfig,
+            "exec",
+            "-n",
+            jobs.namespace,
+            pod,
+            "-c",
+            "ray-head",
+            "--",
+            "python3",
+            "-c",
+            script,
+            *args,
+            check=False,
+        )
+        parts.append(result.stdout + result.stderr)
+    driver = run_tool("kubectl", kubeconfig, "logs", "-n", jobs.namespace, "job/progress", "--tail=60", check=False)
+    parts.append("driver (submitter) log:\n" + driver.stdout[-4000:] + driver.stderr[-500:])
+    return "\n".join(parts)
+
+
 @unverified
 def test_step_times_reach_the_job_only_from_its_own_pods(
     jobs: Jobs, real_nodes: list[str], kubeconfig: str, k8s: client.ApiClient
@@ -103,7 +149,10 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     def progress() -> dict | None:
         return (jobs.get("progress").get("status") or {}).get("progress")
 
-    first = wait_for(progress, 30, "status.progress within 30 s of Running", interval=0.5)
+    try:
+        first = wait_for(progress, STARTUP_S, f"status.progress within {STARTUP_S} s of Running", interval=0.5)
+    except TimeoutError as err:
+        raise AssertionError(f"{err}\n{_why_no_progress(kubeconfig, jobs, pod, env)}") from None
     print(f"status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
     assert {c["name"] for c in first["components"]} == {"actor", "rollout", "reward"}
     assert first["bottleneck"] == "rollout" and first["iterationSeconds"] > 0
@@ -131,6 +180,15 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     assert row[header.index("BOTTLENECK") :].split()[0] == "rollout", table
 
     url = env["RLPLACE_PROGRESS_URL"].replace("$(RLPLACE_NAMESPACE)", jobs.namespace)
+    # Read before the test's own POSTs below: their report (iteration 0, actor only) starts the job's window over.
+    metrics = in_head(kubeconfig, jobs, pod, GET, url.split("/v1/")[0].rsplit(":", 1)[0] + ":9090/metrics")
+    labels = f'namespace="{jobs.namespace}",rljob="progress"'
+    lines = [line for line in metrics.splitlines() if labels in line]
+    print("\n".join(lines))
+    assert any(line.startswith("rlplace_job_step_seconds{") for line in lines)
+    assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
+    assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
+
     own = in_head(kubeconfig, jobs, pod, POST, url)
     assert own.startswith("202"), own
     foreign = in_head(kubeconfig, jobs, pod, POST, url.replace("/rljobs/progress/", "/rljobs/other/"))
@@ -158,14 +216,6 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     token = jobs.core.create_namespaced_service_account_token("default", jobs.namespace, request).status.token
     refused = in_head(kubeconfig, jobs, pod, POST, url, token)
     assert refused.startswith("403") and "not owned by it" in refused, refused
-
-    metrics = in_head(kubeconfig, jobs, pod, GET, url.split("/v1/")[0].rsplit(":", 1)[0] + ":9090/metrics")
-    labels = f'namespace="{jobs.namespace}",rljob="progress"'
-    lines = [line for line in metrics.splitlines() if labels in line]
-    print("\n".join(lines))
-    assert any(line.startswith("rlplace_job_step_seconds{") for line in lines)
-    assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
-    assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
 
     # The driver's last report is sent when it ends: the job's progress ends at its last step.
     jobs.wait_phase("progress", "Succeeded", timeout=300)

@@ -178,7 +178,7 @@ def test_merge_replaces_by_key_and_keeps_order() -> None:
 )
 def test_owned_fields_are_refused_by_name(pods: dict, message: str) -> None:
     with pytest.raises(ValidationError, match=message):
-        RLJobSpec.model_validate({"nodeGroups": ["a800"], "autoPlacement": True, "pods": pods})
+        RLJobSpec.model_validate({"nodeGroups": ["a800"], "autoPlacement": {"enabled": True}, "pods": pods})
 
 
 def test_the_refused_variables_are_those_the_plan_sets() -> None:
@@ -280,7 +280,7 @@ def test_pod_settings_schema_is_bounded_for_cel_cost() -> None:
 
 
 def test_mounts_must_name_a_volume_of_their_pod_and_groups_must_be_the_jobs() -> None:
-    base = {"nodeGroups": ["a800"], "autoPlacement": True}
+    base = {"nodeGroups": ["a800"], "autoPlacement": {"enabled": True}}
     # A job-wide mount of a head-only volume: the workers and the submitter would have no such volume.
     bad = {"volumeMounts": [{"name": "model", "mountPath": "/models"}], "head": {"volumes": PODS["volumes"]}}
     with pytest.raises(

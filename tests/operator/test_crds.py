@@ -37,7 +37,7 @@ def test_cel_rules_sit_beside_their_fields() -> None:
     for field in ("components", "placement", "nodeGroup"):
         assert "pattern" not in entry[field]
         assert entry[field]["x-kubernetes-validations"][0]["message"].startswith(field)
-    assert "autoPlacement is true" in spec["spec"]["x-kubernetes-validations"][0]["message"]
+    assert "autoPlacement.enabled is true" in spec["spec"]["x-kubernetes-validations"][0]["message"]
     group = build_crds()["rlplace.io_nodegroups.yaml"]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     group_spec = group["properties"]["spec"]
     assert "cannot both be set" in group_spec["x-kubernetes-validations"][0]["message"]

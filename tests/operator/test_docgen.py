@@ -33,7 +33,7 @@ def test_every_field_is_documented() -> None:
     rljob = docgen.build_docs()["rljob.md"]
     assert "### `spec.componentPlacement[].placement` <string>" in rljob
     assert "### `spec.nodeGroups` <[]string>" in rljob
-    assert "- validated: componentPlacement needs at least one entry unless autoPlacement is true" in rljob
+    assert "- validated: componentPlacement needs at least one entry unless autoPlacement.enabled is true" in rljob
     nodegroup = docgen.build_docs()["nodegroup.md"]
     assert "### `spec` <Object>" in nodegroup and "### `status` <Object>" in nodegroup
     for text in (rljob, nodegroup):

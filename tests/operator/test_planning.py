@@ -49,7 +49,7 @@ def test_too_few_gpus_is_a_capacity_error_and_bad_ranks_are_not() -> None:
 
 
 def test_profile_comes_from_the_annotation_first() -> None:
-    spec = job(autoPlacement=True, profile={"actorCost": 1, "rolloutCost": 2, "inferenceCost": 3})
+    spec = job(autoPlacement={"enabled": True}, profile={"actorCost": 1, "rolloutCost": 2, "inferenceCost": 3})
     annotation = '{"actor_cost": 9, "rollout_cost": 4}'
     assert profile_of(spec, {"rlplace.io/profile": annotation}) == {"actor_cost": 9.0, "rollout_cost": 4.0}
     assert profile_of(spec, {}) == {"actor_cost": 1.0, "inference_cost": 3.0, "rollout_cost": 2.0}
@@ -105,7 +105,7 @@ def test_profile_annotation_is_checked_like_spec_profile(raw: str, expected: str
     from rlplace_operator.models import RLJobSpec
     from rlplace_operator.planning import profile_of
 
-    spec = RLJobSpec(node_groups=["a800"], auto_placement=True)
+    spec = RLJobSpec(node_groups=["a800"], auto_placement={"enabled": True})
     with pytest.raises(PlacementError, match=expected):
         profile_of(spec, {"rlplace.io/profile": raw})
     assert profile_of(spec, {"rlplace.io/profile": '{"actorCost": 2, "rollout_cost": 3}'}) == {

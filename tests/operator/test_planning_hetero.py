@@ -51,7 +51,7 @@ def job(**spec: object) -> RLJobSpec:
     return RLJobSpec.model_validate(
         {
             "nodeGroups": ["a800", "4090"],
-            "autoPlacement": True,
+            "autoPlacement": {"enabled": True},
             "modelParallel": {"actorTensorParallelSize": 2},
             "algorithm": {"groupSize": 8, "nMinibatches": 4, "rolloutBatchSize": 64},
             **spec,

@@ -15,6 +15,7 @@ deleting a job must not need the operator. Each job is looked at by the timer of
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import re
@@ -32,10 +33,10 @@ from rlplace_operator.admission import Decision
 from rlplace_operator.handlers import rayjob as driver
 from rlplace_operator.handlers import rljob
 from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger, Snapshot, queue_pass
+from rlplace_operator.handlers.queue import Ledger, Snapshot, groups_with_nodes, queue_pass
 from rlplace_operator.handlers.raycluster import raycluster_ready
 from rlplace_operator.k8s import Kube, StatusConflict, api_message
-from rlplace_operator.models import GROUP, VERSION, JobPhase
+from rlplace_operator.models import GROUP, VERSION, JobPhase, PlacementMode
 from rlplace_operator.names import (
     API_VERSION,
     JOB_LABEL,
@@ -63,7 +64,9 @@ from rlplace_operator.reconcile import (
     holds_nodes,
     reconcile,
     status_wire,
+    with_recommendation,
 )
+from rlplace_operator.selection import job_cluster
 
 logger = logging.getLogger(__name__)
 
@@ -247,6 +250,33 @@ class Observer:
             self._events[namespace] = self.kube.warning_events(namespace)
         return self._events[namespace]
 
+    def with_cluster(self, job: Job, world: World) -> World:
+        """`world` with the job's cluster when its recommendation is due (recommend.py), and a child made before
+        the job's last re-placement counted as not known yet: it is being deleted, and the job is planned again
+        only once it is gone."""
+        status, spec = job.status, job.spec
+        child = world.rayjob if job.entrypoint else world.raycluster
+        replacements = status.get("replacements") or []
+        if child is not None and replacements:
+            created = (child.get("metadata") or {}).get("creationTimestamp") or ""
+            if created < replacements[-1].get("time", ""):
+                return dataclasses.replace(world, rayjob=None, raycluster=None, child_known=False)
+        if not _recommendation_due(job.spec, status):
+            return world
+        held = {n for c in (status.get("placement") or {}).get("components") or [] for n in c.get("nodes") or []}
+        snapshot = self.snapshot
+        groups = [
+            rljob.parsed_group(name, entry)
+            for name in spec.get("nodeGroups") or []
+            if (entry := indexed(snapshot.nodegroups, name)) is not None
+        ]
+        cut = groups_with_nodes(groups, [(g.name, [e.name for e in g.status.nodes if e.name in held]) for g in groups])
+        infos = {name: info for name in held if (info := indexed(snapshot.nodes, name)) is not None}
+        try:
+            return dataclasses.replace(world, cluster=job_cluster(cut, infos))
+        except PlacementError:
+            return world
+
     def world(self, job: Job, queue: Decision | None = None, fresh: bool = False) -> World:
         now = dt.datetime.now(dt.UTC)
         if not holds_nodes(job.status):
@@ -350,7 +380,8 @@ def run(
     provisioned now, after its status says why."""
     fresh = False
     for _ in range(MAX_CONFLICTS):
-        outcome = reconcile(job, observer.world(job, queue, fresh))
+        world = observer.with_cluster(job, observer.world(job, queue, fresh))
+        outcome = with_recommendation(job, world, reconcile(job, world))
         try:
             if any(isinstance(a, Provision) for a in outcome.actions):
                 if not job.fresh:
@@ -433,11 +464,26 @@ def _safely(memo: kopf.Memo, observer: Observer, job: Job, queue: Decision | Non
         return None
 
 
+def _recommendation_due(spec: Mapping[str, Any], status: Mapping[str, Any]) -> bool:
+    """A running job the closed loop models whose status.progress is newer than its recommendation, or whose
+    recommendation waits for the next report to be applied (recommend.py)."""
+    if status.get("phase") != JobPhase.RUNNING or not status.get("progress"):
+        return False
+    auto = spec.get("autoPlacement") or {}
+    if not auto.get("enabled") and spec.get("placementMode") != PlacementMode.MODEL_PARALLEL:
+        return False
+    progress, recommendation = status["progress"], status.get("recommendation") or {}
+    return recommendation.get("iteration") != progress.get("iteration") or (
+        recommendation.get("updatedAt", "") < progress.get("updatedAt", "")
+    )
+
+
 def _needs_look(entry: Mapping[str, Any]) -> bool:
-    """Jobs the timer looks at: Queued ones, Provisioning ones, and running drivers not verified yet."""
+    """Jobs the timer looks at: Queued ones, Provisioning ones, running drivers not verified yet, and running jobs
+    whose recommendation is due."""
     status = entry["status"]
     phase = status.get("phase")
-    if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING):
+    if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING) or _recommendation_due(entry["spec"], status):
         return True
     unverified = not any(c.get("type") == driver.BINDING_CONDITION for c in status.get("conditions") or [])
     return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and unverified

@@ -25,6 +25,7 @@ from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator import conditions as cond
+from rlplace_operator import recommend
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.progress import with_progress_reporting
@@ -50,6 +51,7 @@ from rlplace_operator.models import (
     NodeGroupStatus,
     PlacementMode,
     RLJobSpec,
+    RLJobStatus,
     dump,
     is_live,
 )
@@ -223,7 +225,10 @@ def _resolved(spec: RLJobSpec, annotations: Mapping[str, str], applied: tuple) -
     """The spec to plan the admitted nodes with: auto placement resolved to the entries the search chose."""
     if not wants_auto_placement(spec, annotations):
         return spec
-    update = {"component_placement": list(applied), "auto_placement": False}
+    update = {
+        "component_placement": list(applied),
+        "auto_placement": spec.auto_placement.model_copy(update={"enabled": False}),
+    }
     return spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
 
 
@@ -248,7 +253,13 @@ def _demand(
     excluded = untolerated_nodes(spec, groups, infos)
     # ... and the nodes that failed one of its attempts (a restart left them out: reconcile.restart_on_failure).
     excluded.update(status_excluded(job.before, job.generation))
-    fingerprint = (job.generation, annotations.get(PROFILE_ANNOTATION), nodes, tuple(sorted(excluded.items())))
+    fingerprint = (
+        job.generation,
+        annotations.get(PROFILE_ANNOTATION),
+        nodes,
+        tuple(sorted(excluded.items())),
+        _planning_fields(spec),  # a re-placement (recommend.py) plans other entries for the same generation
+    )
     known = ledger.demand(key, fingerprint)
     if known is not None:
         return known
@@ -404,6 +415,17 @@ def provision(
     return status.after, None
 
 
+def _same_spec_status(job: _JobStatus) -> RLJobStatus | None:
+    """The job's status when it describes the current spec (a re-placement or a waiting recommendation is
+    for that spec only); None for a new spec, or a status this operator's model cannot read."""
+    if job.before.get("observedGeneration") != job.generation:
+        return None
+    try:
+        return RLJobStatus.model_validate({k: v for k, v in job.before.items() if v is not None})
+    except ValidationError:
+        return None
+
+
 def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, snapshot: Snapshot, retry: int) -> None:
     namespace, name = observed.namespace, observed.name
     job_spec = _validated_spec(job, observed.spec)
@@ -412,9 +434,24 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         ledger.release((namespace, name))
         return
     annotations = dict(job.body["metadata"].get("annotations") or {})
+    # A re-placement from measured step times (recommend.py) is planned instead of the spec's placement.
+    status = _same_spec_status(job)
+    replaced = recommend.replaced_spec(job_spec, status) if status is not None else job_spec
+    predicted: float | None = None
+    if status is not None and replaced is not job_spec:
+        annotations.pop(PROFILE_ANNOTATION, None)
+        replacements = status.replacements
+        waiting = recommend.at_restart(job_spec, status, recommend.timestamp(recommend.utcnow()))
+        if waiting is not None:
+            replacements = recommend.with_replacement(status, waiting)
+            job.set(replacements=[dump(r) for r in replacements], recommendation=None)
+        predicted = replacements[-1].predicted_iteration_seconds
+        job_spec = replaced
     planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
     if planned is None:
         return
+    if predicted is not None:
+        planned = dataclasses.replace(planned, predicted_iteration_time=predicted)
     # A restart's new attempt keeps its number (reconcile.restart_on_failure counted it); else a new RayJob's
     # driver is attempt 1 again.
     restarting = job_spec.entrypoint and bool(job.before.get("restartCount")) and not holds_nodes(job.before)
@@ -432,8 +469,15 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         retryAfter=None,
     )
     if job.before.get("observedGeneration") != job.generation:
-        # A new spec starts a new history, with every node again.
-        job.set(restarts=None, provisioningRetries=None, restartCount=None, excludedNodes=None)
+        # A new spec starts a new history, with every node again and no recommendation.
+        job.set(
+            restarts=None,
+            provisioningRetries=None,
+            restartCount=None,
+            excludedNodes=None,
+            recommendation=None,
+            replacements=None,
+        )
     if job_spec.entrypoint and not holds_nodes(job.before):
         # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one), unless
         # it is a restart's new attempt.

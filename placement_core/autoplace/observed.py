@@ -1,0 +1,310 @@
+"""The closed loop's library half (docs/autoplace.md, "From measured step times"): measured seconds -> profile ->
+recommendation -> whether to apply it.
+
+A running job reports each component's busy seconds per iteration under its *current* placement, on however many
+GPUs that placement gives it. Auto placement wants each component's seconds measured collocated on all G GPUs.
+`derive_profile` converts one into the other with the cost model the search uses: a component measured at T
+seconds on g GPUs has cost(g) = k(g) * cost(G) under the model (k(g) = G/g under the linear model; the scaling
+model's factor otherwise), so its collocated cost is T / k(g). `recommend` runs the search with that profile and
+prices the current placement under the same model, so the gain compares two predictions of one model, never a
+prediction with a measurement. `decide` is the apply policy (`Never`, `OnRestart`, `Auto` with `min_gain` and
+`cooldown`).
+
+Pure: no clock, no I/O; the caller passes the time.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+from placement_core.autoplace import autotune
+from placement_core.autoplace.cost import CostModel, StageCost, collocated_total, parse_cost_model, pipelined_total
+from placement_core.autoplace.hetero import wants_hetero
+from placement_core.autoplace.inputs import reasoning_chain, reasoning_task
+from placement_core.cluster import ACCELERATOR
+from placement_core.components import ComponentPlacement
+from placement_core.errors import PlacementError
+from placement_core.grammar import PlacementEntry, parse_placement_entries
+from placement_core.jobconfig import EMBODIED, Job
+
+#: Reward runs on the rollout's GPUs in every placement the search returns and the profile has no reward cost:
+#: its measured time counts as the rollout's.
+FOLDED_INTO = {"reward": "rollout"}
+
+#: The default `min_gain`: a recommendation must promise at least this fraction less time per iteration.
+DEFAULT_MIN_GAIN = 0.10
+#: The default `cooldown` in seconds: no second re-placement within this long of the last one.
+DEFAULT_COOLDOWN_S = 600.0
+#: Auto applies a recommendation only after this many consecutive reports recommended it at minGain or more:
+#: one noisy report (or the first reports of a new placement) does not move a job.
+CONFIRMATIONS = 3
+
+
+@dataclass(frozen=True, slots=True)
+class Measured:
+    """One component's median busy seconds per iteration, and the GPUs the current placement gives it."""
+
+    name: str
+    seconds: float
+    gpus: int
+    collocated_seconds: float
+    """`seconds` converted to all G GPUs of the cluster under the cost model (what the profile holds)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DerivedProfile:
+    """The collocated profile a running job's measurements give, and how each one was converted."""
+
+    cost_model: CostModel
+    num_gpus: int
+    measured: tuple[Measured, ...]
+    ignored: tuple[str, ...]
+    """Reported components the model has no cost for (neither in the chain nor folded into one)."""
+
+    def profile_data(self) -> dict[str, float]:
+        """`profile_data` in autoplace's keys (`rollout_cost`, ...), as `Job.profile` reads it."""
+        return {f"{m.name}_cost": m.collocated_seconds for m in self.measured}
+
+
+def _units_by_component(job: Job) -> dict[str, frozenset[tuple[int, int, str]]]:
+    placement = ComponentPlacement.from_entries(job.placement, job.cluster)
+    return {name: frozenset(placement.get_units(name)) for name in placement.components}
+
+
+def _gpu_count(units: frozenset[tuple[int, int, str]]) -> int:
+    return sum(1 for unit in units if unit[2] == ACCELERATOR)
+
+
+def _check_job(job: Job) -> None:
+    if job.task_type == EMBODIED:
+        raise PlacementError(
+            "re-placing from measured step times is for reasoning jobs; embodied jobs are not modelled"
+        )
+    if wants_hetero(job):
+        raise PlacementError(
+            "re-placing from measured step times uses the single-type model; this job gives per-type data "
+            "(node groups of different GPUs or per-type profile keys)"
+        )
+    if not job.placement:
+        raise PlacementError("measured step times need the placement they were measured under (none given)")
+
+
+def derive_profile(
+    job: Job, seconds: Mapping[str, float], cost_model: str | CostModel = CostModel.scaling
+) -> DerivedProfile:
+    """The collocated profile from `seconds` (component -> median busy seconds per iteration) measured under
+    `job.placement` on `job.cluster`. Raises PlacementError naming a chain component without a measurement, a
+    measurement that is not a positive number, or a GPU count the model has no cost for."""
+    _check_job(job)
+    model = parse_cost_model(cost_model)
+    units = _units_by_component(job)
+    chain = reasoning_chain(job)
+    totals: dict[str, float] = {}
+    ignored: list[str] = []
+    for name, value in seconds.items():
+        if not value > 0:
+            raise PlacementError(f"measured seconds of component '{name}' must be positive, got {value!r}")
+        target = FOLDED_INTO.get(name, name)
+        if target not in chain:
+            ignored.append(name)
+            continue
+        totals[target] = totals.get(target, 0.0) + value
+    missing = [name for name in chain if name not in totals]
+    if missing:
+        raise PlacementError(f"no measured step time for {', '.join(missing)} (the reports must time every component)")
+    unplaced = [name for name in chain if name not in units]
+    if unplaced:
+        raise PlacementError(f"the current placement does not place {', '.join(unplaced)}")
+    # A unit profile (1 s per iteration on all G GPUs) gives each stage's factor k(g) = cost(g) / cost(G).
+    unit = reasoning_task(replace(job, placement=()), dict.fromkeys(chain, 1.0))
+    measured = []
+    for stage in unit.stages:
+        gpus = _gpu_count(units[stage.name])
+        cost = StageCost.build(unit, stage, model)
+        factor = cost(gpus)
+        if factor is None:
+            raise PlacementError(
+                f"component '{stage.name}' measured on {gpus} GPUs: the {model.value} model has no cost there "
+                f"({cost.why_not(gpus)})"
+            )
+        per_iteration = factor * unit.rollout_batch_size  # cost() is per batch; the unit profile is 1 s per iteration
+        measured.append(Measured(stage.name, totals[stage.name], gpus, totals[stage.name] / per_iteration))
+    return DerivedProfile(model, unit.num_gpus, tuple(measured), tuple(ignored))
+
+
+def current_prediction(job: Job, profile: DerivedProfile) -> float:
+    """The model's iteration time of the current placement: components on the same GPUs take turns (their
+    per-batch costs add up), groups on disjoint GPUs are pipelined (docs/autoplace.md, "Schedules"). Each
+    per-batch cost is the measurement itself (cost(g) of the derived profile is T/rbs by construction)."""
+    rbs = job.batch.rollout_batch_size
+    if rbs is None:
+        raise PlacementError("data.rollout_batch_size is required for auto placement")
+    units = _units_by_component(job)
+    groups: list[tuple[set[tuple[int, int, str]], float]] = []
+    for m in profile.measured:
+        held = set(units[m.name])
+        joined = [g for g in groups if g[0] & held]
+        per_batch = m.seconds / rbs + sum(g[1] for g in joined)
+        groups = [g for g in groups if not any(g is j for j in joined)]
+        groups.append((held.union(*(g[0] for g in joined)), per_batch))
+    per_batch = [g[1] for g in groups]
+    if len(per_batch) == 1:
+        return collocated_total(per_batch, 1) * rbs
+    return pipelined_total(per_batch, rbs)
+
+
+@dataclass(frozen=True, slots=True)
+class Recommendation:
+    """The placement auto placement finds for the measured profile, and what it promises.
+
+    `gain` = 1 - predicted / current_predicted: both are the same model's predictions from the same profile, so
+    a placement that is already the best has gain 0 whatever noise the measurements carry in their level, and
+    what the model does not price (reward on other GPUs, weight sync, start-up) is not counted as gain.
+    """
+
+    placement: tuple[PlacementEntry, ...]
+    mode: str
+    predicted_seconds: float
+    current_predicted_seconds: float
+    observed_seconds: float
+    profile: DerivedProfile
+
+    @property
+    def gain(self) -> float:
+        if self.current_predicted_seconds <= 0:
+            return 0.0
+        return max(0.0, 1.0 - self.predicted_seconds / self.current_predicted_seconds)
+
+
+def recommend(
+    job: Job,
+    seconds: Mapping[str, float],
+    observed_iteration_seconds: float,
+    cost_model: str | CostModel = CostModel.scaling,
+) -> Recommendation:
+    """The best placement for the profile measured under `job.placement`, its predicted iteration time, the
+    current placement's under the same model, and the observed one."""
+    profile = derive_profile(job, seconds, cost_model)
+    searched = replace(job, placement=(), profile=profile.profile_data())
+    result = autotune(searched, profile.cost_model)
+    return Recommendation(
+        placement=tuple(parse_placement_entries(result.component_placement)),
+        mode=result.mode,
+        predicted_seconds=result.total_cost,
+        current_predicted_seconds=current_prediction(job, profile),
+        observed_seconds=observed_iteration_seconds,
+        profile=profile,
+    )
+
+
+def same_placement(a: Iterable[PlacementEntry], b: Iterable[PlacementEntry]) -> bool:
+    """Whether two blocks are the same placement written the same way (order of entries aside)."""
+    return placement_key(a) == placement_key(b)
+
+
+def placement_key(entries: Iterable[PlacementEntry]) -> frozenset[tuple[str, str, tuple[str, ...] | None]]:
+    return frozenset((e.key, e.placement.strip(), e.node_groups) for e in entries)
+
+
+# -- the apply policy ----------------------------------------------------------------------------------------
+
+
+class Apply(enum.StrEnum):
+    """When a recommendation is used: never, the next time the job restarts, or at once (at the next boundary)."""
+
+    never = "Never"
+    on_restart = "OnRestart"
+    auto = "Auto"
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPolicy:
+    apply: Apply = Apply.never
+    min_gain: float = DEFAULT_MIN_GAIN
+    cooldown_seconds: float = DEFAULT_COOLDOWN_S
+    confirmations: int = CONFIRMATIONS
+
+
+@dataclass(frozen=True, slots=True)
+class History:
+    """What the policy has done to one job: when it last re-placed it and the placements it moved away from."""
+
+    last_applied_at: float | None = None
+    left: tuple[frozenset[tuple[str, str, tuple[str, ...] | None]], ...] = ()
+
+    def applied(self, old: Sequence[PlacementEntry], now: float) -> History:
+        return History(last_applied_at=now, left=(*self.left, placement_key(old)))
+
+
+class Verdict(enum.StrEnum):
+    keep = "Keep"
+    apply_now = "ApplyNow"
+    at_restart = "AtRestart"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    verdict: Verdict
+    reason: str
+
+
+def decide(
+    policy: ApplyPolicy,
+    recommendation: Recommendation | None,
+    current: Sequence[PlacementEntry],
+    history: History,
+    now: float,
+    streak: int = 1,
+) -> Decision:
+    """Whether to use `recommendation` now, at the next restart, or not at all, and why.
+
+    A recommendation is used when it differs from the current placement and promises at least `min_gain`.
+    A job already re-placed n times needs minGain * 2^n (`required_gain`).
+    `Auto` also needs `confirmations` reports in a row that promised `min_gain` (`streak`, this one included:
+    the caller keeps the count with `next_streak`), waits `cooldown` after its last re-placement and never goes back to a placement it moved
+    the job away from: with measurements that carry noise, two placements of nearly equal time could otherwise
+    take turns.
+    """
+    if recommendation is None:
+        return Decision(Verdict.keep, "no recommendation")
+    if same_placement(recommendation.placement, current):
+        return Decision(Verdict.keep, "the job already runs the recommended placement")
+    gain = recommendation.gain
+    if gain < policy.min_gain:
+        return Decision(Verdict.keep, f"predicted gain {gain:.1%} is below minGain {policy.min_gain:.0%}")
+    needed = required_gain(policy, history)
+    if gain < needed:
+        return Decision(
+            Verdict.keep,
+            f"predicted gain {gain:.1%} is below the {needed:.0%} a re-placement number {len(history.left) + 1} needs",
+        )
+    if policy.apply is Apply.never:
+        return Decision(Verdict.keep, "apply is Never")
+    if placement_key(recommendation.placement) in history.left:
+        return Decision(Verdict.keep, "the recommendation is a placement this job was moved away from")
+    if policy.apply is Apply.on_restart:
+        return Decision(Verdict.at_restart, f"predicted gain {gain:.1%}: used when the job next restarts")
+    if history.last_applied_at is not None and now - history.last_applied_at < policy.cooldown_seconds:
+        wait = policy.cooldown_seconds - (now - history.last_applied_at)
+        return Decision(Verdict.keep, f"within the cooldown ({wait:.0f} s left)")
+    if streak < policy.confirmations:
+        return Decision(Verdict.keep, f"recommended {streak} of {policy.confirmations} reports in a row")
+    return Decision(Verdict.apply_now, f"predicted gain {gain:.1%} >= {needed:.0%}")
+
+
+def required_gain(policy: ApplyPolicy, history: History) -> float:
+    """The gain the next re-placement must promise: minGain, doubled by every re-placement the job already had.
+
+    Noise can make one of two near-equal placements look minGain better than the other; doubling the bar after
+    each move keeps a job from drifting between such placements, while a real change (a new bottleneck, a much
+    better placement) still moves it."""
+    return min(1.0, policy.min_gain * 2 ** len(history.left))
+
+
+def next_streak(streak: int, recommendation: Recommendation, policy: ApplyPolicy) -> int:
+    """The count `decide` reads: reports in a row whose recommendation promised `min_gain` or more (not
+    necessarily the same placement: two near-equal placements may take turns as the best, and either is a gain).
+    The caller starts it over at 0 after a re-placement."""
+    return streak + 1 if recommendation.gain >= policy.min_gain else 0

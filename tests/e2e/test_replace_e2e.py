@@ -1,0 +1,87 @@
+"""The closed loop on the real nodes (docs/autoplace.md, "From measured step times to a new placement").
+
+examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
+time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.1 s; NOT a measurement of
+any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
+within 30 s of Running; a recommendation appears (collocated, predicted about 4.1 s, an Event); with apply Auto
+the job is re-placed (status.replacements, the children planned again) and its observed iteration time
+afterwards is within 15% of the prediction, and lower than before.
+
+Needs the operator in the cluster (its progress endpoint) and the real nodes.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes import client
+
+from e2e_cluster import unverified, wait_for
+from rlplace_fixtures import Jobs, kubectl
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+REAL_NODE_LABEL = "rlplace.io/real-node"
+COLLOCATED = [{"components": "actor,rollout,reward", "placement": "all"}]
+
+
+@pytest.fixture(scope="module")
+def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
+    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+    if not nodes:
+        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
+    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
+    return [n.metadata.name for n in nodes]
+
+
+@unverified
+def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_nodes: list[str]) -> None:
+    (body,) = [d for d in yaml.safe_load_all((REPO / "examples" / "rljob-synthetic-replace.yaml").read_text()) if d]
+    jobs.create(body)
+    name = body["metadata"]["name"]
+
+    def status() -> dict:
+        return jobs.get(name).get("status") or {}
+
+    jobs.wait_phase(name, "Running", timeout=300)
+    running_at = time.monotonic()
+    heads = jobs.core.list_namespaced_pod(jobs.namespace, label_selector=f"rlplace.io/job={name},ray.io/node-type=head")
+    env = {e.name for pod in heads.items for e in pod.spec.containers[0].env or []}
+    if "RLPLACE_PROGRESS_URL" not in env:
+        pytest.skip("the operator serves no progress endpoint here (a local operator process: run in the cluster)")
+    first = wait_for(lambda: status().get("progress"), 120, "status.progress within 120 s of Running", interval=0.5)
+    print(f"synthetic workload: status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
+
+    rec = wait_for(lambda: status().get("recommendation"), 60, "status.recommendation", interval=0.5)
+    print("recommendation:", rec)
+    assert rec["componentPlacement"] == COLLOCATED and rec["gain"] >= 0.1, rec
+    events = jobs.core.list_namespaced_event(jobs.namespace, field_selector=f"involvedObject.name={name}").items
+    assert any(e.reason == "PlacementRecommended" for e in events), [e.reason for e in events]
+
+    replaced = wait_for(lambda: status().get("replacements"), 120, "a re-placement", interval=0.5)
+    (replacement,) = replaced
+    before, predicted = replacement["observedIterationSeconds"], replacement["predictedIterationSeconds"]
+    print("re-placement:", replacement)
+    assert replacement["componentPlacement"] == COLLOCATED
+
+    def after() -> dict | None:
+        now = status()
+        progress = now.get("progress") or {}
+        planned_again = now.get("appliedPlacement") == COLLOCATED and now.get("phase") == "Running"
+        fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
+        return progress if planned_again and fresh else None
+
+    settled = wait_for(after, 300, "8 iterations reported on the new placement", interval=1.0)
+    observed = settled["iterationSeconds"]
+    gain = 1 - observed / before
+    print(
+        f"synthetic workload: iteration {before:.3f} s before, {observed:.3f} s after (predicted {predicted:.3f} s); "
+        f"observed gain {gain:.1%}, predicted {rec['gain']:.1%}"
+    )
+    assert abs(observed - predicted) / predicted <= 0.15
+    assert observed < before
+    assert status().get("replacements") == replaced  # moved once
