@@ -230,6 +230,17 @@ def rlplace_chart(kubeconfig: str) -> str:
     return RELEASE_NAMESPACE
 
 
+@pytest.fixture(scope="module")
+def real_nodes(k8s: client.ApiClient, kubeconfig: str, rlplace_crds: None) -> list[str]:
+    """The real nodes (kubelet and containerd: they run the drivers), with examples/nodegroups-real.yaml applied
+    so the NodeGroups that select them exist; skips on a cluster without real nodes."""
+    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
+    if not nodes:
+        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
+    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
+    return [n.metadata.name for n in nodes]
+
+
 @pytest.fixture(scope="session")
 def rlplace_crds(kubeconfig: str, rlplace_chart: str) -> None:
     """rlplace's CRDs (installed by the chart, then brought up to date from crds/) established."""

@@ -21,19 +21,8 @@ from rlplace_fixtures import Jobs, kubectl, load_example, run_tool
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_NODE_LABEL = "rlplace.io/real-node"
 TAINTED_NODE = "real-4090-0"
 GPU_TAINT = {"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}
-
-
-@pytest.fixture(scope="module")
-def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
-    """The real nodes, with the NodeGroups that select them; skips without real nodes."""
-    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
-    if not nodes:
-        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes")
-    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
-    return [n.metadata.name for n in nodes]
 
 
 @pytest.fixture

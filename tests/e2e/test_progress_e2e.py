@@ -28,7 +28,6 @@ from rlplace_fixtures import Jobs, kubectl, run_tool
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_NODE_LABEL = "rlplace.io/real-node"
 AUDIENCE = "rlplace.io/progress"
 STEPS = 25
 #: Running begins when KubeRay runs the driver; on the 2-core e2e machine the driver then needs over 30 s to
@@ -54,15 +53,6 @@ GET = """
 import sys, urllib.request
 print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())
 """
-
-
-@pytest.fixture(scope="module")
-def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
-    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
-    if not nodes:
-        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
-    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
-    return [n.metadata.name for n in nodes]
 
 
 def synthetic_job(name: str) -> dict:

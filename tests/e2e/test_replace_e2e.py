@@ -17,25 +17,14 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes import client
 
 from e2e_cluster import unverified, wait_for
-from rlplace_fixtures import Jobs, kubectl
+from rlplace_fixtures import Jobs
 
 pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
-REAL_NODE_LABEL = "rlplace.io/real-node"
 COLLOCATED = [{"components": "actor,rollout,reward", "placement": "all"}]
-
-
-@pytest.fixture(scope="module")
-def real_nodes(k8s: client.ApiClient, kubeconfig: str) -> list[str]:
-    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
-    if not nodes:
-        pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
-    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
-    return [n.metadata.name for n in nodes]
 
 
 @unverified
