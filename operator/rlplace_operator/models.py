@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 from pydantic.alias_generators import to_camel
 
+from placement_core.autoplace.cost import CostModel
+from placement_core.autoplace.observed import Apply
 from placement_core.cluster import ACCELERATOR, ROBOT_TYPES
 from placement_core.contract import PLAN_MOUNT_DIR
 
@@ -768,19 +770,6 @@ class PodSettings(PodOptions):
         return self
 
 
-class ApplyRecommendation(enum.StrEnum):
-    """When the placement recommended from measured step times is used (docs/autoplace.md)."""
-
-    NEVER = "Never"
-    ON_RESTART = "OnRestart"
-    AUTO = "Auto"
-
-
-class CostModelName(enum.StrEnum):
-    SCALING = "scaling"
-    LINEAR = "linear"
-
-
 class AutoPlacement(_Camel):
     """Auto placement (docs/autoplace.md): search the placement from a profile, and re-place a running job from
     the step times it reports."""
@@ -788,7 +777,7 @@ class AutoPlacement(_Camel):
     enabled: bool = False
     """Search the placement with the shortest predicted iteration time from `profile` (or the rlplace.io/profile
     annotation) instead of using componentPlacement."""
-    apply: ApplyRecommendation = ApplyRecommendation.NEVER
+    apply: Apply = Apply.never
     """What to do with status.recommendation (computed from status.progress while the job runs): Never (only
     show it), OnRestart (use it the next time the job is planned again), Auto (re-place the job at the next
     iteration report once the predicted gain is at least minGain)."""
@@ -796,7 +785,7 @@ class AutoPlacement(_Camel):
     """Least predicted gain (fraction of the iteration time) for a recommendation to be applied."""
     cooldown: Annotated[int, Field(ge=0, le=604800)] = 600
     """Seconds after a re-placement before Auto re-places the job again."""
-    cost_model: CostModelName = CostModelName.SCALING
+    cost_model: CostModel = CostModel.scaling
     """The cost model of the search and of the conversion of measured times (scaling or linear)."""
 
 

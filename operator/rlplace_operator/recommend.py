@@ -79,7 +79,7 @@ def _wire(entries: Sequence[PlacementEntry]) -> list[AppliedPlacementEntry]:
 
 
 def policy_of(auto: AutoPlacement) -> ApplyPolicy:
-    return ApplyPolicy(apply=Apply(auto.apply.value), min_gain=auto.min_gain, cooldown_seconds=float(auto.cooldown))
+    return ApplyPolicy(apply=auto.apply, min_gain=auto.min_gain, cooldown_seconds=float(auto.cooldown))
 
 
 def history_of(status: RLJobStatus) -> History:
@@ -182,7 +182,7 @@ def utcnow() -> dt.datetime:
 
 def _waiting_for_restart(spec: RLJobSpec, status: RLJobStatus) -> Recommendation | None:
     rec = status.recommendation
-    if spec.auto_placement.apply.value == Apply.on_restart and rec is not None and rec.decision == Verdict.at_restart:
+    if spec.auto_placement.apply is Apply.on_restart and rec is not None and rec.decision == Verdict.at_restart:
         return rec
     return None
 
