@@ -473,6 +473,14 @@ def attempt_of(status: Mapping[str, Any]) -> int:
     return int(status.get("attempts") or 1)
 
 
+def attempt_for_new_child(status: Mapping[str, Any], generation: int | None, restarting: bool) -> int:
+    """The attempt a RayJob made now runs (its rlplace.io/attempt annotation and RLPLACE_ATTEMPT): the job's
+    current one when the status already counts attempts of this spec (a restart, a re-placement, a RayJob deleted
+    under a running job), else 1. Anything lower reads as a stale attempt and is deleted again (`stale_attempt`)."""
+    same_spec = status.get("observedGeneration") == generation
+    return attempt_of(status) if same_spec and (restarting or holds_nodes(status)) else 1
+
+
 def stale_attempt(job: Job, rayjob: Mapping[str, Any]) -> bool:
     """Whether the RayJob belongs to an attempt before the job's current one (its rlplace.io/attempt annotation
     is older; a RayJob without it predates restarts and is the current one)."""
@@ -614,6 +622,16 @@ def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
     if step.replacement is not None:
         update["replacements"] = recommend.with_replacement(status, step.replacement)
         update["message"] = brief(step.events[0][1]) if step.events else None
+        # The re-placement is the job's next attempt (RLPLACE_ATTEMPT; the driver resumes from its checkpoint):
+        # counted now, so the RayJob made for it carries that number, and nothing of the last driver is kept
+        # (its start time would read the new driver as a resubmission, its binding as the new one's).
+        update.update(
+            attempts=attempt_of(dump(status)) + 1,
+            driver_start_time=None,
+            driver_end_time=None,
+            binding=[],
+            conditions=[c for c in status.conditions if c.type != BINDING_CONDITION],
+        )
         actions.append(DeleteChildren())
     return Outcome(tuple(actions), status.model_copy(update=update), outcome.requeue_after)
 

@@ -14,7 +14,15 @@ from placement_core.cluster import Cluster
 from rlplace_operator.handlers.lifecycle import _recommendation_due
 from rlplace_operator.models import Progress, RLJobSpec, RLJobStatus, dump
 from rlplace_operator.recommend import RECOMMENDED, REPLACED, replaced_spec, step
-from rlplace_operator.reconcile import DeleteChildren, Job, Outcome, Post, World, with_recommendation
+from rlplace_operator.reconcile import (
+    DeleteChildren,
+    Job,
+    Outcome,
+    Post,
+    World,
+    attempt_for_new_child,
+    with_recommendation,
+)
 
 NOW = dt.datetime(2026, 11, 24, 1, 0, 0, tzinfo=dt.UTC)
 CLUSTER = Cluster.from_config({"num_nodes": 1, "accelerators_per_node": 8})
@@ -104,12 +112,17 @@ def test_with_recommendation_records_the_re_placement_and_deletes_the_children()
     assert decided.recommendation is not None
     ready = decided.recommendation.model_copy(update={"decision": "ApplyNow"})
     wire = running(progress=progress(4, NOW + dt.timedelta(seconds=12)), recommendation=dump(ready))
+    wire.update(attempts=1, driverStartTime="2026-11-24T00:59:00Z")
     outcome = with_recommendation(
         job(wire), World(now=NOW, cluster=CLUSTER), Outcome((), RLJobStatus.model_validate(wire))
     )
     assert any(isinstance(a, DeleteChildren) for a in outcome.actions)
     assert [a.reason for a in outcome.actions if isinstance(a, Post)] == [REPLACED]
     assert outcome.status.recommendation is None and len(outcome.status.replacements) == 1
+    # The re-placement is the next attempt, and nothing of the last driver is kept (its start time would read
+    # the new driver as a resubmission; a RayJob made for attempt 2 under a status at 3 would be deleted again).
+    assert (outcome.status.attempts, outcome.status.driver_start_time) == (2, None)
+    assert attempt_for_new_child(dump(outcome.status), 1, restarting=False) == 2
     # Provision then plans the re-placement's entries, not the spec's
     planned = replaced_spec(spec("Auto"), outcome.status)
     assert [dump(e) for e in planned.component_placement] == COLLOCATED and not planned.auto_placement.enabled

@@ -259,3 +259,17 @@ def test_a_driver_kuberay_submits_again_after_a_lost_head_counts_as_a_restart() 
     status = reconcile(job(running_driver_status(), ENTRYPOINT), World(now=NOW, rayjob=resubmitted, pods=[new_head]))
     assert (status.status.phase, status.status.attempts, status.status.restart_count) == ("Running", 2, 1)
     assert not any(isinstance(a, (DeleteChildren, ReleaseNodes)) for a in status.actions)
+
+
+def test_a_new_rayjob_is_made_for_the_jobs_current_attempt() -> None:
+    """Whatever makes the RayJob again (a restart, a re-placement, a RayJob deleted under a running job), it carries
+    the attempt the status counts; a RayJob made for attempt 1 under a status at 3 is stale and deleted again."""
+    from rlplace_operator.reconcile import attempt_for_new_child
+
+    running = {"phase": "Running", "rayJob": "train", "attempts": 3, "observedGeneration": 2}
+    assert attempt_for_new_child(running, 2, restarting=False) == 3
+    queued_for_restart = {"phase": "Queued", "attempts": 3, "restartCount": 2, "observedGeneration": 2}
+    assert attempt_for_new_child(queued_for_restart, 2, restarting=True) == 3
+    # A new spec, or a job that gave its nodes back before its driver ran: attempt 1.
+    assert attempt_for_new_child(running, 3, restarting=False) == 1
+    assert attempt_for_new_child({"phase": "Queued", "observedGeneration": 2}, 2, restarting=False) == 1

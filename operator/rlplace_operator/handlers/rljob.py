@@ -62,7 +62,7 @@ from rlplace_operator.names import (
     rayjob_name,
 )
 from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
-from rlplace_operator.reconcile import Job, attempt_of, holds_nodes
+from rlplace_operator.reconcile import Job, attempt_for_new_child, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
 from rlplace_operator.taints import Taint
 
@@ -456,7 +456,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     # driver is attempt 1 again.
     restarting = job_spec.entrypoint and bool(job.before.get("restartCount")) and not holds_nodes(job.before)
     restarting = restarting and job.before.get("observedGeneration") == job.generation
-    attempt = attempt_of(job.before) if restarting else 1
+    attempt = attempt_for_new_child(job.before, job.generation, bool(restarting))
     live = _provision(job, kube, job_spec, planned, retry, attempt)
     job.set(
         placement=dump(planned.summary),
