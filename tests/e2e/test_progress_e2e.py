@@ -22,7 +22,7 @@ import pytest
 import yaml
 from kubernetes import client
 
-from e2e_cluster import unverified, wait_for
+from e2e_cluster import wait_for
 from rlplace_fixtures import Jobs, kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -119,7 +119,6 @@ def _why_no_progress(kubeconfig: str, jobs: Jobs, pod: str, env: dict) -> str:
     return "\n".join(parts)
 
 
-@unverified
 def test_step_times_reach_the_job_only_from_its_own_pods(
     jobs: Jobs, real_nodes: list[str], kubeconfig: str, k8s: client.ApiClient
 ) -> None:
