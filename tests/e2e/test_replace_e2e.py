@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from e2e_cluster import unverified, wait_for
+from e2e_cluster import wait_for
 from rlplace_fixtures import Jobs
 
 pytestmark = pytest.mark.e2e
@@ -27,7 +27,6 @@ REPO = Path(__file__).resolve().parents[2]
 COLLOCATED = [{"components": "actor,rollout,reward", "placement": "all"}]
 
 
-@unverified
 def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_nodes: list[str]) -> None:
     (body,) = [d for d in yaml.safe_load_all((REPO / "examples" / "rljob-synthetic-replace.yaml").read_text()) if d]
     jobs.create(body)
