@@ -71,7 +71,7 @@ def worker_tolerations(spec: RLJobSpec, node_groups: Iterable[str]) -> list[Tole
     return effective_worker(spec, node_groups).tolerations
 
 
-def _wire(model: Any) -> dict:
+def wire(model: Any) -> dict:
     # Defaults left out, so the pod says what the user said and Kubernetes fills in the rest as usual.
     return model.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
 
@@ -93,11 +93,11 @@ def apply_pod_options(
     if options.priority_class_name:
         spec["priorityClassName"] = options.priority_class_name
     if options.image_pull_secrets:
-        spec["imagePullSecrets"] = [_wire(s) for s in options.image_pull_secrets]
+        spec["imagePullSecrets"] = [wire(s) for s in options.image_pull_secrets]
     if options.tolerations:
-        spec["tolerations"] = [_wire(t) for t in options.tolerations]
-    volumes = [*(spec.get("volumes") or []), *(_wire(v) for v in options.volumes)]
-    mounts = [_wire(m) for m in options.volume_mounts]
+        spec["tolerations"] = [wire(t) for t in options.tolerations]
+    volumes = [*(spec.get("volumes") or []), *(wire(v) for v in options.volumes)]
+    mounts = [wire(m) for m in options.volume_mounts]
     if options.shm_size:
         volumes.append({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": options.shm_size}})
         mounts.append({"name": SHM_VOLUME, "mountPath": SHM_MOUNT_PATH})
@@ -112,9 +112,9 @@ def apply_pod_options(
             if options.env:
                 # rlplace's own variables stay last: for Kubernetes a later duplicate wins (the CRD refuses
                 # the names, this keeps the rule even for a spec that skipped the CRD).
-                body["env"] = [*(_wire(e) for e in options.env), *(body.get("env") or [])]
+                body["env"] = [*(wire(e) for e in options.env), *(body.get("env") or [])]
             if options.env_from:
-                body["envFrom"] = [_wire(e) for e in options.env_from]
+                body["envFrom"] = [wire(e) for e in options.env_from]
         containers.append(body)
     spec["containers"] = containers
     return {**template, **({"metadata": metadata} if metadata else {}), "spec": spec}

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placement_core import contract
-from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker
+from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker, wire
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -89,7 +89,7 @@ def with_checkpoint(template: dict, spec: RLJobSpec, container: str) -> dict:
     """`template` with spec.checkpoint's volume mounted at its path in `container` (unchanged without one)."""
     if spec.checkpoint is None:
         return template
-    source = spec.checkpoint.volume.model_dump(mode="json", by_alias=True, exclude_none=True, exclude_defaults=True)
+    source = wire(spec.checkpoint.volume)
     pod = dict(template["spec"])
     pod["volumes"] = [*(pod.get("volumes") or []), {**source, "name": CHECKPOINT_VOLUME}]
     mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
