@@ -473,12 +473,14 @@ def attempt_of(status: Mapping[str, Any]) -> int:
     return int(status.get("attempts") or 1)
 
 
-def attempt_for_new_child(status: Mapping[str, Any], generation: int | None, restarting: bool) -> int:
+def attempt_for_new_child(status: Mapping[str, Any], generation: int | None) -> int:
     """The attempt a RayJob made now runs (its rlplace.io/attempt annotation and RLPLACE_ATTEMPT): the job's
-    current one when the status already counts attempts of this spec (a restart, a re-placement, a RayJob deleted
-    under a running job), else 1. Anything lower reads as a stale attempt and is deleted again (`stale_attempt`)."""
+    current one when the status already counts attempts of this spec (a restart waiting for its nodes, a
+    re-placement, a RayJob deleted under a running job), else 1. Anything lower reads as a stale attempt and is
+    deleted again (`stale_attempt`)."""
     same_spec = status.get("observedGeneration") == generation
-    return attempt_of(status) if same_spec and (restarting or holds_nodes(status)) else 1
+    continuing = holds_nodes(status) or bool(status.get("restartCount"))
+    return attempt_of(status) if same_spec and continuing else 1
 
 
 def stale_attempt(job: Job, rayjob: Mapping[str, Any]) -> bool:

@@ -135,7 +135,13 @@ def test_a_taint_gone_since_the_job_was_planned_does_not_keep_it_waiting() -> No
     ledger.reserved.clear()
     taint = (Taint("gpu-maintenance", "", "NoSchedule"),)
     tainted = World(
-        state.rljobs, {}, {}, {"gpu": NODES}, {"nvidia.com/gpu"}, {n: (taint, frozenset({"gpu"})) for n in NODES}
+        state.rljobs,
+        {},
+        {},
+        {"gpu": NODES},
+        {"nvidia.com/gpu"},
+        dict.fromkeys(NODES, taint),
+        dict.fromkeys(NODES, frozenset({"gpu"})),
     )
     waiting = queue_pass(ledger, tainted)[job.key]
     assert isinstance(waiting, Waiting) and "gpu-maintenance:NoSchedule, not tolerated" in waiting.reason

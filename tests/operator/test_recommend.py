@@ -122,7 +122,7 @@ def test_with_recommendation_records_the_re_placement_and_deletes_the_children()
     # The re-placement is the next attempt, and nothing of the last driver is kept (its start time would read
     # the new driver as a resubmission; a RayJob made for attempt 2 under a status at 3 would be deleted again).
     assert (outcome.status.attempts, outcome.status.driver_start_time) == (2, None)
-    assert attempt_for_new_child(dump(outcome.status), 1, restarting=False) == 2
+    assert attempt_for_new_child(dump(outcome.status), 1) == 2
     # Provision then plans the re-placement's entries, not the spec's
     planned = replaced_spec(spec("Auto"), outcome.status)
     assert [dump(e) for e in planned.component_placement] == COLLOCATED and not planned.auto_placement.enabled

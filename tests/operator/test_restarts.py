@@ -267,9 +267,9 @@ def test_a_new_rayjob_is_made_for_the_jobs_current_attempt() -> None:
     from rlplace_operator.reconcile import attempt_for_new_child
 
     running = {"phase": "Running", "rayJob": "train", "attempts": 3, "observedGeneration": 2}
-    assert attempt_for_new_child(running, 2, restarting=False) == 3
+    assert attempt_for_new_child(running, 2) == 3
     queued_for_restart = {"phase": "Queued", "attempts": 3, "restartCount": 2, "observedGeneration": 2}
-    assert attempt_for_new_child(queued_for_restart, 2, restarting=True) == 3
+    assert attempt_for_new_child(queued_for_restart, 2) == 3
     # A new spec, or a job that gave its nodes back before its driver ran: attempt 1.
-    assert attempt_for_new_child(running, 3, restarting=False) == 1
-    assert attempt_for_new_child({"phase": "Queued", "observedGeneration": 2}, 2, restarting=False) == 1
+    assert attempt_for_new_child(running, 3) == 1
+    assert attempt_for_new_child({"phase": "Queued", "observedGeneration": 2}, 2) == 1

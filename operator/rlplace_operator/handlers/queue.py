@@ -229,9 +229,11 @@ class World:
     pods: Mapping[str, Any]
     groups: Mapping[str, Sequence[str]]
     unit_resources: set[str]
-    #: The ready nodes of the groups that have taints: node -> (its taints, the groups it is in). Read fresh by
-    #: each pass: taints come and go (a node's not-ready taint until it is Ready, a `kubectl taint` removed).
-    tainted: Mapping[str, tuple[tuple[Taint, ...], frozenset[str]]] = field(default_factory=dict)
+    #: The ready nodes of the groups that have taints: node -> its taints. Read fresh by each pass: taints come and
+    #: go (a node's not-ready taint until it is Ready, a `kubectl taint` removed).
+    taints: Mapping[str, tuple[Taint, ...]] = field(default_factory=dict)
+    #: Those same nodes -> the groups they are in.
+    tainted_in: Mapping[str, frozenset[str]] = field(default_factory=dict)
 
 
 def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
@@ -283,11 +285,11 @@ def status_excluded(status: Mapping[str, Any], generation: int | None) -> dict[s
 def tainted_now(spec: RLJobSpec, world: World) -> dict[str, str]:
     """The nodes whose taints the job's workers do not tolerate, as the pass sees them (never the ones found
     when the job was planned: a job held off a node by a taint that has gone since would wait forever)."""
-    if not world.tainted:
+    if not world.taints:
         return {}
     own = set(spec.node_groups)
-    membership = {node: sorted(groups & own) for node, (_, groups) in world.tainted.items()}
-    return untolerated_among(spec, membership, {node: taints for node, (taints, _) in world.tainted.items()})
+    membership = {node: sorted(groups & own) for node, groups in world.tainted_in.items()}
+    return untolerated_among(spec, membership, world.taints)
 
 
 def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[QueuedJob]:

@@ -341,19 +341,21 @@ def profile_changed(diff: kopf.Diff | None) -> bool:
 def admission_world(snapshot: Snapshot) -> World:
     """What admission reads, from one snapshot of the indexes."""
     groups, resources = {}, set()
-    tainted: dict[str, tuple[tuple[Taint, ...], set[str]]] = {}
+    taints: dict[str, tuple[Taint, ...]] = {}
+    tainted_in: dict[str, set[str]] = {}
     for name in snapshot.nodegroups:
         group = parsed_group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
         for node in groups[name]:
             info = indexed(snapshot.nodes, node)
             if info is not None and info.taints:
-                tainted.setdefault(node, (info.taints, set()))[1].add(name)
+                taints[node] = info.taints
+                tainted_in.setdefault(node, set()).add(name)
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
-    frozen = {node: (taints, frozenset(names)) for node, (taints, names) in tainted.items()}
-    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, frozen)
+    frozen = {node: frozenset(names) for node, names in tainted_in.items()}
+    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, taints, frozen)
 
 
 def _admitted_plan(
@@ -452,11 +454,9 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         return
     if predicted is not None:
         planned = dataclasses.replace(planned, predicted_iteration_time=predicted)
-    # A restart's new attempt keeps its number (reconcile.restart_on_failure counted it); else a new RayJob's
-    # driver is attempt 1 again.
-    restarting = job_spec.entrypoint and bool(job.before.get("restartCount")) and not holds_nodes(job.before)
-    restarting = restarting and job.before.get("observedGeneration") == job.generation
-    attempt = attempt_for_new_child(job.before, job.generation, bool(restarting))
+    # A restart's or a re-placement's new attempt keeps its number (counted when it was decided); else a new
+    # RayJob's driver is attempt 1 again.
+    attempt = attempt_for_new_child(job.before, job.generation)
     live = _provision(job, kube, job_spec, planned, retry, attempt)
     job.set(
         placement=dump(planned.summary),
@@ -481,7 +481,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     if job_spec.entrypoint and not holds_nodes(job.before):
         # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one), unless
         # it is a restart's new attempt.
-        job.set(attempts=attempt if restarting else None, driverStartTime=None, driverEndTime=None)
+        job.set(attempts=attempt if attempt > 1 else None, driverStartTime=None, driverEndTime=None)
     # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
     job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
     if job_spec.entrypoint:
