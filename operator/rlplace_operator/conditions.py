@@ -50,8 +50,13 @@ NO_READY_NODES = "NoReadyNodes"
 MAX_MESSAGE_CHARS = 1024
 
 
+def timestamp(when: dt.datetime) -> str:
+    """`when` as the API's times are written (RFC 3339, UTC, whole seconds)."""
+    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return timestamp(dt.datetime.now(dt.UTC))
 
 
 def short(message: str) -> str:

@@ -33,6 +33,7 @@ from placement_core.cluster import Cluster
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry
 from placement_core.jobconfig import REASONING, Job
+from rlplace_operator.conditions import timestamp
 from rlplace_operator.models import (
     MAX_REPLACEMENTS_KEPT,
     AppliedPlacementEntry,
@@ -52,17 +53,8 @@ RECOMMENDED = "PlacementRecommended"
 REPLACED = "PlacementReplaced"
 
 
-def timestamp(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def _parse(value: str) -> dt.datetime:
     return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-
-
-def wants_recommendation(spec: RLJobSpec) -> bool:
-    """Jobs the loop can model: reasoning chains under model-parallel placement (what auto placement searches)."""
-    return spec.auto_placement.enabled or spec.placement_mode is PlacementMode.MODEL_PARALLEL
 
 
 def _grammar(entries: Sequence[AppliedPlacementEntry | SpecEntry]) -> tuple[PlacementEntry, ...]:
@@ -174,10 +166,6 @@ def _text(entries: Sequence[AppliedPlacementEntry]) -> str:
 
 def with_replacement(status: RLJobStatus, replacement: Replacement) -> list[Replacement]:
     return [*status.replacements, replacement][-MAX_REPLACEMENTS_KEPT:]
-
-
-def utcnow() -> dt.datetime:
-    return dt.datetime.now(dt.UTC)
 
 
 def _waiting_for_restart(spec: RLJobSpec, status: RLJobStatus) -> Recommendation | None:

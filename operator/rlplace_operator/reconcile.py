@@ -171,10 +171,6 @@ def brief(message: str, limit: int = MAX_STATUS_MESSAGE) -> str:
     return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
-def timestamp(when: dt.datetime) -> str:
-    return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def parse_time(value: str | None) -> dt.datetime | None:
     if not value:
         return None
@@ -314,13 +310,13 @@ def _give_back(
     delay = backoff_seconds(retries) if backoff else 0.0
     if backoff:
         message = f"{message}; gave the nodes back, retrying in {delay:.0f} s (retry {retries})"
-        status.update(provisioningRetries=retries, retryAfter=timestamp(world.now + dt.timedelta(seconds=delay)))
+        status.update(provisioningRetries=retries, retryAfter=cond.timestamp(world.now + dt.timedelta(seconds=delay)))
         conditions = cond.set_condition(conditions, cond.RAYCLUSTER_READY, False, reason, message, job.generation)
     status["conditions"] = cond.set_condition(conditions, cond.ADMITTED, False, reason, message, job.generation)
     status.update(phase=str(JobPhase.QUEUED), message=brief(message), observedGeneration=job.generation)
     # Recorded as a restart too: the attempt the job goes on to, and why it gave its nodes back.
     attempt = int(status.get("attempts") or 0) + 1
-    restart = {"attempt": attempt, "time": timestamp(world.now), "reason": reason, "message": brief(message)}
+    restart = {"attempt": attempt, "time": cond.timestamp(world.now), "reason": reason, "message": brief(message)}
     status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
     actions.append(Post(True, reason, message))
     return Outcome(tuple(actions), _status(status), delay or RECHECK_SECONDS)
@@ -425,7 +421,7 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
     if not started or not recorded or started == recorded:
         return None
     attempt = int(job.status.get("attempts") or 1) + 1
-    base = {"attempt": attempt, "time": timestamp(world.now)}
+    base = {"attempt": attempt, "time": cond.timestamp(world.now)}
     cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "")
     if cause is not None:
         return {**base, "reason": cause.reason, "message": brief(f"{cause.message}; the driver was submitted again")}
@@ -565,7 +561,7 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
     message = brief(f"{cause.message}{given_up}; restarting as attempt {attempt} ({restarts + 1} of {limit})")
     record = {
         "attempt": attempt,
-        "time": timestamp(world.now),
+        "time": cond.timestamp(world.now),
         "reason": cause.reason,
         "message": message,
         "nodesReplaced": sorted(bad),

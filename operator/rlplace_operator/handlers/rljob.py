@@ -443,7 +443,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     if status is not None and replaced is not job_spec:
         annotations.pop(PROFILE_ANNOTATION, None)
         replacements = status.replacements
-        waiting = recommend.at_restart(job_spec, status, recommend.timestamp(recommend.utcnow()))
+        waiting = recommend.at_restart(job_spec, status, cond.now())
         if waiting is not None:
             replacements = recommend.with_replacement(status, waiting)
             job.set(replacements=[dump(r) for r in replacements], recommendation=None)
