@@ -286,6 +286,33 @@ def test_a_worker_pod_force_deleted_mid_run_restarts_the_job_which_resumes_from_
     assert any(e.involved_object.name == "lose-worker" for e in events)
 
 
+def test_the_head_pod_deleted_mid_run_shows_attempt_2_and_a_fresh_binding_check(
+    run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
+    real_nodes: list[str],  # noqa: F811
+) -> None:
+    run_jobs.create(resumable_job(run_jobs, "lose-head"))
+    before = wait_verified_at(run_jobs, "lose-head", 2 * EVERY)
+    assert before["attempts"] == 1, before
+    first_check = condition(before, "BindingVerified")["lastTransitionTime"]
+    (head,) = ray_pods(run_jobs, "lose-head", "head")[:1]
+    # Deleted with its grace period, as `kubectl delete pod` does: the Ray cluster, its driver and its GCS go.
+    run_jobs.core.delete_namespaced_pod(head.metadata.name, run_jobs.namespace)
+
+    def verified_again() -> dict | None:
+        status = run_jobs.status("lose-head")
+        check = condition(status, "BindingVerified")
+        if status.get("attempts") != 2 or check.get("status") != "True":
+            return None
+        return status if check["lastTransitionTime"] != first_check else None
+
+    again = wait_for(verified_again, 300, "attempt 2 with its own binding verified", interval=1)
+    restart = again["restarts"][-1]
+    assert restart["attempt"] == 2 and restart["reason"] and len(restart["message"]) <= 300, restart
+    status = wait_ended(run_jobs, "lose-head", 400)
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert (status["attempts"], status["restartCount"]) == (2, 1), status
+
+
 def test_restart_policy_never_fails_the_job_naming_the_lost_pod_and_node(
     run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
     real_nodes: list[str],  # noqa: F811
