@@ -12,6 +12,7 @@ import dataclasses
 import hashlib
 import logging
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -29,6 +30,8 @@ from rlplace_operator.names import NODEGROUP_PLURAL, RLJOB_PLURAL
 
 #: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
 MAX_WORKERS = 32
+#: Threads one queue pass reconciles its jobs on; they share the API client's pool with the handler threads.
+PASS_WORKERS = 16
 #: Annotation prefix of kopf's own state on RLJobs and NodeGroups.
 KOPF_PREFIX = "kopf.rlplace.io"
 #: Strings longer than this are kept in kopf's last-handled state as their digest only.
@@ -59,9 +62,9 @@ def _api_client() -> kubernetes.client.ApiClient:
     except kubernetes.config.ConfigException:
         kubernetes.config.load_kube_config()
     configuration = kubernetes.client.Configuration.get_default_copy()
-    # One pooled connection per handler thread: a smaller pool makes threads open (and TLS-handshake) a
+    # One pooled connection per handler or pass thread: a smaller pool makes threads open (and TLS-handshake) a
     # fresh connection for every call under load.
-    configuration.connection_pool_maxsize = MAX_WORKERS
+    configuration.connection_pool_maxsize = MAX_WORKERS + PASS_WORKERS
     return kubernetes.client.ApiClient(configuration)
 
 
@@ -110,6 +113,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.kube = Kube(_api_client(), progress_url=progress_url)
     # One ledger of node reservations for every handler thread (its lock makes admissions one at a time).
     memo.ledger = Ledger()
+    # The threads a queue pass reconciles its jobs on (handlers/lifecycle.py, nodegroup_jobs_recheck).
+    memo.pass_pool = ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="rlplace-pass")
 
 
 @kopf.on.startup()

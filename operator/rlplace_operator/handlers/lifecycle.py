@@ -15,11 +15,13 @@ deleting a job must not need the operator. Each job is looked at by the timer of
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import datetime as dt
 import logging
 import re
 from collections.abc import Mapping, MutableMapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import kopf
@@ -497,12 +499,20 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     ledger: Ledger = memo.ledger
     decisions = queue_pass(ledger, rljob.admission_world(snapshot))
     observer = Observer(memo.kube, kwargs, snapshot)
+    looks: list[tuple[Job, Decision | None]] = []
     for key in list(snapshot.rljobs):
         entry = indexed(snapshot.rljobs, key)
         if entry is None or entry["nodeGroups"][:1] != [name] or not _needs_look(entry):
             continue
         planned = key in ledger.demands  # a job whose demand this process knows can wait without re-planning
-        _safely(memo, observer, job_of(key, entry), decisions.get(key) if planned else None)
+        looks.append((job_of(key, entry), decisions.get(key) if planned else None))
+    # The jobs are independent once the pass has decided (their nodes are reserved): each reconcile is a few API
+    # calls, so a burst's admitted jobs are provisioned side by side, not one call after another.
+    # Each runs in a copy of this handler's context: kopf's Events (kopf.info) read their settings from it.
+    pool: ThreadPoolExecutor = memo.pass_pool
+    runs = [pool.submit(contextvars.copy_context().run, _safely, memo, observer, *look) for look in looks]
+    for done in runs:
+        done.result()
 
 
 @kopf.on.delete(GROUP, VERSION, RLJOB_PLURAL, optional=True)

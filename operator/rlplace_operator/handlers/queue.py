@@ -182,9 +182,12 @@ def copy_index(index: Mapping[Any, Any]) -> dict[Any, list[Any]]:
     raise kopf.TemporaryError("a kopf index kept changing while it was copied", delay=1.0)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Snapshot:
-    """Copies of the operator's kopf indexes taken at one moment: what one reconcile or queue pass reads."""
+    """Copies of the operator's kopf indexes taken at one moment: what one reconcile or queue pass reads.
+
+    Compared and hashed by identity: what is derived from one snapshot (the admission `World`) is kept per
+    snapshot, once for every job of a pass."""
 
     nodes: Mapping[str, list[Any]]
     nodegroups: Mapping[str, list[Any]]
