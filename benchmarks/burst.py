@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import statistics
 import threading
 import time
 import uuid
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 from kubernetes import client
 from operator_scale import (
@@ -38,6 +40,27 @@ from operator_scale import (
 )
 
 from rlplace_operator.models import RLJobSpec
+
+#: The processes whose CPU time the burst is charged with, by the name /proc gives them (the operator: its pid).
+CONTROL_PLANE = ("kube-apiserver", "etcd", "kwok", "ray-operator", "kube-controller", "kube-scheduler")
+
+
+def cpu_seconds(operator_pid: int) -> dict[str, float]:
+    """CPU seconds (user + system) so far of the control plane's processes and of the operator."""
+    tick = os.sysconf("SC_CLK_TCK")
+    used: dict[str, float] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()
+        name = "rlplace operator" if int(stat.parent.name) == operator_pid else comm
+        if name == "rlplace operator" or any(name.startswith(p[:15]) for p in CONTROL_PLANE):
+            used[name] = used.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return used
+
 
 #: What in the operator's log says a handler or timer raised (kopf logs each with this wording).
 EXCEPTION_MARKERS = ("failed with an exception", "Traceback (most recent call last)")
@@ -130,10 +153,14 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int, timeout: float) -> di
                 created[name] = time.perf_counter()
                 custom.create_namespaced_custom_object(group, version, prefix, plural, body)
 
+            cpu_before, started = cpu_seconds(operator.process.pid), time.perf_counter()
             with ThreadPoolExecutor(16) as pool:
                 list(pool.map(create, range(2 * jobs)))
             with contextlib.suppress(TimeoutError):
                 wait_for(lambda: all(name in seen for name in created), timeout, "every RayCluster")
+            wall = time.perf_counter() - started
+            cpu_after = cpu_seconds(operator.process.pid)
+            cpu = {name: cpu_after[name] - cpu_before.get(name, 0.0) for name in cpu_after}
             stop.set()
             poller.join()
             never = sorted(n for n in created if n.startswith("rl-") and n not in seen)
@@ -157,6 +184,8 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int, timeout: float) -> di
                 "theirs_missing": jobs - len(theirs),
                 "exceptions": sum(log.count(marker) for marker in EXCEPTION_MARKERS),
                 "rss_mib": operator.peak_rss_kib / 1024,
+                "wall": wall,
+                "cpu": cpu,
             }
         finally:
             with contextlib.suppress(Exception):
@@ -186,6 +215,14 @@ def main() -> None:
             print(
                 f"{jobs:>5} | {pq(ours):>16} {r['ours_missing']:>5} | {pq(theirs):>16} {r['theirs_missing']:>5} | "
                 f"{ratio:>8.2f}x | {r['exceptions']:>10} | {r['rss_mib']:.0f} MiB",
+                flush=True,
+            )
+            # Who the machine's cores worked for while the burst ran: a control plane busy on every core slows both
+            # controllers alike, whatever either does.
+            busiest = sorted(r["cpu"].items(), key=lambda item: -item[1])
+            shares = ", ".join(f"{name} {seconds:.0f} s" for name, seconds in busiest if seconds >= 0.5)
+            print(
+                f"      CPU in the {r['wall']:.0f} s until every RayCluster ({os.cpu_count()} cores): {shares}",
                 flush=True,
             )
 

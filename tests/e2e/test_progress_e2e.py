@@ -143,6 +143,9 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     except TimeoutError as err:
         raise AssertionError(f"{err}\n{_why_no_progress(kubeconfig, jobs, pod, env)}") from None
     print(f"status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
+    # Where those seconds went: the submitter's log, timestamped by the kubelet (figures, not asserted).
+    log = run_tool("kubectl", kubeconfig, "logs", "-n", jobs.namespace, "job/progress", "--timestamps", check=False)
+    print("driver start-up:\n" + "\n".join(log.stdout.splitlines()[:40]))
     assert {c["name"] for c in first["components"]} == {"actor", "rollout", "reward"}
     assert first["bottleneck"] == "rollout" and first["iterationSeconds"] > 0
 
