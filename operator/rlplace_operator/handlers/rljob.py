@@ -492,8 +492,8 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     profiled = recommend.profiling_condition(as_written, status if status is not None else RLJobStatus())
     if profiled is not None:
         job.condition(recommend.PROFILED, *profiled)
-    else:  # a spec that no longer profiles first
-        job.set(conditions=[c for c in job.conditions if c.get("type") != recommend.PROFILED] or None)
+    elif cond.find(job.conditions, recommend.PROFILED) is not None:  # a spec that no longer profiles first
+        job.set(conditions=[c for c in job.conditions if c.get("type") != recommend.PROFILED])
     if job_spec.entrypoint:
         driver = rayjob.driver_status(
             job.after, live, None, namespace, name, job_spec.run.submission_mode, job.generation
