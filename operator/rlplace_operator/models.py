@@ -787,6 +787,12 @@ class AutoPlacement(_Camel):
     """Seconds after a re-placement before Auto re-places the job again."""
     cost_model: CostModel = CostModel.scaling
     """The cost model of the search and of the conversion of measured times (scaling or linear)."""
+    profile_first: bool = False
+    """Profile the job before placing it (seed 000's procedure, automated): it starts collocated, every component
+    on all the GPUs it is given (whatever componentPlacement says; with `enabled` no profile is needed), its
+    first reported iterations are the profile, and the placement searched from it is recommended; with apply
+    Auto the job is then re-placed onto it whatever minGain says, unless it is collocated itself
+    (docs/autoplace.md). Not with spec.profile or the rlplace.io/profile annotation (the run measures them)."""
 
 
 class SubmissionMode(enum.StrEnum):
@@ -872,6 +878,11 @@ class Checkpoint(_Camel):
 WORKER_NODE_GROUPS_MESSAGE = "pods.workerNodeGroups[].nodeGroup must be one of spec.nodeGroups"
 
 
+PROFILE_FIRST_WITH_PROFILE_MESSAGE = (
+    "autoPlacement.profileFirst measures the profile itself: remove spec.profile or profileFirst"
+)
+
+
 class RLJobSpec(
     _Camel,
     json_schema_extra=cel(
@@ -888,6 +899,11 @@ class RLJobSpec(
             "!has(self.pods) || !has(self.pods.workerNodeGroups) || "
             "self.pods.workerNodeGroups.all(g, g.nodeGroup in self.nodeGroups)",
             WORKER_NODE_GROUPS_MESSAGE,
+        ),
+        (
+            "!has(self.autoPlacement) || !has(self.autoPlacement.profileFirst) || !self.autoPlacement.profileFirst"
+            " || !has(self.profile)",
+            PROFILE_FIRST_WITH_PROFILE_MESSAGE,
         ),
     ),
 ):
@@ -944,6 +960,12 @@ class RLJobSpec(
     def _worker_node_groups_are_the_jobs(self) -> RLJobSpec:
         if any(g.node_group not in self.node_groups for g in self.pods.worker_node_groups):
             raise ValueError(WORKER_NODE_GROUPS_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _profile_first_measures_the_profile(self) -> RLJobSpec:
+        if self.auto_placement.profile_first and self.profile is not None:
+            raise ValueError(PROFILE_FIRST_WITH_PROFILE_MESSAGE)
         return self
 
 
@@ -1071,7 +1093,11 @@ class Recommendation(_Camel):
     iteration: int
     """The reported iteration it was computed from."""
     streak: int = 0
-    """Reports in a row whose recommendation promised minGain or more (Auto needs 3)."""
+    """Reports in a row whose recommendation promised minGain or more (Auto needs 3); while profiling, the
+    reported iterations of the profiling run."""
+    profiling: bool = False
+    """Computed from the collocated profiling run (autoPlacement.profileFirst) while it lasts: until 3 iterations
+    are measured, and with apply Auto until the job is re-placed."""
     decision: str
     """Keep, ApplyNow (re-placed at the next iteration report) or AtRestart."""
     reason: str

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pydantic import ValidationError
 
 from placement_core.autoplace import autotune
+from placement_core.autoplace.observed import profiling_placement
 from placement_core.cluster import ACCELERATOR, Cluster
 from placement_core.components import ComponentPlacement, HybridComponentPlacement, ModelParallelComponentPlacement
 from placement_core.errors import PlacementError
@@ -117,10 +118,43 @@ def ranked_across(spec: RLJobSpec) -> set[str]:
     return leading
 
 
+def profiling_spec(spec: RLJobSpec, annotations: Mapping[str, str], placement: Sequence[SpecEntry]) -> RLJobSpec:
+    """The spec with the profiling run's `placement` (`profiling_placement`) as its model-parallel placement:
+    what a job that profiles first is planned with on the nodes it was given (admission, a restart)."""
+    if PROFILE_ANNOTATION in annotations:
+        raise PlacementError(
+            f"autoPlacement.profileFirst measures the profile itself: remove the {PROFILE_ANNOTATION} annotation "
+            "or profileFirst"
+        )
+    auto = spec.auto_placement.model_copy(update={"enabled": False, "profile_first": False})
+    update = {"component_placement": list(placement), "auto_placement": auto}
+    return spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
+
+
+def _profiling_plan(
+    spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
+) -> JobPlan:
+    """A job that profiles first: collocated on every GPU of the nodes its planning would give it (all of its
+    cluster with `enabled`, as the search would use; else the nodes its componentPlacement uses)."""
+    if not wants_auto_placement(spec, annotations):
+        as_written = spec.model_copy(
+            update={"auto_placement": spec.auto_placement.model_copy(update={"profile_first": False})}
+        )
+        used = {worker.name for worker in plan_job(as_written, annotations, groups, nodes).workers}
+        nodes = {name: info for name, info in nodes.items() if name in used}
+    cluster = job_cluster(groups, nodes)
+    job = Job(cluster, (), REASONING, model_parallel_settings(spec), batch_settings(spec), {})
+    placement = [SpecEntry(components=e.key, placement=e.placement) for e in profiling_placement(job)]
+    return plan_job(profiling_spec(spec, annotations, placement), {}, groups, nodes)
+
+
 def plan_job(
     spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> JobPlan:
-    """The job's plan on its live cluster: auto placement first when asked for, then the placement classes."""
+    """The job's plan on its live cluster: the collocated profiling run of a job that profiles first, else auto
+    placement first when asked for, then the placement classes."""
+    if spec.auto_placement.profile_first:
+        return _profiling_plan(spec, annotations, groups, nodes)
     cluster = job_cluster(groups, nodes)
     settings = model_parallel_settings(spec)
     entries = placement_entries(spec.component_placement)

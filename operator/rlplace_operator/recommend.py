@@ -19,6 +19,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from placement_core.autoplace.observed import (
+    CONFIRMATIONS,
     Apply,
     ApplyPolicy,
     Decision,
@@ -51,6 +52,10 @@ from rlplace_operator.planning import batch_settings, model_parallel_settings
 EVENT_GAIN = 0.10
 RECOMMENDED = "PlacementRecommended"
 REPLACED = "PlacementReplaced"
+#: The condition of a job that profiles first (autoPlacement.profileFirst), and its reasons.
+PROFILED = "Profiled"
+PROFILING = "Profiling"
+PROFILED_AND_REPLACED = "Replaced"
 
 
 def _parse(value: str) -> dt.datetime:
@@ -74,11 +79,22 @@ def policy_of(auto: AutoPlacement) -> ApplyPolicy:
     return ApplyPolicy(apply=auto.apply, min_gain=auto.min_gain, cooldown_seconds=float(auto.cooldown))
 
 
-def history_of(status: RLJobStatus) -> History:
+def history_of(status: RLJobStatus, profiled: bool = False) -> History:
+    """The policy's history from status.replacements; `profiled`: the job profiled first, so its first
+    re-placement left the profiling run."""
     if not status.replacements:
-        return History()
+        return History(profiled=profiled)
     last = _parse(status.replacements[-1].time).timestamp()
-    return History(last_applied_at=last, left=tuple(placement_key(_grammar(r.previous)) for r in status.replacements))
+    left = tuple(placement_key(_grammar(r.previous)) for r in status.replacements)
+    return History(last_applied_at=last, left=left, profiled=profiled)
+
+
+def profiling(spec: RLJobSpec, status: RLJobStatus) -> bool:
+    """Whether the job's recommendations come from its collocated profiling run: it profiles first, was not
+    re-placed yet, and the last recommendation (if any) was still profiling."""
+    if not spec.auto_placement.profile_first or status.replacements:
+        return False
+    return status.recommendation is None or status.recommendation.profiling
 
 
 @dataclass(frozen=True)
@@ -124,10 +140,12 @@ def step(spec: RLJobSpec, status: RLJobStatus, cluster: Cluster, now: dt.datetim
     except PlacementError:
         return Step(None)
     policy = policy_of(spec.auto_placement)
+    measuring = profiling(spec, status)
     streak = earlier.streak if earlier is not None else 0
     if earlier is None or earlier.iteration != progress.iteration:
-        streak = next_streak(streak, found, policy)  # one count per reported iteration
-    decision: Decision = decide(policy, found, current, history_of(status), now.timestamp(), streak)
+        streak = next_streak(streak, found, policy, measuring)  # one count per reported iteration
+    history = history_of(status, spec.auto_placement.profile_first)
+    decision: Decision = decide(policy, found, current, history, now.timestamp(), streak, measuring)
     entries = _wire(found.placement)
     same = earlier is not None and earlier.component_placement == entries
     recommendation = Recommendation(
@@ -139,6 +157,8 @@ def step(spec: RLJobSpec, status: RLJobStatus, cluster: Cluster, now: dt.datetim
         gain=round(found.gain, 4),
         iteration=progress.iteration,
         streak=streak,
+        # Profiling lasts until its iterations are measured, and with Auto until the job leaves the run.
+        profiling=measuring and (streak < policy.confirmations or decision.verdict is Verdict.apply_now),
         decision=decision.verdict.value,
         reason=decision.reason,
         since=earlier.since if same and earlier is not None else timestamp(now),
@@ -205,7 +225,7 @@ def replaced_spec(spec: RLJobSpec, status: RLJobStatus) -> RLJobSpec:
     if entries is None:
         return spec
     placement = [SpecEntry(components=e.components, placement=e.placement, node_group=e.node_group) for e in entries]
-    auto = spec.auto_placement.model_copy(update={"enabled": False})
+    auto = spec.auto_placement.model_copy(update={"enabled": False, "profile_first": False})
     return spec.model_copy(
         update={
             "component_placement": placement,
@@ -213,3 +233,28 @@ def replaced_spec(spec: RLJobSpec, status: RLJobStatus) -> RLJobSpec:
             "placement_mode": PlacementMode.MODEL_PARALLEL,
         }
     )
+
+
+def profiling_condition(spec: RLJobSpec, status: RLJobStatus) -> tuple[bool, str, str] | None:
+    """The Profiled condition (status, reason, message) of a job that profiles first; None for any other job.
+
+    False/Profiling while its collocated profiling run measures ("profiling collocated, N of 3 iterations
+    measured") and, with Auto, until it is re-placed; True/Replaced once it was re-placed off the run; True/Profiled
+    when the run ended without a move (collocated was the best, or apply Never / OnRestart decided)."""
+    if not spec.auto_placement.profile_first:
+        return None
+    if status.replacements:
+        first = status.replacements[0]
+        return (
+            True,
+            PROFILED_AND_REPLACED,
+            f"profiled collocated; re-placed at iteration {first.iteration} onto {_text(first.component_placement)}",
+        )
+    rec = status.recommendation
+    if rec is None:
+        return False, PROFILING, f"profiling collocated, 0 of {CONFIRMATIONS} iterations measured"
+    if rec.profiling and rec.decision == Verdict.apply_now:
+        return False, PROFILING, f"{rec.reason}; re-placing onto {_text(rec.component_placement)} at the next report"
+    if rec.profiling:
+        return False, PROFILING, f"profiling collocated, {rec.streak} of {CONFIRMATIONS} iterations measured"
+    return True, PROFILED, f"profiled collocated over {CONFIRMATIONS} iterations; {rec.reason}"

@@ -32,6 +32,7 @@ from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, dr
 from rlplace_operator.models import (
     DEFAULT_MAX_RESTARTS,
     MAX_RESTARTS_KEPT,
+    Condition,
     JobPhase,
     RestartPolicy,
     RLJobSpec,
@@ -631,7 +632,14 @@ def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
             conditions=[c for c in status.conditions if c.type != BINDING_CONDITION],
         )
         actions.append(DeleteChildren())
-    return Outcome(tuple(actions), status.model_copy(update=update), outcome.requeue_after)
+    new = status.model_copy(update=update)
+    profiled = recommend.profiling_condition(spec, new)
+    if profiled is not None:
+        conditions = cond.set_condition(
+            [dump(c) for c in new.conditions], recommend.PROFILED, *profiled, job.generation
+        )
+        new = new.model_copy(update={"conditions": [Condition.model_validate(c) for c in conditions]})
+    return Outcome(tuple(actions), new, outcome.requeue_after)
 
 
 def job_pod_key(labels: Mapping[str, str], namespace: str) -> tuple[str, str] | None:

@@ -23,11 +23,12 @@ from placement_core.autoplace import autotune
 from placement_core.autoplace.cost import CostModel, StageCost, collocated_total, parse_cost_model, pipelined_total
 from placement_core.autoplace.hetero import wants_hetero
 from placement_core.autoplace.inputs import reasoning_chain, reasoning_task
+from placement_core.autoplace.report import collocated_mapping
 from placement_core.cluster import ACCELERATOR
 from placement_core.components import ComponentPlacement
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
-from placement_core.jobconfig import EMBODIED, Job
+from placement_core.jobconfig import EMBODIED, REASONING, Job
 
 #: Reward runs on the rollout's GPUs in every placement the search returns and the profile has no reward cost:
 #: its measured time counts as the rollout's.
@@ -38,8 +39,13 @@ DEFAULT_MIN_GAIN = 0.10
 #: The default `cooldown` in seconds: no second re-placement within this long of the last one.
 DEFAULT_COOLDOWN_S = 600.0
 #: Auto applies a recommendation only after this many consecutive reports recommended it at minGain or more:
-#: one noisy report (or the first reports of a new placement) does not move a job.
+#: one noisy report (or the first reports of a new placement) does not move a job. A job that profiles first
+#: (`profileFirst`) is profiled over this many reported iterations.
 CONFIRMATIONS = 3
+#: A chain component that has no entry of its own in a placement the model-parallel class accepts, and the one
+#: whose GPUs it then runs on: in collocated mode the actor recomputes the log-probs itself, so a driver times
+#: that phase as `inference` on the actor's GPUs.
+RUNS_ON_GPUS_OF = {"inference": "actor"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,23 +76,40 @@ class DerivedProfile:
 
 def _units_by_component(job: Job) -> dict[str, frozenset[tuple[int, int, str]]]:
     placement = ComponentPlacement.from_entries(job.placement, job.cluster)
-    return {name: frozenset(placement.get_units(name)) for name in placement.components}
+    units = {name: frozenset(placement.get_units(name)) for name in placement.components}
+    for name, host in RUNS_ON_GPUS_OF.items():
+        if name not in units and host in units:
+            units[name] = units[host]
+    return units
 
 
 def _gpu_count(units: frozenset[tuple[int, int, str]]) -> int:
     return sum(1 for unit in units if unit[2] == ACCELERATOR)
 
 
-def _check_job(job: Job) -> None:
+def check_modelled(job: Job, feature: str = "re-placing from measured step times") -> None:
+    """Raises PlacementError, naming `feature`, for a job the closed loop does not model: an embodied job, or
+    one with per-type data (node groups of different GPUs, per-type profile keys)."""
     if job.task_type == EMBODIED:
-        raise PlacementError(
-            "re-placing from measured step times is for reasoning jobs; embodied jobs are not modelled"
-        )
+        raise PlacementError(f"{feature} is for reasoning jobs; embodied jobs are not modelled")
     if wants_hetero(job):
         raise PlacementError(
-            "re-placing from measured step times uses the single-type model; this job gives per-type data "
+            f"{feature} uses the single-type model; this job gives per-type data "
             "(node groups of different GPUs or per-type profile keys)"
         )
+
+
+def profiling_placement(job: Job) -> tuple[PlacementEntry, ...]:
+    """The placement a job that profiles first (`profileFirst`) starts on: every component on all GPUs of
+    `job.cluster`, one after the other (seed 000's profiling run). Its measured times are the collocated costs
+    themselves: `derive_profile` converts them with factor 1. Raises PlacementError for a job the loop does not
+    model."""
+    check_modelled(job, "profileFirst (profiling collocated first)")
+    return tuple(parse_placement_entries(collocated_mapping(REASONING)))
+
+
+def _check_job(job: Job) -> None:
+    check_modelled(job)
     if not job.placement:
         raise PlacementError("measured step times need the placement they were measured under (none given)")
 
@@ -233,9 +256,17 @@ class History:
 
     last_applied_at: float | None = None
     left: tuple[frozenset[tuple[str, str, tuple[str, ...] | None]], ...] = ()
+    profiled: bool = False
+    """The job profiled first: its first move (off the collocated profiling run) does not raise the gain the
+    next one needs (`required_gain`), since that run was a measurement, not a placement chosen for speed."""
 
     def applied(self, old: Sequence[PlacementEntry], now: float) -> History:
-        return History(last_applied_at=now, left=(*self.left, placement_key(old)))
+        return History(last_applied_at=now, left=(*self.left, placement_key(old)), profiled=self.profiled)
+
+    @property
+    def moves(self) -> int:
+        """Re-placements that count towards `required_gain`."""
+        return max(0, len(self.left) - (1 if self.profiled else 0))
 
 
 class Verdict(enum.StrEnum):
@@ -257,6 +288,7 @@ def decide(
     history: History,
     now: float,
     streak: int = 1,
+    profiling: bool = False,
 ) -> Decision:
     """Whether to use `recommendation` now, at the next restart, or not at all, and why.
 
@@ -266,19 +298,35 @@ def decide(
     the caller keeps the count with `next_streak`), waits `cooldown` after its last re-placement and never goes back to a placement it moved
     the job away from: with measurements that carry noise, two placements of nearly equal time could otherwise
     take turns.
+
+    `profiling`: the job runs its collocated profiling run (`profileFirst`, `profiling_placement`) and `streak`
+    counts its reported iterations (`next_streak`). Until `confirmations` of them the answer is Keep. Then the
+    recommendation is the search's answer for the measured profile: `Auto` applies it whatever `min_gain` says
+    (the collocated run was a measurement, not a placement to keep unless the search says so), unless it is
+    collocated itself; `Never` and `OnRestart` decide as they always do.
     """
     if recommendation is None:
         return Decision(Verdict.keep, "no recommendation")
+    if profiling and streak < policy.confirmations:
+        return Decision(Verdict.keep, f"profiling collocated: {streak} of {policy.confirmations} iterations measured")
     if same_placement(recommendation.placement, current):
+        if profiling:
+            return Decision(Verdict.keep, "collocated is the best placement for the measured times")
         return Decision(Verdict.keep, "the job already runs the recommended placement")
     gain = recommendation.gain
+    if profiling and policy.apply is Apply.auto:
+        return Decision(
+            Verdict.apply_now,
+            f"profiled collocated over {streak} iterations: predicted gain {gain:.1%} (minGain does not apply "
+            "to leaving the profiling run)",
+        )
     if gain < policy.min_gain:
         return Decision(Verdict.keep, f"predicted gain {gain:.1%} is below minGain {policy.min_gain:.0%}")
     needed = required_gain(policy, history)
     if gain < needed:
         return Decision(
             Verdict.keep,
-            f"predicted gain {gain:.1%} is below the {needed:.0%} a re-placement number {len(history.left) + 1} needs",
+            f"predicted gain {gain:.1%} is below the {needed:.0%} a re-placement number {history.moves + 1} needs",
         )
     if policy.apply is Apply.never:
         return Decision(Verdict.keep, "apply is Never")
@@ -300,11 +348,12 @@ def required_gain(policy: ApplyPolicy, history: History) -> float:
     Noise can make one of two near-equal placements look minGain better than the other; doubling the bar after
     each move keeps a job from drifting between such placements, while a real change (a new bottleneck, a much
     better placement) still moves it."""
-    return min(1.0, policy.min_gain * 2 ** len(history.left))
+    return min(1.0, policy.min_gain * 2**history.moves)
 
 
-def next_streak(streak: int, recommendation: Recommendation, policy: ApplyPolicy) -> int:
+def next_streak(streak: int, recommendation: Recommendation, policy: ApplyPolicy, profiling: bool = False) -> int:
     """The count `decide` reads: reports in a row whose recommendation promised `min_gain` or more (not
-    necessarily the same placement: two near-equal placements may take turns as the best, and either is a gain).
-    The caller starts it over at 0 after a re-placement."""
-    return streak + 1 if recommendation.gain >= policy.min_gain else 0
+    necessarily the same placement: two near-equal placements may take turns as the best, and either is a gain);
+    while `profiling`, every reported iteration of the profiling run. The caller starts it over at 0 after a
+    re-placement."""
+    return streak + 1 if profiling or recommendation.gain >= policy.min_gain else 0

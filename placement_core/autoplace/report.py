@@ -15,7 +15,7 @@ from rich.table import Table
 
 from placement_core.autoplace.search import COLLOCATED, Schedule
 from placement_core.cluster import CLUSTER_GROUP
-from placement_core.jobconfig import EMBODIED
+from placement_core.jobconfig import EMBODIED, REASONING
 
 if TYPE_CHECKING:
     from placement_core.autoplace.hetero import HeteroSummary
@@ -100,6 +100,16 @@ def gpu_range(start: int, end: int) -> str:
     return f"{start}-{end}"
 
 
+#: The components of a collocated placement's one entry, on `all` GPUs (inference shares the actor's GPUs in a
+#: collocated reasoning job: the actor recomputes the log-probs itself).
+COLLOCATED_COMPONENTS = {REASONING: ("actor", "rollout", "reward"), EMBODIED: ("actor", "env", "rollout")}
+
+
+def collocated_mapping(task_type: str) -> dict[str, str]:
+    """The `component_placement` of every component on all GPUs: `actor,rollout,reward: all` for reasoning."""
+    return {",".join(COLLOCATED_COMPONENTS[task_type if task_type == EMBODIED else REASONING]): "all"}
+
+
 def placement_mapping(task_type: str, schedule: Schedule, num_gpus: int) -> dict[str, str]:
     """The `component_placement` that realises `schedule`, in chain order, valid as it stands.
 
@@ -110,8 +120,7 @@ def placement_mapping(task_type: str, schedule: Schedule, num_gpus: int) -> dict
     if schedule.node_groups:
         return _node_group_mapping(schedule)
     if schedule.mode == COLLOCATED:
-        names = ("actor", "env", "rollout") if task_type == EMBODIED else ("actor", "rollout", "reward")
-        return {",".join(names): "all"}
+        return collocated_mapping(task_type)
     mapping = {}
     for name, (start, end) in zip(schedule.names, schedule.ranges, strict=True):
         if (start, end) == (0, num_gpus - 1) and task_type == EMBODIED:

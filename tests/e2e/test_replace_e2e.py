@@ -7,6 +7,12 @@ within 30 s of Running; a recommendation appears (collocated, predicted about 4.
 the job is re-placed (status.replacements, the children planned again) and its observed iteration time
 afterwards is within 15% of the prediction, and lower than before.
 
+examples/rljob-profile-first.yaml (autoPlacement.profileFirst) starts with no profile, collocated on the 8 GPUs
+(synthetic laws: rollout 3 s on any GPU count, actor 16/g + 1 s, reward 0.1 s: about 6.1 s per iteration); the
+Profiled condition says it is profiling; after 3 iterations it is re-placed onto the searched split (rollout and
+reward 0-3, actor 4-7, predicted about 5.04 s) although the gain is below its minGain, and its iteration time
+afterwards is within 15% of the prediction.
+
 Needs the operator in the cluster (its progress endpoint) and the real nodes.
 """
 
@@ -25,6 +31,17 @@ pytestmark = pytest.mark.e2e
 
 REPO = Path(__file__).resolve().parents[2]
 COLLOCATED = [{"components": "actor,rollout,reward", "placement": "all"}]
+SEARCHED = [{"components": "rollout,reward", "placement": "0-3"}, {"components": "actor", "placement": "4-7"}]
+
+
+def _example(name: str) -> dict:
+    (body,) = [d for d in yaml.safe_load_all((REPO / "examples" / name).read_text()) if d]
+    return body
+
+
+def _reports_progress(jobs: Jobs, name: str) -> bool:
+    heads = jobs.core.list_namespaced_pod(jobs.namespace, label_selector=f"rlplace.io/job={name},ray.io/node-type=head")
+    return "RLPLACE_PROGRESS_URL" in {e.name for pod in heads.items for e in pod.spec.containers[0].env or []}
 
 
 def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_nodes: list[str]) -> None:
@@ -73,3 +90,55 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
     assert abs(observed - predicted) / predicted <= 0.15
     assert observed < before
     assert status().get("replacements") == replaced  # moved once
+
+
+def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, real_nodes: list[str]) -> None:
+    body = _example("rljob-profile-first.yaml")
+    jobs.create(body)
+    name = body["metadata"]["name"]
+
+    def status() -> dict:
+        return jobs.get(name).get("status") or {}
+
+    def profiled() -> dict:
+        return next((c for c in status().get("conditions") or [] if c["type"] == "Profiled"), {})
+
+    jobs.wait_phase(name, "Running", timeout=300)
+    started = status()
+    assert started["appliedPlacement"] == COLLOCATED and started["gpus"] == 8, started
+    assert profiled().get("reason") == "Profiling", profiled()
+    if not _reports_progress(jobs, name):
+        pytest.skip("the operator serves no progress endpoint here (a local operator process: run in the cluster)")
+
+    def measuring() -> dict | None:
+        rec = status().get("recommendation") or {}
+        return rec if rec.get("profiling") and rec.get("decision") == "Keep" else None
+
+    seen = wait_for(measuring, 120, "a recommendation of the profiling run", interval=0.5)
+    message = profiled().get("message", "")
+    print("profiling:", message, "| recommendation:", seen)
+    assert message.startswith("profiling collocated, ") or message.startswith("profiled collocated over 3 iterations")
+
+    replaced = wait_for(lambda: status().get("replacements"), 180, "the re-placement after profiling", interval=0.5)
+    (replacement,) = replaced
+    before, predicted = replacement["observedIterationSeconds"], replacement["predictedIterationSeconds"]
+    print("re-placement:", replacement)
+    assert replacement["componentPlacement"] == SEARCHED and replacement["previous"] == COLLOCATED
+    assert profiled().get("reason") == "Replaced", profiled()
+
+    def after() -> dict | None:
+        now = status()
+        progress = now.get("progress") or {}
+        planned_again = now.get("appliedPlacement") == SEARCHED and now.get("phase") == "Running"
+        fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
+        return progress if planned_again and fresh else None
+
+    settled = wait_for(after, 300, "8 iterations reported on the searched placement", interval=1.0)
+    observed = settled["iterationSeconds"]
+    print(
+        f"synthetic workload, profileFirst: collocated profiling run {before:.3f} s per iteration, searched placement "
+        f"{observed:.3f} s (predicted {predicted:.3f} s, {abs(observed - predicted) / predicted:.1%} off)"
+    )
+    assert abs(observed - predicted) / predicted <= 0.15
+    assert observed < before
+    assert status().get("replacements") == replaced  # moved once: the gain is below minGain from now on

@@ -26,7 +26,9 @@ from placement_core.autoplace.observed import (
     derive_profile,
     next_streak,
     placement_key,
+    profiling_placement,
     recommend,
+    required_gain,
     same_placement,
 )
 from placement_core.errors import PlacementError
@@ -73,6 +75,45 @@ def test_scaling_conversion_inverts_the_search_model() -> None:
 def test_collocated_measurement_is_the_profile() -> None:
     profile = derive_profile(job_on(COLLOCATED), {"rollout": 6.0, "actor": 2.0, "reward": 0.5})
     assert profile.profile_data() == {"rollout_cost": 6.5, "actor_cost": 2.0}  # reward counts as rollout
+
+
+@pytest.mark.parametrize("model", ["scaling", "linear"])
+@pytest.mark.parametrize("actor_tp", [1, 2])
+def test_a_profiling_run_converts_with_factor_one(model: str, actor_tp: int) -> None:
+    """profileFirst: times measured on the collocated profiling placement are the profile itself, under either
+    model, with inference (the actor's log-prob recomputation, on the actor's GPUs in collocated mode)."""
+    config = reasoning_config(recompute_logprobs=True, actor_tp=actor_tp, rollout_tp=2, placement={})
+    job = read_job({**config, "cluster": {**config["cluster"]}}, profile={})
+    entries = profiling_placement(job)
+    assert [(e.key, e.placement) for e in entries] == [("actor,rollout,reward", "all")]
+    seconds = {"rollout": 3.0, "reward": 0.25, "inference": 1.5, "actor": 2.0}
+    profile = derive_profile(replace(job, placement=entries), seconds, model)
+    assert [(m.name, m.gpus, m.collocated_seconds) for m in profile.measured] == [
+        ("rollout", 8, 3.25),
+        ("inference", 8, 1.5),
+        ("actor", 8, 2.0),
+    ]
+
+
+def test_profiling_refuses_what_the_loop_does_not_model() -> None:
+    embodied = read_job(
+        {
+            "runner": {"task_type": "embodied"},
+            "cluster": {"num_nodes": 1, "accelerators_per_node": 8},
+            "actor": {"model": {"tensor_model_parallel_size": 1}},
+            "rollout": {"tensor_parallel_size": 1},
+        },
+        profile={},
+    )
+    with pytest.raises(PlacementError) as err:
+        profiling_placement(embodied)
+    assert (
+        str(err.value)
+        == "profileFirst (profiling collocated first) is for reasoning jobs; embodied jobs are not modelled"
+    )
+    typed = read_job(reasoning_config(recompute_logprobs=False), profile={"actor_cost_by_type": {"a800": 1.0}})
+    with pytest.raises(PlacementError, match=r"profileFirst .* uses the single-type model"):
+        profiling_placement(typed)
 
 
 def test_recommendation_from_a_bad_split() -> None:
@@ -174,6 +215,37 @@ def test_auto_waits_for_three_reports_in_a_row() -> None:
     assert streaks == [Verdict.keep, Verdict.keep, Verdict.apply_now]
     assert "recommended 2 of 3 reports in a row" in decide(policy, rec, CURRENT, History(), 0.0, 2).reason
     assert next_streak(5, _rec(COLLOCATED, 0.05), policy) == 0  # below minGain: the count starts over
+
+
+def test_profiling_measures_three_iterations_then_auto_leaves_whatever_min_gain_says() -> None:
+    collocated = tuple(parse_placement_entries(COLLOCATED))
+    rec = _rec(BAD, 0.05)  # the search's split, 5% better than the collocated profiling run
+    policy = ApplyPolicy(apply=Apply.auto, min_gain=0.25)
+    streak, verdicts = 0, []
+    for _ in range(4):
+        streak = next_streak(streak, rec, policy, profiling=True)  # every reported iteration counts
+        verdicts.append(decide(policy, rec, collocated, History(profiled=True), 0.0, streak, profiling=True))
+    assert [d.verdict for d in verdicts] == [Verdict.keep, Verdict.keep, Verdict.apply_now, Verdict.apply_now]
+    assert verdicts[1].reason == "profiling collocated: 2 of 3 iterations measured"
+    assert "minGain does not apply" in verdicts[2].reason
+    # not profiling, the same recommendation is held to minGain
+    assert decide(policy, rec, collocated, History(), 0.0, 3).verdict is Verdict.keep
+    # collocated as the search's answer: the job stays
+    stays = decide(policy, _rec(COLLOCATED, 0.0), collocated, History(profiled=True), 0.0, 3, profiling=True)
+    assert (stays.verdict, stays.reason) == (Verdict.keep, "collocated is the best placement for the measured times")
+    # Never and OnRestart decide as always once profiled (OnRestart keeps minGain)
+    never = ApplyPolicy(apply=Apply.never, min_gain=0.0)
+    assert decide(never, rec, collocated, History(), 0.0, 3, profiling=True).reason == "apply is Never"
+    later = ApplyPolicy(apply=Apply.on_restart, min_gain=0.25)
+    assert decide(later, rec, collocated, History(), 0.0, 3, profiling=True).verdict is Verdict.keep
+
+
+def test_leaving_the_profiling_run_does_not_double_the_next_bar() -> None:
+    policy = ApplyPolicy(apply=Apply.auto, min_gain=0.1)
+    left_profiling = History(profiled=True).applied(parse_placement_entries(COLLOCATED), 0.0)
+    assert left_profiling.profiled and required_gain(policy, left_profiling) == pytest.approx(0.1)
+    assert required_gain(policy, left_profiling.applied(CURRENT, 1.0)) == pytest.approx(0.2)
+    assert required_gain(policy, History().applied(CURRENT, 0.0)) == pytest.approx(0.2)
 
 
 def test_the_current_placement_is_never_applied() -> None:

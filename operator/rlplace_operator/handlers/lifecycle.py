@@ -472,7 +472,10 @@ def _recommendation_due(spec: Mapping[str, Any], status: Mapping[str, Any]) -> b
     if status.get("phase") != JobPhase.RUNNING or not status.get("progress"):
         return False
     auto = spec.get("autoPlacement") or {}
-    if not auto.get("enabled") and spec.get("placementMode") != PlacementMode.MODEL_PARALLEL:
+    modelled = (
+        auto.get("enabled") or auto.get("profileFirst") or spec.get("placementMode") == PlacementMode.MODEL_PARALLEL
+    )
+    if not modelled:
         return False
     progress, recommendation = status["progress"], status.get("recommendation") or {}
     return recommendation.get("iteration") != progress.get("iteration") or (

@@ -62,7 +62,7 @@ from rlplace_operator.names import (
     raycluster_name,
     rayjob_name,
 )
-from rlplace_operator.planning import JobPlan, plan_job, ranked_across, wants_auto_placement
+from rlplace_operator.planning import JobPlan, plan_job, profiling_spec, ranked_across, wants_auto_placement
 from rlplace_operator.reconcile import Job, attempt_for_new_child, holds_nodes
 from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
 from rlplace_operator.taints import Taint
@@ -223,7 +223,10 @@ def _planning_fields(spec: RLJobSpec) -> str:
 
 
 def _resolved(spec: RLJobSpec, annotations: Mapping[str, str], applied: tuple) -> RLJobSpec:
-    """The spec to plan the admitted nodes with: auto placement resolved to the entries the search chose."""
+    """The spec to plan the admitted nodes with: auto placement resolved to the entries the search chose, a job
+    that profiles first to its collocated profiling run."""
+    if spec.auto_placement.profile_first:
+        return profiling_spec(spec, annotations, applied)
     if not wants_auto_placement(spec, annotations):
         return spec
     update = {
@@ -455,6 +458,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
     status = _same_spec_status(job)
     replaced = recommend.replaced_spec(job_spec, status) if status is not None else job_spec
     predicted: float | None = None
+    as_written = job_spec
     if status is not None and replaced is not job_spec:
         annotations.pop(PROFILE_ANNOTATION, None)
         replacements = status.replacements
@@ -462,6 +466,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         if waiting is not None:
             replacements = recommend.with_replacement(status, waiting)
             job.set(replacements=[dump(r) for r in replacements], recommendation=None)
+            status = status.model_copy(update={"replacements": replacements, "recommendation": None})
         predicted = replacements[-1].predicted_iteration_seconds
         job_spec = replaced
     planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
@@ -499,6 +504,11 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         job.set(attempts=attempt if attempt > 1 else None, driverStartTime=None, driverEndTime=None)
     # The new plan is on the NodeGroups as they are now: an earlier NodeGroupChanged no longer applies.
     job.set(conditions=[c for c in job.conditions if c.get("type") != cond.NODEGROUP_CHANGED])
+    profiled = recommend.profiling_condition(as_written, status if status is not None else RLJobStatus())
+    if profiled is not None:
+        job.condition(recommend.PROFILED, *profiled)
+    elif cond.find(job.conditions, recommend.PROFILED) is not None:  # a spec that no longer profiles first
+        job.set(conditions=[c for c in job.conditions if c.get("type") != recommend.PROFILED])
     if job_spec.entrypoint:
         driver = rayjob.driver_status(
             job.after, live, None, namespace, name, job_spec.run.submission_mode, job.generation
