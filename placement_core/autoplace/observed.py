@@ -184,7 +184,10 @@ class Recommendation:
 
     `gain` = 1 - predicted / current_predicted: both are the same model's predictions from the same profile, so
     a placement that is already the best has gain 0 whatever noise the measurements carry in their level, and
-    what the model does not price (reward on other GPUs, weight sync, start-up) is not counted as gain.
+    what the model does not price (reward on other GPUs, weight sync, the driver's own work between phases) is
+    not counted as gain. That unpriced time, the observed iteration less the model's price of the current
+    placement when positive, is added to both predictions: it is assumed to stay what it is under any placement,
+    so it lowers the promised gain rather than being promised away.
     """
 
     placement: tuple[PlacementEntry, ...]
@@ -193,6 +196,8 @@ class Recommendation:
     current_predicted_seconds: float
     observed_seconds: float
     profile: DerivedProfile
+    unpriced_seconds: float = 0.0
+    """Seconds of each observed iteration the model does not price (included in both predictions above)."""
 
     @property
     def gain(self) -> float:
@@ -212,13 +217,16 @@ def recommend(
     profile = derive_profile(job, seconds, cost_model)
     searched = replace(job, placement=(), profile=profile.profile_data())
     result = autotune(searched, profile.cost_model)
+    current = current_prediction(job, profile)
+    unpriced = max(0.0, observed_iteration_seconds - current)
     return Recommendation(
         placement=tuple(parse_placement_entries(result.component_placement)),
         mode=result.mode,
-        predicted_seconds=result.total_cost,
-        current_predicted_seconds=current_prediction(job, profile),
+        predicted_seconds=result.total_cost + unpriced,
+        current_predicted_seconds=current + unpriced,
         observed_seconds=observed_iteration_seconds,
         profile=profile,
+        unpriced_seconds=unpriced,
     )
 
 

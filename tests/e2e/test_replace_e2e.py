@@ -1,11 +1,12 @@
 """The closed loop on the real nodes (docs/autoplace.md, "From measured step times to a new placement").
 
 examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
-time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.1 s; NOT a measurement of
+time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.4/g s; NOT a measurement of
 any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
-within 30 s of Running; a recommendation appears (collocated, predicted about 4.1 s, an Event); with apply Auto
+within 30 s of Running; a recommendation appears (collocated, predicted about 4.05 s, an Event); with apply Auto
 the job is re-placed (status.replacements, the children planned again) and its observed iteration time
-afterwards is within 15% of the prediction, and lower than before.
+afterwards is within 15% of the prediction, and lower than before by the predicted gain (less 2 points: the
+medians of a few iterations on a shared 2-core machine carry that much noise).
 
 examples/rljob-profile-first.yaml (autoPlacement.profileFirst) starts with no profile, collocated on the 8 GPUs
 (synthetic laws: rollout 3 s on any GPU count, actor 16/g + 1 s, reward 0.1 s: about 6.1 s per iteration); the
@@ -88,7 +89,7 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
         f"observed gain {gain:.1%}, predicted {rec['gain']:.1%}"
     )
     assert abs(observed - predicted) / predicted <= 0.15
-    assert observed < before
+    assert observed < before and gain >= rec["gain"] - 0.02, (gain, rec["gain"])
     assert status().get("replacements") == replaced  # moved once
 
 

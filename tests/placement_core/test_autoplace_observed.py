@@ -68,7 +68,7 @@ def test_scaling_conversion_inverts_the_search_model() -> None:
     profile = derive_profile(job, {"rollout": 12.0, "actor": 4.0}, "scaling")
     # actor on 4 of 8 GPUs: s = 2, cost(4) = c * 2 / 1.2 under the scaling model, so c = 4 * 1.2 / 2
     assert profile.profile_data()["actor_cost"] == pytest.approx(2.4)
-    priced = recommend(job, {"rollout": 12.0, "actor": 4.0}, 12.5, "scaling")
+    priced = recommend(job, {"rollout": 12.0, "actor": 4.0}, 12.0, "scaling")  # observed: nothing unpriced
     assert priced.current_predicted_seconds == pytest.approx(12.0 + 4.0 / 128)  # pipelined: warm-up + slowest
 
 
@@ -120,14 +120,27 @@ def test_recommendation_from_a_bad_split() -> None:
     job = job_on(BAD)
     rec = recommend(job, true_seconds(BAD), 12.1, "linear")
     assert rec.mode == "collocated" and same_placement(rec.placement, parse_placement_entries(COLLOCATED))
-    assert rec.predicted_seconds == pytest.approx(8.0)  # (48 + 16) / 8
-    assert rec.current_predicted_seconds == pytest.approx(12.0 + (12.0 + 4.0) / 128 - 12.0 / 128)
-    assert rec.gain == pytest.approx(1 - 8.0 / rec.current_predicted_seconds)
+    model_current = 12.0 + (12.0 + 4.0) / 128 - 12.0 / 128
+    # The 12.1 s observed exceed the model's price of the current placement: the rest is unpriced time, kept by
+    # both predictions.
+    assert rec.unpriced_seconds == pytest.approx(12.1 - model_current)
+    assert rec.predicted_seconds == pytest.approx(8.0 + rec.unpriced_seconds)  # (48 + 16) / 8, plus it
+    assert rec.current_predicted_seconds == pytest.approx(12.1)
+    assert rec.gain == pytest.approx(1 - (8.0 + rec.unpriced_seconds) / 12.1)
     assert rec.observed_seconds == 12.1
     # the search on the derived profile is the search on the true collocated costs
     config = reasoning_config(recompute_logprobs=False, costs={"rollout_cost": 6.0, "actor_cost": 2.0})
     direct = autotune(read_job(config), "linear")
-    assert direct.total_cost == pytest.approx(rec.predicted_seconds)
+    assert direct.total_cost == pytest.approx(rec.predicted_seconds - rec.unpriced_seconds)
+
+
+def test_unpriced_time_lowers_the_promised_gain_and_a_faster_observation_adds_none() -> None:
+    priced = recommend(job_on(BAD), true_seconds(BAD), 12.0, "linear")
+    slower = recommend(job_on(BAD), true_seconds(BAD), 14.0, "linear")
+    assert priced.unpriced_seconds == 0.0  # observed below the model's price: nothing is added
+    assert slower.unpriced_seconds == pytest.approx(14.0 - priced.current_predicted_seconds)
+    assert slower.predicted_seconds - priced.predicted_seconds == pytest.approx(slower.unpriced_seconds)
+    assert slower.gain < priced.gain
 
 
 def test_best_placement_recommends_itself_with_no_gain() -> None:
