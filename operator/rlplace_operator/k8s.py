@@ -134,13 +134,15 @@ class Kube:
         pods = sorted(pods, key=lambda pod: pod.metadata.creation_timestamp, reverse=True)
         for pod in pods[:1] if newest_only else pods:
             try:
-                yield self.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container, **read)
+                log = self.core.read_namespaced_pod_log(pod.metadata.name, namespace, container=container, **read)
             except ApiException as err:
                 # 400: the container has not started; 404: the pod just went away; 5xx: the API server could
                 # not reach the node's kubelet (a node without one, or one going down). No log now, maybe later.
                 if err.status in (400, 404) or err.status >= 500:
                     continue
                 raise
+            if log:  # the client reads an empty log (a container that has printed nothing yet) as None
+                yield log
 
     def container_log_heads(
         self, namespace: str, label_selector: str, container: str, limit_bytes: int, newest_only: bool = False

@@ -1034,6 +1034,9 @@ class Restart(_Camel):
     """What happened, in one line."""
     nodes_replaced: list[str] = []
     """Nodes the job gave up for this restart (left out of its next attempts), when a node was at fault."""
+    in_place: bool = False
+    """KubeRay ran the driver again within the same RayJob (a new head pod, its submitter retried): the operator
+    made no new RayJob for this attempt."""
 
 
 class ExcludedNode(_Camel):

@@ -422,10 +422,9 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
     if not started or not recorded or started == recorded:
         return None
     attempt = int(job.status.get("attempts") or 1) + 1
-    base = {"attempt": attempt, "time": cond.timestamp(world.now)}
-    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "")
-    if cause is not None:
-        return {**base, "reason": cause.reason, "message": brief(f"{cause.message}; the driver was submitted again")}
+    base = {"attempt": attempt, "time": cond.timestamp(world.now), "inPlace": True}
+    # A new head first: when the head goes, the workers lose its GCS and exit too, so a worker's exit beside a
+    # new head is the consequence, not the cause.
     recorded_at = parse_time(recorded)
     heads = [
         p
@@ -441,6 +440,9 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
             f"KubeRay submitted the driver again (attempt {attempt})"
         )
         return {**base, "reason": "HeadPodReplaced", "message": message}
+    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "")
+    if cause is not None:
+        return {**base, "reason": cause.reason, "message": brief(f"{cause.message}; the driver was submitted again")}
     failed = int((rayjob.get("status") or {}).get("failed") or 0)
     reason = "DriverRetried" if failed else "DriverResubmitted"
     message = f"KubeRay submitted the driver again (attempt {attempt}, started {started})"
@@ -480,14 +482,25 @@ def attempt_for_new_child(status: Mapping[str, Any], generation: int | None) -> 
     return attempt_of(status) if same_spec and continuing else 1
 
 
+def rayjob_attempt(status: Mapping[str, Any]) -> int:
+    """The attempt the operator made the job's current RayJob for: the current attempt, less the attempts KubeRay
+    began since within that same RayJob (restarts recorded inPlace: a new head pod, a retried submitter)."""
+    in_place = 0
+    for restart in reversed(status.get("restarts") or []):
+        if not restart.get("inPlace"):
+            break
+        in_place += 1
+    return max(1, attempt_of(status) - in_place)
+
+
 def stale_attempt(job: Job, rayjob: Mapping[str, Any]) -> bool:
-    """Whether the RayJob belongs to an attempt before the job's current one (its rlplace.io/attempt annotation
-    is older; a RayJob without it predates restarts and is the current one)."""
+    """Whether the RayJob belongs to an attempt before the one the operator last made a RayJob for (its
+    rlplace.io/attempt annotation is older; a RayJob without it predates restarts and is the current one)."""
     metadata = rayjob.get("metadata") or {}
     if metadata.get("deletionTimestamp"):
         return True  # the operator deletes a RayJob only to end its attempt
     made_for = (metadata.get("annotations") or {}).get(ATTEMPT_ANNOTATION)
-    return made_for is not None and made_for.isdigit() and int(made_for) < attempt_of(job.status)
+    return made_for is not None and made_for.isdigit() and int(made_for) < rayjob_attempt(job.status)
 
 
 def _run_settings(job: Job) -> tuple[RestartPolicy, int]:

@@ -337,15 +337,22 @@ def binding_report() -> BindingReport:
 def test_a_lost_head_pod_is_recorded_as_attempt_2_and_the_binding_is_checked_again() -> None:
     new_head = pod("train-abcde-head-new01", kind="head", node="kwok-0", phase="Running")
     new_head["metadata"]["creationTimestamp"] = "2026-11-24T00:59:58Z"
+    # The worker lost the head's GCS and its container exited (the pod restarts it): a consequence, not the cause.
+    exited = {"name": "ray-worker", "restartCount": 1, "lastState": {"terminated": {"exitCode": 1, "reason": "Error"}}}
+    worker = pod("train-abcde-node-0-worker-xyz12", phase="Running", containerStatuses=[exited])
+    # KubeRay ran the driver again inside the RayJob the operator made for attempt 1.
     resubmitted = rayjob("Running", "RUNNING", started="2026-11-24T01:00:00Z")
+    resubmitted["metadata"]["annotations"] = {"rlplace.io/attempt": "1"}
     before = running_driver_status()
-    outcome = reconcile(job(before, "python train.py"), World(now=NOW, rayjob=resubmitted, pods=[new_head]))
+    world = World(now=NOW, rayjob=resubmitted, pods=[new_head, worker])
+    outcome = reconcile(job(before, "python train.py"), world)
     status = outcome.status
     assert status.phase == "Running"
     assert status.attempts == 2
-    assert status.restarts[-1].attempt == 2
-    assert status.restarts[-1].reason  # HeadPodReplaced, or the cause diagnosis names
-    assert "train-abcde-head-new01" in status.restarts[-1].message or status.restarts[-1].reason != "HeadPodReplaced"
+    assert status.restarts[-1].attempt == 2 and status.restarts[-1].in_place
+    assert status.restarts[-1].reason == "HeadPodReplaced"
+    assert "train-abcde-head-new01" in status.restarts[-1].message
+    assert not any(isinstance(a, DeleteChildren) for a in outcome.actions)
     assert condition(status.model_dump(by_alias=True), "BindingVerified") is None  # the old attempt's check is gone
     assert status.binding == []
     assert status.driver_start_time == "2026-11-24T01:00:00Z"
@@ -355,6 +362,8 @@ def test_a_lost_head_pod_is_recorded_as_attempt_2_and_the_binding_is_checked_aga
     # The next look finds attempt 2's own report: BindingVerified again, still attempt 2.
     again = job(dump(status), "python train.py")
     verified = reconcile(again, World(now=NOW, rayjob=resubmitted, pods=[new_head], report=binding_report()))
+    # That RayJob is attempt 2's own (never deleted as a stale attempt's: that looped, a new RayJob each time).
+    assert not any(isinstance(a, DeleteChildren) for a in verified.actions)
     assert verified.status.restarts == status.restarts
     assert verified.status.attempts == 2
     assert condition(verified.status.model_dump(by_alias=True), "BindingVerified")["status"] == "True"
