@@ -7,6 +7,7 @@ placement_core's: `CapacityError` (more nodes could fix it) or `PlacementError` 
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -214,7 +215,8 @@ def worker_nodes(
     plan: Plan, cluster: Cluster, groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> list[WorkerNode]:
     """One worker per node any process uses, requesting every unit the job's groups count on it."""
-    used = sorted({process.node_rank for _, process in plan.processes()})
+    per_node = Counter(process.node_rank for _, process in plan.processes())
+    used = sorted(per_node)
     # Membership as sets: with 1,000 nodes a scan of every group's node list per node would be quadratic.
     members = [(group, {e.name for e in group.status.nodes}) for group in groups]
     workers = []
@@ -232,5 +234,9 @@ def worker_nodes(
                 if count:
                     requests[resource] = count
                 env.update({v.name: v.value for v in group.spec.env})
-        workers.append(WorkerNode(rank, node.name, node.num_accelerators, requests, env, tuple(in_groups), info.taints))
+        workers.append(
+            WorkerNode(
+                rank, node.name, node.num_accelerators, requests, env, tuple(in_groups), info.taints, per_node[rank]
+            )
+        )
     return workers

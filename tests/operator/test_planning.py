@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from placement_core import CapacityError, PlacementError
+from rlplace_operator.builders.raycluster import build_raycluster_spec
 from rlplace_operator.models import NodeGroupSpec, RLJobSpec
 from rlplace_operator.planning import plan_job, profile_of
 from rlplace_operator.selection import JobGroup, NodeInfo, nodegroup_status
@@ -33,6 +34,16 @@ def test_collocated_model_parallel_job() -> None:
     assert [w.name for w in planned.workers] == ["a0", "a1"] and planned.gpus == 16
     assert rollout[0].env["NCCL_IB"] == "1" and rollout[0].env["CUDA_VISIBLE_DEVICES"] == "0,2"
     assert {c.name: c.processes for c in planned.summary.components} == {"actor": 16, "rollout": 8, "reward": 16}
+
+
+def test_each_worker_pod_starts_the_processes_the_plan_puts_on_its_node_at_once() -> None:
+    spec = job(componentPlacement=[{"components": "actor,rollout,reward", "placement": "0-3"}])
+    planned = plan_job(spec, {}, GROUPS, NODES)
+    (worker,) = planned.workers
+    assert worker.processes == 12  # 3 components on GPUs 0-3
+    (group,) = build_raycluster_spec("train", spec, planned.workers)["workerGroupSpecs"]
+    env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
+    assert env["RAY_worker_maximum_startup_concurrency"] == "12"  # not one at a time (Ray's count of a 500m pod)
 
 
 def test_only_used_nodes_get_workers() -> None:

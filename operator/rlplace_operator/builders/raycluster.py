@@ -49,6 +49,8 @@ class WorkerNode:
     """The job's NodeGroups the node belongs to (for spec.pods.workerNodeGroups)."""
     taints: tuple[Taint, ...] = ()
     """The node's taints (the head goes to a node it tolerates)."""
+    processes: int = 0
+    """The plan's processes on the node: the Ray worker processes its raylet starts at once (0: Ray's default)."""
 
 
 def pod_security_context() -> dict:
@@ -74,6 +76,14 @@ def _env(values: Mapping[str, str]) -> list[dict]:
 def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None) -> dict:
     # Limits alone: Kubernetes sets requests equal to them, and the manifest stays small at 1,000 nodes.
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
+
+
+def startup_concurrency_env(processes: int) -> list[dict]:
+    """Let the raylet start every process the plan puts on its node at once. Ray starts at most as many worker
+    processes at a time as the node has CPUs in Ray's count, which is the pod's CPU limit rounded up: a worker
+    pod of 500m CPU starts its processes one by one (12 collocated processes took 28 s on the local cluster),
+    while the launcher starts them side by side."""
+    return [{"name": "RAY_worker_maximum_startup_concurrency", "value": str(processes)}] if processes > 1 else []
 
 
 def restart_env(spec: RLJobSpec, attempt: int) -> list[dict]:
@@ -116,6 +126,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "env": [
             *_env(node.env),
             {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
+            *startup_concurrency_env(node.processes),
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
             # The node the pod really runs on, for the launcher's binding check (downward API).
             {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
