@@ -128,7 +128,9 @@ def rayjob(deployment: str = "", job_status: str = "", reason: str = "", message
     [
         (rayjob(), JobPhase.PROVISIONING, "Initializing"),
         (rayjob("Initializing"), JobPhase.PROVISIONING, "Initializing"),
-        (rayjob("Running", "PENDING"), JobPhase.RUNNING, "Running"),
+        # The submitter runs but Ray has not started the entrypoint: not Running yet.
+        (rayjob("Running", ""), JobPhase.PROVISIONING, "Submitting"),
+        (rayjob("Running", "PENDING"), JobPhase.PROVISIONING, "Submitting"),
         (rayjob("Running", "RUNNING"), JobPhase.RUNNING, "Running"),
         (rayjob("Complete", "SUCCEEDED"), JobPhase.SUCCEEDED, "Succeeded"),
         (rayjob("Complete", "STOPPED"), JobPhase.FAILED, "Stopped"),

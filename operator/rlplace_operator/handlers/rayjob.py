@@ -74,6 +74,10 @@ def driver_state(rayjob: Mapping[str, Any]) -> DriverState:
         # Resumed (spec.suspend false) but KubeRay has not acted on it yet: the driver is about to start again.
         # Read as Suspended, the job would leave the phases anything looks at again and stay Suspended.
         return DriverState(JobPhase.PROVISIONING, "Resuming", "resumed: waiting for KubeRay to start the driver again")
+    if deployment == "Running" and ray_status in ("", "PENDING"):
+        # KubeRay's deployment runs (the cluster is up, its submitter starts) but Ray has not started the
+        # entrypoint yet: the driver is not running, and the job's Running time must not count that wait.
+        return DriverState(JobPhase.PROVISIONING, "Submitting", "KubeRay is submitting the driver to the Ray cluster")
     if deployment == "Running":
         return DriverState(JobPhase.RUNNING, "Running", "the driver is running")
     if deployment == "Retrying":
