@@ -305,7 +305,10 @@ def test_the_head_pod_deleted_mid_run_shows_attempt_2_and_a_fresh_binding_check(
             return None
         return status if check["lastTransitionTime"] != first_check else None
 
-    again = wait_for(verified_again, 300, "attempt 2 with its own binding verified", interval=1)
+    try:
+        again = wait_for(verified_again, 300, "attempt 2 with its own binding verified", interval=1)
+    except TimeoutError as err:
+        raise AssertionError(f"{err}; status now: {run_jobs.status('lose-head')}") from None
     restart = again["restarts"][-1]
     assert restart["attempt"] == 2 and restart["reason"] and len(restart["message"]) <= 300, restart
     status = wait_ended(run_jobs, "lose-head", 400)
