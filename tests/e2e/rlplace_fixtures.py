@@ -303,11 +303,29 @@ def rlplace_operator(
     operator = (
         InClusterOperator(kubeconfig, image, log_path) if image else OperatorProcess(operator_kubeconfig, log_path)
     )
+    start = log_path.stat().st_size if log_path.exists() else 0
     operator.start()
     try:
         yield operator
     finally:
         operator.stop()
+    # Issue 21: the operator's log of the whole run holds no handler or timer exception.
+    with log_path.open(errors="replace") as log:
+        log.seek(start)
+        raised = exceptions_in(log.read())
+    if raised:
+        pytest.fail(f"the operator's log of this run ({log_path}) has {len(raised)} exceptions, first: {raised[0]}")
+
+
+#: What in the operator's log says a handler or timer raised: kopf's wording for a handler's exception, and the
+#: operator's own for an unexpected one in a job's reconcile (its API errors are said in other words). Not every
+#: traceback: kopf's watchers log one when a test removes the CRDs under the operator, as they should.
+EXCEPTION_MARKERS = ("failed with an exception", "reconcile failed; the next pass looks again")
+
+
+def exceptions_in(log: str) -> list[str]:
+    """Lines that say a handler or timer raised."""
+    return [line for line in log.splitlines() if any(marker in line for marker in EXCEPTION_MARKERS)]
 
 
 @pytest.fixture

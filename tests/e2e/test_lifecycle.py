@@ -26,12 +26,11 @@ from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixt
 from placement_core.launcher.checkpoint import CheckpointStore
 
 from e2e_cluster import e2e_dir, wait_for
-from rlplace_fixtures import RELEASE_NAMESPACE, InClusterOperator, Jobs, run_tool
+from rlplace_fixtures import RELEASE_NAMESPACE, InClusterOperator, Jobs, exceptions_in, run_tool
 
 pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "rlplace.io", "v1alpha1"
-EXCEPTION_MARKERS = ("failed with an exception", "Traceback (most recent call last)")
 
 
 def condition(status: dict, type_: str) -> dict:
@@ -47,11 +46,6 @@ def operator_log(operator: object) -> str:
         )
     path: Path = e2e_dir() / "operator-e2e.log"
     return path.read_text(errors="replace") if path.exists() else ""
-
-
-def exceptions_in(log: str) -> list[str]:
-    """Lines that say a handler or timer raised."""
-    return [line for line in log.splitlines() if any(marker in line for marker in EXCEPTION_MARKERS)]
 
 
 def one_node_job(name: str, group: str, **spec: object) -> dict:
