@@ -37,7 +37,7 @@ import placement_core
 from placement_core.contract import node_labels, node_resource, parse_node_resource
 from placement_core.launcher.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.plan import LaunchPlan, load_plan
-from placement_core.launcher.resources import check_resources
+from placement_core.launcher.resources import absent_nodes, check_resources
 from placement_core.launcher.verify import (
     Binding,
     BindingError,
@@ -94,6 +94,16 @@ def ray_node_addresses() -> dict[int, str]:
                 raise LaunchError(f"two live Ray nodes declare node rank {rank} ('{node_resource(rank)}')")
             addresses[rank] = node["NodeManagerAddress"]
     return addresses
+
+
+def _wait_joined(plan: LaunchPlan, components: Sequence[str], timeout_s: float) -> None:
+    """Wait up to `timeout_s` for every node the components run on to be in the Ray cluster: a worker pod joins
+    some seconds after its head (at the start, and when its container restarts after a new head replaced a
+    lost one, while KubeRay already runs the driver again). Then `_wait_free` says what is still missing."""
+    ray = _ray()
+    deadline = time.monotonic() + timeout_s
+    while absent_nodes(plan, components, ray.cluster_resources()) and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def _wait_free(plan: LaunchPlan, components: Sequence[str], timeout_s: float | None) -> None:
@@ -209,6 +219,9 @@ class LaunchOptions:
 
     num_cpus: float = 0
     """CPUs each actor asks for: 0, because the plan, not Ray's CPU count, decides what a node runs."""
+    join_timeout_s: float = 120.0
+    """How long to wait for the plan's nodes to join the Ray cluster before saying which are missing (a worker
+    pod joins after the head, and again after its container restarts); 0: say it at once."""
     free_timeout_s: float | None = 10.0
     """How long to wait for resources held by other actors (a group just shut down frees them a moment
     later); None skips the check and leaves the actors queued by Ray until `ready_timeout_s`."""
@@ -274,6 +287,7 @@ def launch_all(
     clash = sorted(set(opts.actor_options) & set(PLACEMENT_OPTIONS))
     if clash:
         raise LaunchError(f"actor_options may not set {', '.join(clash)} (the plan decides them)")
+    _wait_joined(launch_plan, names, opts.join_timeout_s)
     _wait_free(launch_plan, names, opts.free_timeout_s)
     addresses = ray_node_addresses()
     groups: dict[str, WorkerGroup] = {}

@@ -33,9 +33,18 @@ def check_resources(
             raise LaunchError(f"{_names(components)} cannot start, resources held by running actors: {'; '.join(busy)}")
 
 
+def absent_nodes(plan: LaunchPlan, components: Sequence[str], total: Mapping[str, float]) -> list[int]:
+    """The node ranks the components run on that no live Ray node declares (yet)."""
+    return _absent_nodes(plan.demand(components), total)
+
+
+def _absent_nodes(demand: Mapping[str, float], total: Mapping[str, float]) -> list[int]:
+    return sorted({r for key in demand if (r := _resource_node(key)) is not None and node_resource(r) not in total})
+
+
 def _missing(demand: Mapping[str, float], total: Mapping[str, float]) -> list[str]:
     """Absent nodes, then absent GPUs per node, as short phrases."""
-    nodes = sorted({r for key in demand if (r := _resource_node(key)) is not None and node_resource(r) not in total})
+    nodes = _absent_nodes(demand, total)
     gpus: dict[int, list[int]] = {}
     for key in demand:
         parsed = parse_gpu_resource(key)

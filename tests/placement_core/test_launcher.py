@@ -28,6 +28,7 @@ from placement_core.launcher import (
     check_resources,
     load_plan,
 )
+from placement_core.launcher.resources import absent_nodes
 from placement_core.placement import Placement, placement_env
 from placement_core.plan import Plan, ProcessPlan, build_plan
 
@@ -156,6 +157,13 @@ def test_missing_nodes_and_gpus_are_listed_in_one_line() -> None:
         "the Ray cluster lacks what component 'a', component 'b' need: node rank 2; "
         "GPU 8-15 on node rank 0 (it declares 8 GPUs) (Ray nodes declare node ranks 0-1)"
     )
+
+
+def test_absent_nodes_are_the_planned_ranks_no_ray_node_declares() -> None:
+    plan = load_plan(plan_of({"a": "0,16"}, num_nodes=3))
+    declared = {node_resource(0): 1.0, node_resource(1): 1.0}
+    assert absent_nodes(plan, ["a"], declared) == [2]
+    assert absent_nodes(plan, ["a"], {**declared, node_resource(2): 1.0}) == []
 
 
 def test_held_resources_are_reported() -> None:
@@ -390,8 +398,10 @@ def test_non_blocking_calls_of_two_components_overlap(main_groups) -> None:
 
 def test_missing_node_fails_before_any_actor_starts(ray_cluster, tmp_path) -> None:
     plan = plan_of({"a": "0,16"}, num_nodes=3)
+    started = time.monotonic()
     with pytest.raises(LaunchError, match=r"^the Ray cluster lacks what component 'a' need: node rank 2 \("):
-        launcher.launch(plan, "a", Probe, str(tmp_path))
+        launcher.launch(plan, "a", Probe, str(tmp_path), options=LaunchOptions(join_timeout_s=1.0))
+    assert time.monotonic() - started >= 1.0  # it waited for node rank 2 to join before saying so
     assert not list(tmp_path.iterdir())
 
 
