@@ -44,6 +44,14 @@ def test_each_worker_pod_starts_the_processes_the_plan_puts_on_its_node_at_once(
     (group,) = build_raycluster_spec("train", spec, planned.workers)["workerGroupSpecs"]
     env = {e["name"]: e.get("value") for e in group["template"]["spec"]["containers"][0]["env"]}
     assert env["RAY_worker_maximum_startup_concurrency"] == "12"  # not one at a time (Ray's count of a 500m pod)
+    # ... and prestarted when the pod starts (Ray prestarts as many workers as it counts CPUs)
+    assert group["rayStartParams"]["num-cpus"] == "12"
+    roomy = job(
+        componentPlacement=[{"components": "actor,rollout,reward", "placement": "0-3"}],
+        ray={"workerResources": {"cpu": "32", "memory": "64Gi"}},
+    )
+    (group,) = build_raycluster_spec("train", roomy, planned.workers)["workerGroupSpecs"]
+    assert "num-cpus" not in group["rayStartParams"]  # a pod of 32 CPUs already counts more than 12
 
 
 def test_only_used_nodes_get_workers() -> None:

@@ -7,8 +7,11 @@ and hold GPU j exclusively.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+
+from kubernetes.utils.quantity import parse_quantity
 
 from placement_core import contract
 from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker, wire
@@ -76,6 +79,15 @@ def _env(values: Mapping[str, str]) -> list[dict]:
 def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None) -> dict:
     # Limits alone: Kubernetes sets requests equal to them, and the manifest stays small at 1,000 nodes.
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
+
+
+def worker_start_params(cpu_limit: str, processes: int) -> dict[str, str]:
+    """`num-cpus` of at least the plan's processes on the node, when the pod's CPU limit (Ray's count
+    otherwise) is lower: the raylet prestarts as many Python worker processes as it counts CPUs when the pod
+    starts, so the driver's actors find their processes already started instead of starting them one after
+    another once the job runs. The launcher's actors ask for no CPU, so the count places nothing of rlplace's."""
+    cpus = math.ceil(parse_quantity(cpu_limit))
+    return {"num-cpus": str(processes)} if processes > cpus else {}
 
 
 def startup_concurrency_env(processes: int) -> list[dict]:
@@ -147,7 +159,10 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "groupName": worker_group_name(node.rank),
         "replicas": 1,
         "minReplicas": 1,
-        "rayStartParams": contract.ray_start_params(node.rank, node.gpus),
+        "rayStartParams": {
+            **contract.ray_start_params(node.rank, node.gpus),
+            **worker_start_params(spec.ray.worker_resources.cpu, node.processes),
+        },
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
         "template": apply_pod_options(
