@@ -11,6 +11,7 @@ before any handler runs.
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import threading
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -117,6 +118,12 @@ class PlannedDemand:
     predicted_iteration_time: float | None
     excluded: Mapping[str, str] = field(default_factory=dict)
     """Nodes of its groups whose taints its workers do not tolerate, and why (selection.untolerated_nodes)."""
+
+    @functools.cached_property
+    def tolerations_key(self) -> tuple[tuple[str, ...], str]:
+        """What decides the nodes its taints keep the job off: its groups and its pod settings (jobs of a burst
+        share one, so a pass checks the taints once for all of them)."""
+        return tuple(self.spec.node_groups), self.spec.pods.model_dump_json()
 
 
 @dataclass
@@ -237,6 +244,8 @@ class World:
     taints: Mapping[str, tuple[Taint, ...]] = field(default_factory=dict)
     #: Those same nodes -> the groups they are in.
     tainted_in: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    #: `tainted_now`'s answers in this world, by the demands' tolerations_key (filled as they are asked).
+    untolerated: dict[tuple[tuple[str, ...], str], dict[str, str]] = field(default_factory=dict, compare=False)
 
 
 def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
@@ -285,14 +294,21 @@ def status_excluded(status: Mapping[str, Any], generation: int | None) -> dict[s
     }
 
 
-def tainted_now(spec: RLJobSpec, world: World) -> dict[str, str]:
+def tainted_now(planned: PlannedDemand, world: World) -> dict[str, str]:
     """The nodes whose taints the job's workers do not tolerate, as the pass sees them (never the ones found
-    when the job was planned: a job held off a node by a taint that has gone since would wait forever)."""
+    when the job was planned: a job held off a node by a taint that has gone since would wait forever).
+    Worked out once per world for all the jobs with the same groups and pod settings: every admission reads
+    every waiting job's, and a burst of 1,000 jobs on fresh (not-ready tainted) nodes spent most of the
+    operator's time redoing it under the ledger's lock."""
     if not world.taints:
         return {}
-    own = set(spec.node_groups)
-    membership = {node: sorted(groups & own) for node, groups in world.tainted_in.items()}
-    return untolerated_among(spec, membership, world.taints)
+    key = planned.tolerations_key
+    found = world.untolerated.get(key)
+    if found is None:
+        own = set(planned.spec.node_groups)
+        membership = {node: sorted(groups & own) for node, groups in world.tainted_in.items()}
+        found = world.untolerated[key] = untolerated_among(planned.spec, membership, world.taints)
+    return found
 
 
 def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[QueuedJob]:
@@ -305,7 +321,7 @@ def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[Qu
         if _backing_off(entry["status"]):
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)
-        demand, excluded = (known[1].demand, tainted_now(known[1].spec, world)) if known else (None, {})
+        demand, excluded = (known[1].demand, tainted_now(known[1], world)) if known else (None, {})
         excluded = {**excluded, **status_excluded(entry["status"], entry.get("generation"))}
         queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
     return queue
