@@ -34,6 +34,8 @@ cluster-up: setup tools images  ## local control plane, kwok GPU nodes and real 
 cluster-down:  ## stop the demo operator and every process cluster-up started, and remove the state
 	bash e2e/demo.sh stop-operator
 	bash e2e/cluster/down.sh
+	# A benchmark's own control plane (benchmarks/operator_scale.py: .e2e/bench), left up if the benchmark was killed.
+	if [ -d .e2e/bench ]; then RLPLACE_E2E_DIR=$(CURDIR)/.e2e/bench bash e2e/cluster/down.sh; fi
 
 crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/models.py
 	$(PY) -m rlplace_operator.crdgen
