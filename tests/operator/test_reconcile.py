@@ -231,11 +231,23 @@ def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queu
     status = live_status(conditions=[
         {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
     ])  # fmt: skip
-    outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=[pod("w", node=None)]))
+    unbound = pod("w", node=None)
+    unbound["metadata"]["creationTimestamp"] = "2026-11-24T00:59:28Z"  # 32 s before NOW
+    outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=[unbound]))
     assert outcome.status.phase == "Queued"
-    assert "0 of 1 worker pods bound" in outcome.status.message
+    assert "0 of 1 worker pods bound, w unbound 30 s after it was created" in outcome.status.message
     assert outcome.status.retry_after is None  # no backoff: another workload took the node, nothing is wrong
     assert DeleteChildren() in outcome.actions
+
+
+def test_worker_pods_kuberay_makes_late_get_their_own_30_s() -> None:
+    status = live_status(conditions=[
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
+    ])  # fmt: skip
+    # Admitted 35 s ago, but KubeRay (busy with a burst) has made no pod yet, or one 20 s ago: nothing was taken.
+    for pods in ([], [pod("w", node=None)]):
+        outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=pods))
+        assert outcome.status.phase == "Provisioning" and outcome.actions == (), outcome.status.message
 
 
 def test_a_provisioning_job_whose_pods_are_fine_keeps_waiting_and_is_looked_at_again() -> None:
