@@ -44,6 +44,29 @@ def indexed(index: kopf.Index, key: object) -> Any | None:
     return next(iter(store), None) if store is not None else None
 
 
+def copy_index(index: Mapping[Any, Any]) -> dict[Any, list[Any]]:
+    """A plain copy of a kopf index (key -> the list of its values), taken in one go.
+
+    Handlers and timers run in threads while kopf changes its indexes from the watch streams: iterating a live
+    index raises "dictionary changed size during iteration" under a burst. The key list and each store are
+    copied by `list()` (one C call each, so no other thread runs in between); a key gone in the meantime is
+    skipped; the copy is retried if the runtime still reports a change.
+    """
+    for _ in range(10):
+        try:
+            copied: dict[Any, list[Any]] = {}
+            for key in list(index):
+                store = index.get(key)
+                if store is not None:
+                    values = list(store)
+                    if values:
+                        copied[key] = values
+            return copied
+        except RuntimeError:
+            continue
+    raise kopf.TemporaryError("a kopf index kept changing while it was copied", delay=1.0)
+
+
 @kopf.index(GROUP, VERSION, RLJOB_PLURAL)
 def rljob_index(
     namespace: str, name: str, uid: str, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, **_: Any
@@ -143,6 +166,9 @@ def nodegroup_observe(
     """Write the matched nodes, unit counts and readiness into status when they changed (a field that became
     empty is removed), and tell running jobs whose nodes left the group."""
     group = NodeGroupSpec.model_validate(dict(spec))
+    # Copies: kopf changes its indexes from the watch streams while this runs in a thread (at 1,000 nodes
+    # iterating the live index raised "dictionary changed size during iteration").
+    node_index = copy_index(node_index)
     nodes = [indexed(node_index, n) for n in node_index]
     observed = nodegroup_status(group, [n for n in nodes if n is not None], meta.get("generation"))
     ready = observed.ready_nodes > 0
@@ -159,13 +185,13 @@ def nodegroup_observe(
     changes = cond.merge_patch(dict(status), wanted)
     if changes:
         patch.status.update(changes)
-    check_running_jobs(name, nodegroup_index, rljob_index, node_index, memo.kube)
+    check_running_jobs(name, copy_index(nodegroup_index), copy_index(rljob_index), node_index, memo.kube)
 
 
 @kopf.on.delete(GROUP, VERSION, NODEGROUP_PLURAL)
 def nodegroup_delete(name: str, memo: kopf.Memo, rljob_index: kopf.Index, retry: int, **_: Any) -> None:
     """Deletion waits while running jobs use the group; they are told, once."""
-    users = running_jobs_of(name, rljob_index)
+    users = running_jobs_of(name, copy_index(rljob_index))
     if not users:
         return
     listed = ", ".join(f"{namespace}/{job}" for namespace, job, _ in users)

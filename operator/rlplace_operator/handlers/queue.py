@@ -30,7 +30,7 @@ from rlplace_operator.admission import (
     decide,
     fit,
 )
-from rlplace_operator.handlers.nodegroup import indexed
+from rlplace_operator.handlers.nodegroup import copy_index, indexed
 from rlplace_operator.models import JobPhase, RLJobSpec
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -164,29 +164,6 @@ class Ledger:
             self.shapes[shape] = demand
             while len(self.shapes) > MAX_SHAPES:
                 self.shapes.pop(next(iter(self.shapes)))
-
-
-def copy_index(index: Mapping[Any, Any]) -> dict[Any, list[Any]]:
-    """A plain copy of a kopf index (key -> the list of its values), taken in one go.
-
-    Handlers and timers run in threads while kopf changes its indexes from the watch streams: iterating a live
-    index raises "dictionary changed size during iteration" under a burst. The key list and each store are
-    copied by `list()` (one C call each, so no other thread runs in between); a key gone in the meantime is
-    skipped; the copy is retried if the runtime still reports a change.
-    """
-    for _ in range(10):
-        try:
-            copied: dict[Any, list[Any]] = {}
-            for key in list(index):
-                store = index.get(key)
-                if store is not None:
-                    values = list(store)
-                    if values:
-                        copied[key] = values
-            return copied
-        except RuntimeError:
-            continue
-    raise kopf.TemporaryError("a kopf index kept changing while it was copied", delay=1.0)
 
 
 @dataclass(frozen=True, eq=False)
