@@ -62,6 +62,8 @@ def cpu_seconds(operator_pid: int) -> dict[str, float]:
     return used
 
 
+NOT_READY_TAINT = "node.kubernetes.io/not-ready"
+
 #: What in the operator's log says a handler or timer raised (kopf logs each with this wording).
 EXCEPTION_MARKERS = ("failed with an exception", "Traceback (most recent call last)")
 
@@ -107,6 +109,18 @@ def rayjob(name: str, node: str, image: str) -> dict:
     }
 
 
+def wait_untainted(core: client.CoreV1Api, timeout: float) -> float:
+    """Seconds until no node carries node.kubernetes.io/not-ready (a TimeoutError after `timeout`)."""
+    started = time.perf_counter()
+
+    def untainted() -> bool:
+        nodes = core.list_node().items
+        return not any(t.key == NOT_READY_TAINT for n in nodes for t in n.spec.taints or ())
+
+    wait_for(untainted, timeout, "every node without the not-ready taint")
+    return time.perf_counter() - started
+
+
 def rljob(name: str, group: str) -> dict:
     return {
         "apiVersion": f"{GROUP}/{VERSION}",
@@ -123,6 +137,11 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int, timeout: float) -> di
     with bench_group(api, kubeconfig, jobs, prefix) as operator:
         kuberay_nodes = add_nodes(core, jobs, f"{prefix}-kr")
         try:
+            # "Free nodes" means nodes a pod can be bound to: the controller-manager lifts each new node's
+            # not-ready taint after the node is Ready, and at 2,000 nodes on a small machine that lags by minutes
+            # (rlplace rightly admits no job onto a tainted node, while KubeRay makes its RayCluster regardless).
+            waited = wait_untainted(core, 900)
+            print(f"      {2 * jobs} nodes without the not-ready taint after {waited:.0f} s", flush=True)
             created: dict[str, float] = {}
             seen: dict[str, float] = {}
             stop = threading.Event()
