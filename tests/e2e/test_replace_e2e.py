@@ -20,6 +20,7 @@ Needs the operator in the cluster (its progress endpoint) and the real nodes.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -43,6 +44,19 @@ def _example(name: str) -> dict:
 def _reports_progress(jobs: Jobs, name: str) -> bool:
     heads = jobs.core.list_namespaced_pod(jobs.namespace, label_selector=f"rlplace.io/job={name},ray.io/node-type=head")
     return "RLPLACE_PROGRESS_URL" in {e.name for pod in heads.items for e in pod.spec.containers[0].env or []}
+
+
+def progress_after(status: Callable[[], dict], replacement: dict, placement: list, where: str) -> dict:
+    """status.progress once the job runs `placement` again and has reported 8 iterations since `replacement`."""
+
+    def after() -> dict | None:
+        now = status()
+        progress = now.get("progress") or {}
+        planned_again = now.get("appliedPlacement") == placement and now.get("phase") == "Running"
+        fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
+        return progress if planned_again and fresh else None
+
+    return wait_for(after, 300, f"8 iterations reported on {where}", interval=1.0)
 
 
 def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_nodes: list[str]) -> None:
@@ -74,14 +88,7 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
     print("re-placement:", replacement)
     assert replacement["componentPlacement"] == COLLOCATED
 
-    def after() -> dict | None:
-        now = status()
-        progress = now.get("progress") or {}
-        planned_again = now.get("appliedPlacement") == COLLOCATED and now.get("phase") == "Running"
-        fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
-        return progress if planned_again and fresh else None
-
-    settled = wait_for(after, 300, "8 iterations reported on the new placement", interval=1.0)
+    settled = progress_after(status, replacement, COLLOCATED, "the new placement")
     observed = settled["iterationSeconds"]
     gain = 1 - observed / before
     print(
@@ -127,14 +134,7 @@ def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, r
     assert replacement["componentPlacement"] == SEARCHED and replacement["previous"] == COLLOCATED
     assert profiled().get("reason") == "Replaced", profiled()
 
-    def after() -> dict | None:
-        now = status()
-        progress = now.get("progress") or {}
-        planned_again = now.get("appliedPlacement") == SEARCHED and now.get("phase") == "Running"
-        fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
-        return progress if planned_again and fresh else None
-
-    settled = wait_for(after, 300, "8 iterations reported on the searched placement", interval=1.0)
+    settled = progress_after(status, replacement, SEARCHED, "the searched placement")
     observed = settled["iterationSeconds"]
     print(
         f"synthetic workload, profileFirst: collocated profiling run {before:.3f} s per iteration, searched placement "
