@@ -393,14 +393,16 @@ def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping
     if status["phase"] == JobPhase.RUNNING and status.get("nodes") is not None:
         status["queuePosition"] = None
     status["observedGeneration"] = job.generation
+    finished = state.finished or status["phase"] in (JobPhase.SUCCEEDED, JobPhase.FAILED)
     before = {c.get("type"): (c.get("status"), c.get("reason")) for c in job.status.get("conditions") or []}
     for condition in status.get("conditions") or []:
         kind = condition.get("type")
-        if kind not in ("DriverSucceeded", BINDING_CONDITION) or condition.get("reason") == "Running":
+        # An Event for the binding check's result and for the driver's outcome; the driver's way there
+        # (Initializing, Submitting, Running, ...) is in the condition and the phase.
+        if kind not in ("DriverSucceeded", BINDING_CONDITION) or (kind == "DriverSucceeded" and not finished):
             continue
         if before.get(kind) != (condition.get("status"), condition.get("reason")):
             actions.append(Post(condition.get("status") != "True", condition["reason"], condition["message"]))
-    finished = state.finished or status["phase"] in (JobPhase.SUCCEEDED, JobPhase.FAILED)
     if finished:
         actions.append(ReleaseNodes())
     unverified = state.started and not any(c.get("type") == BINDING_CONDITION for c in status.get("conditions") or [])

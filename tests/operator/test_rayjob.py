@@ -249,6 +249,27 @@ def test_a_restarted_driver_drops_the_previous_runs_verification() -> None:
     assert after["driverEndTime"] is None
 
 
+def test_the_driver_condition_follows_the_driver_in_every_state() -> None:
+    """The phase is Provisioning both before the cluster is up and while KubeRay submits the driver; the
+    DriverSucceeded condition tells the two apart, and never keeps a state from before a suspend."""
+    waiting = driver_status({}, rayjob("Initializing"), None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert condition(waiting, DRIVER_CONDITION)["reason"] == "Initializing"
+    submitting = driver_status(waiting, rayjob("Running", "PENDING"), None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert submitting["phase"] == "Provisioning"
+    driver = condition(submitting, DRIVER_CONDITION)
+    assert driver is not None and (driver["status"], driver["reason"]) == ("False", "Submitting")
+    running = driver_status(submitting, rayjob("Running", "RUNNING"), None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    suspended = driver_status(
+        running, rayjob("Suspended", suspend=True), None, "ns", "train", SubmissionMode.K8S_JOB, 3
+    )
+    resumed = driver_status(suspended, rayjob("Suspended"), None, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    assert [condition(s, DRIVER_CONDITION)["reason"] for s in (running, suspended, resumed)] == [
+        "Running",
+        "Suspended",
+        "Resuming",
+    ]
+
+
 @pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
 def test_the_run_examples_are_valid_jobs_with_the_reference_driver(name: str) -> None:
     import yaml

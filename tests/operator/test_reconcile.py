@@ -391,6 +391,20 @@ def test_an_unchanged_running_driver_is_not_a_restart() -> None:
     assert outcome.actions == ()
 
 
+def test_a_driver_on_its_way_is_said_in_its_condition_with_no_event() -> None:
+    """Submitting and Running are states of the driver, not outcomes: the condition says them, and only an
+    outcome (or the binding check) is worth an Event."""
+    for deployment, ray_status, phase in (("Running", "PENDING", "Provisioning"), ("Running", "RUNNING", "Running")):
+        world = World(now=NOW, rayjob=rayjob(deployment, ray_status))
+        outcome = reconcile(job(running_driver_status(), "python train.py"), world)
+        driver = condition(outcome.status.model_dump(by_alias=True), "DriverSucceeded")
+        assert (outcome.status.phase, driver["reason"]) == (
+            phase,
+            "Submitting" if phase == "Provisioning" else "Running",
+        )
+        assert not any(isinstance(a, Post) for a in outcome.actions), outcome.actions
+
+
 def test_an_ended_job_is_left_alone_until_its_spec_changes() -> None:
     ended = {"phase": "Failed", "observedGeneration": 1, "rayJob": "train", "message": "x"}
     assert reconcile(job(ended, "python train.py"), World(now=NOW, rayjob=None)).actions == ()

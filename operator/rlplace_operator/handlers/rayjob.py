@@ -135,10 +135,10 @@ def driver_status(
             phase, reason, message = JobPhase.FAILED, "BindingMismatch", f"binding check failed: {bad.describe()}"
     else:
         binding = job_status.get("binding")
-    if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED, JobPhase.RUNNING):
-        conditions = set_condition(
-            conditions, DRIVER_CONDITION, phase is JobPhase.SUCCEEDED, reason, message, generation
-        )
+    # The condition follows the driver in every state, not only once it runs: the phase alone cannot tell a
+    # job waiting for its Ray cluster (Initializing) from one whose driver KubeRay is submitting (Submitting),
+    # and a condition left from before a suspend or a retry would say Running of a driver that is not.
+    conditions = set_condition(conditions, DRIVER_CONDITION, phase is JobPhase.SUCCEEDED, reason, message, generation)
     if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
         message = f"{message} (driver log: {log})"
     info = status.get("rayJobInfo") or {}

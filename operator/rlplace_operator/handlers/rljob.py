@@ -177,6 +177,7 @@ def _suspend(job: _JobStatus, kube: Kube, namespace: str, name: str, spec: RLJob
         # KubeRay stops the driver and deletes the RayCluster of a suspended RayJob; resuming starts both anew.
         kube.suspend_rayjob(namespace, rayjob_name(name))
         message = "the job is suspended; its driver was stopped and its RayCluster removed"
+        job.condition(rayjob.DRIVER_CONDITION, False, cond.SUSPENDED, message)
     else:
         kube.delete_raycluster(namespace, raycluster_name(name))
         message = "the job is suspended; its RayCluster was removed"
