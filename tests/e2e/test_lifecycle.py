@@ -372,10 +372,16 @@ def test_a_node_lost_mid_run_is_left_out_the_job_waits_queued_for_a_healthy_node
     holder["spec"]["entrypoint"] = long_driver(600)
     del holder["spec"]["checkpoint"]
     run_jobs.create(holder)
-    other = wait_for(
-        lambda: run_jobs.status("holder").get("phase") == "Running" and run_jobs.status("holder"), 180, "holder Running"
-    )
+
+    def holding() -> dict | None:
+        # The holder only has to hold the other node (admitted, its RayJob made), not run yet: lose-node runs
+        # STEPS one-second steps, and waiting for the holder's driver too could outlast them.
+        status = run_jobs.status("holder")
+        return status if status.get("phase") in ("Provisioning", "Running") and status.get("rayJob") else None
+
+    other = wait_for(holding, 60, "holder holding its node")
     assert placed_nodes(other) and lost not in placed_nodes(other)
+    assert run_jobs.status("lose-node").get("phase") == "Running", "lose-node ended before its node was lost"
 
     run_jobs.core.patch_node(lost, {"spec": {"unschedulable": True}})
     lost_at = time.monotonic()
@@ -384,6 +390,7 @@ def test_a_node_lost_mid_run_is_left_out_the_job_waits_queued_for_a_healthy_node
 
     def queued() -> dict | None:
         status = run_jobs.status("lose-node")
+        assert status.get("phase") not in ("Succeeded", "Failed"), status
         return status if status.get("phase") == "Queued" and status.get("waitingFor") else None
 
     waiting = wait_for(queued, 240, "lose-node Queued for a healthy node", interval=1)
