@@ -504,19 +504,26 @@ def _node_not_ready(nodes: Mapping[str, Mapping], name: str | None) -> tuple[dt.
     return None
 
 
-def _terminated(pod: Mapping) -> tuple[dt.datetime | None, str, Mapping, str] | None:
-    """The first terminated container of a pod that did not exit cleanly: (when, container, state, kind)."""
+def _terminated(pod: Mapping, oldest: dt.datetime | None) -> tuple[dt.datetime | None, str, Mapping, str] | None:
+    """The first terminated container of a pod that did not exit cleanly, at `oldest` or later when given:
+    (when, container, state, kind)."""
     for status in _statuses(pod):
         if status.get("name") == SUBMITTER_CONTAINER:
             continue  # SidecarMode's submitter in the head pod exits with the driver: the failure, not its cause
         for state in ((status.get("state") or {}).get("terminated"), (status.get("lastState") or {}).get("terminated")):
             if state and (state.get("exitCode") not in (0, None) or state.get("reason") == "OOMKilled"):
-                return _time(state.get("finishedAt")), status.get("name") or "?", state, state.get("reason") or ""
+                when = _time(state.get("finishedAt"))
+                if oldest is not None and when is not None and when < oldest:
+                    continue
+                return when, status.get("name") or "?", state, state.get("reason") or ""
     return None
 
 
-def _pod_loss(info: _Pod, pod: Mapping, nodes: Mapping[str, Mapping]) -> tuple[dt.datetime | None, str, str] | None:
-    """(when, reason, what happened) for a pod of the job that is lost or losing its processes."""
+def _pod_loss(
+    info: _Pod, pod: Mapping, nodes: Mapping[str, Mapping], oldest: dt.datetime | None
+) -> tuple[dt.datetime | None, str, str] | None:
+    """(when, reason, what happened) for a pod of the job that is lost or losing its processes (a container's
+    exit only at `oldest` or later when given)."""
     meta = pod.get("metadata") or {}
     status = pod.get("status") or {}
     if info.role == "submitter":
@@ -526,7 +533,7 @@ def _pod_loss(info: _Pod, pod: Mapping, nodes: Mapping[str, Mapping]) -> tuple[d
         return node[0], NODE_NOT_READY, node[1]
     if status.get("phase") == "Failed" and status.get("reason") == "Evicted":
         return None, POD_EVICTED, f"evicted: {status.get('message', '')}"
-    terminated = _terminated(pod)
+    terminated = _terminated(pod, oldest)
     if terminated is not None:
         when, container, state, kind = terminated
         if kind == "OOMKilled":
@@ -629,6 +636,7 @@ def lost_process(
     nodes: Mapping[str, Mapping],
     plan: Plan | None,
     driver_log_tail: str,
+    since: dt.datetime | None = None,
 ) -> Cause | None:
     """Which of the job's pods died first and why, with the plan's processes on it and the launcher's own line
     from the driver's log; None when nothing shows a loss.
@@ -636,8 +644,13 @@ def lost_process(
     `pods` are the job's current Ray pods, `events` the events about them (including pods already deleted, whose
     names start with their RayCluster's name), `nodes` the job's nodes by name, `plan` the job's plan (None
     when unreadable), `driver_log_tail` the end of the driver's log. The earliest loss is the cause: when the
-    head dies its workers follow, not the other way round.
+    head dies its workers follow, not the other way round. `since` is when the failed attempt's driver started:
+    a loss known to be older (a worker container that exited and restarted while KubeRay made a new head, an
+    event of the attempt before) is not why it failed. A node that is not Ready counts whenever it turned so.
     """
+    # Kubernetes times have whole seconds, Ray's start time milliseconds: a loss in the driver's first second
+    # may read up to 1 s earlier than the start.
+    oldest = since - dt.timedelta(seconds=1) if since is not None else None
     ordered = _pods(pods)
     present = {info.name for info, _ in ordered}
     clusters = {
@@ -647,10 +660,12 @@ def lost_process(
     }
     losses: list[tuple[dt.datetime | None, _Pod, str, str]] = []
     for info, pod in ordered:
-        loss = _pod_loss(info, pod, nodes)
+        loss = _pod_loss(info, pod, nodes, oldest)
         if loss is not None:
             losses.append((loss[0], info, loss[1], loss[2]))
     losses += _gone_pod_loss(events, present, clusters, nodes)
+    if oldest is not None:
+        losses = [loss for loss in losses if loss[2] == NODE_NOT_READY or loss[0] is None or loss[0] >= oldest]
     launcher = _launcher_line(driver_log_tail)
     if losses:
         far_future = dt.datetime.max.replace(tzinfo=dt.UTC)

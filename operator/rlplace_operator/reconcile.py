@@ -415,7 +415,10 @@ def _failure_named(job: Job, world: World, new: dict[str, Any], kuberay_reason: 
     conditions = new.get("conditions") or []
     if any(c.get("type") == BINDING_CONDITION and c.get("status") == "False" for c in conditions):
         return new  # the binding check failed: its message names the rank already
-    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail)
+    since = parse_time(new.get("driverStartTime"))
+    cause = diagnosis.lost_process(
+        list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail, since
+    )
     log = new.get("driverLog")
     if cause is None:
         new["message"] = f"{brief(new['message'].split(' (driver log: ')[0])} (driver log: {log})"
@@ -453,7 +456,7 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
             f"KubeRay submitted the driver again (attempt {attempt})"
         )
         return {**base, "reason": "HeadPodReplaced", "message": message}
-    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "")
+    cause = diagnosis.lost_process(list(world.pods), list(world.events), world.nodes, world.plan, "", recorded_at)
     if cause is not None:
         return {**base, "reason": cause.reason, "message": brief(f"{cause.message}; the driver was submitted again")}
     failed = int((rayjob.get("status") or {}).get("failed") or 0)
@@ -569,7 +572,8 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
         # KubeRay deletes a finished RayJob's cluster at once (ttlSecondsAfterFinished 0): those deletions
         # followed the failure, they did not cause it.
         pods, events = diagnosis.seen_before(pods, events, ended)
-    cause = diagnosis.lost_process(pods, events, world.nodes, world.plan, world.driver_log_tail)
+    since = parse_time(failed.get("driverStartTime"))
+    cause = diagnosis.lost_process(pods, events, world.nodes, world.plan, world.driver_log_tail, since)
     if cause is None or cause.reason not in RESTARTABLE:
         return None
     policy, limit = _run_settings(job)

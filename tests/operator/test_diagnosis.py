@@ -359,6 +359,26 @@ def test_the_earliest_loss_is_the_cause_and_the_sidecar_submitters_exit_is_not()
     )
 
 
+def test_losses_older_than_the_attempt_are_left_out_but_a_node_not_ready_is_not() -> None:
+    exited = {"exitCode": 1, "reason": "Error", "finishedAt": at(-70)}
+    statuses = [
+        {"name": "ray-worker", "restartCount": 1, "state": {"running": {}}, "lastState": {"terminated": exited}}
+    ]
+    worker = pod("job-node-1-worker-x", containerStatuses=statuses)
+    worker["metadata"] |= {"deletionTimestamp": at(-5), "deletionGracePeriodSeconds": 0}
+    old_event = event("Pod", "job-node-0-worker-gone", "Killing", "Stopping container ray-worker", seen=-50)
+    started = NOW + dt.timedelta(seconds=-30)
+    # Without `since` the oldest loss, the container's exit, is the cause.
+    assert lost_process([worker], [old_event], {}, PLAN, "").reason == diagnosis.CONTAINER_EXITED
+    cause = lost_process([worker], [old_event], {}, PLAN, "", since=started)
+    assert cause is not None and (cause.reason, cause.message.endswith("deleted")) == (diagnosis.POD_DELETED, True)
+    assert lost_process([pod("job-node-1-worker-x")], [old_event], {}, PLAN, "", since=started) is None
+    down = {"type": "Ready", "status": "False", "message": "kubelet down", "lastTransitionTime": at(-90)}
+    nodes = {"a800-1": {"status": {"conditions": [down]}}}
+    cause = lost_process([pod("job-node-1-worker-x")], [], nodes, PLAN, "", since=started)
+    assert cause is not None and cause.reason == diagnosis.NODE_NOT_READY
+
+
 def test_a_pod_already_gone_is_found_by_the_kubelets_events() -> None:
     replacement = pod("job-node-1-worker-new")
     replacement["metadata"]["creationTimestamp"] = at(-2)

@@ -250,6 +250,28 @@ def test_pods_kuberay_deletes_after_the_driver_failed_by_itself_are_not_a_restar
     assert reconcile(job(running_driver_status(), ENTRYPOINT), world).status.phase == "Queued"
 
 
+def test_a_worker_exit_from_before_the_attempt_began_is_not_why_it_failed() -> None:
+    """A worker container that exited before this attempt's driver started (it lost the old head's GCS while
+    KubeRay made a new head) is history: the driver's own error after it is not taken for a lost process."""
+    failed = rayjob("Failed", "FAILED", reason="AppFailed", message="ZeroDivisionError")  # started 00:59:45
+    nodes = {"kwok-0": node("kwok-0")}
+
+    def world(exited_at: str) -> World:
+        exit_ = {"exitCode": 1, "reason": "Error", "finishedAt": exited_at}
+        statuses = [
+            {"name": "ray-worker", "restartCount": 1, "state": {"running": {}}, "lastState": {"terminated": exit_}}
+        ]
+        worker = pod(WORKER, phase="Running", containerStatuses=statuses)
+        return World(now=NOW, rayjob=failed, pods=[worker], nodes=nodes, driver_log_tail="ZeroDivisionError\n")
+
+    before = reconcile(job(running_driver_status(), ENTRYPOINT), world("2026-11-24T00:59:30Z")).status
+    assert (before.phase, before.restarts) == ("Failed", [])
+    assert "ray-worker" not in before.message
+    # The same exit during the attempt is a lost process: a restart.
+    during = reconcile(job(running_driver_status(), ENTRYPOINT), world("2026-11-24T00:59:50Z")).status
+    assert (during.phase, during.restarts[-1].reason) == ("Queued", "ContainerExited")
+
+
 def test_a_driver_kuberay_submits_again_after_a_lost_head_counts_as_a_restart() -> None:
     """KubeRay's own resubmission (a new head on the same, healthy node) is recorded and counted like a restart
     (RESTARTS column); the driver resumes from the checkpoint volume all the same."""
