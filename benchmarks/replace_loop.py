@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement
 from placement_core.grammar import PlacementEntry
-from placement_core.launcher.synthetic import Law, predicted_iteration_seconds
+from placement_core.launcher.synthetic import Law, predicted_iteration_seconds, sharing_groups
 from rlplace_operator.models import AppliedPlacementEntry, Progress, RLJobSpec, RLJobStatus
 from rlplace_operator.recommend import step, with_replacement
 
@@ -48,13 +48,16 @@ CASES: dict[str, tuple[dict[str, Law], list[dict[str, str]]]] = {
 }
 
 
-def law_seconds(laws: Mapping[str, Law], entries: list[AppliedPlacementEntry]) -> tuple[dict[str, float], float]:
-    """Each component's seconds on its GPUs under the laws, and the synthetic iteration time."""
+def law_seconds(
+    laws: Mapping[str, Law], entries: list[AppliedPlacementEntry]
+) -> tuple[dict[str, float], float, list[list[str]]]:
+    """Each component's seconds on its GPUs under the laws, the synthetic iteration time, and the components
+    that take turns (sharing GPUs)."""
     grammar = [PlacementEntry.of(e.components, e.placement, e.node_group) for e in entries]
     placement = ComponentPlacement.from_entries(grammar, CLUSTER)
     gpus = {name: frozenset((n, i) for n, i, _ in placement.get_units(name)) for name in placement.components}
     seconds = {name: laws[name].seconds(len(held)) for name, held in gpus.items()}
-    return seconds, predicted_iteration_seconds(laws, gpus)
+    return seconds, predicted_iteration_seconds(laws, gpus), sharing_groups(gpus)
 
 
 def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, iterations: int, seed: int):
@@ -69,19 +72,22 @@ def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, it
         }
     )
     status = RLJobStatus(phase="Running", applied_placement=[AppliedPlacementEntry(**e) for e in first])
-    _, before = law_seconds(laws, status.applied_placement)
+    _, before, _ = law_seconds(laws, status.applied_placement)
     now = dt.datetime(2026, 11, 24, tzinfo=dt.UTC)
     reports: list[dict[str, float]] = []
     costs: list[float] = []
     predicted = before
     for iteration in range(1, iterations + 1):
-        truth, iteration_time = law_seconds(laws, status.applied_placement)
+        truth, iteration_time, groups = law_seconds(laws, status.applied_placement)
         now += dt.timedelta(seconds=iteration_time)
-        reports = [*reports, {n: s * rng.uniform(1 - noise, 1 + noise) for n, s in truth.items()}][-10:]
+        noisy = {n: s * rng.uniform(1 - noise, 1 + noise) for n, s in truth.items()}
+        # What the driver reports: the noisy times, and the iteration they make (the synthetic law's formula).
+        noisy["iteration"] = max(sum(noisy[n] for n in group) for group in groups)
+        reports = [*reports, noisy][-10:]
         medians = {n: statistics.median(r[n] for r in reports) for n in truth}
         progress = Progress(
             iteration=iteration,
-            iteration_seconds=iteration_time,
+            iteration_seconds=statistics.median(r["iteration"] for r in reports),
             components=[{"name": n, "seconds": s} for n, s in medians.items()],
             updated_at=now.strftime("%Y-%m-%dT%H:%M:%SZ"),
         )
@@ -101,7 +107,7 @@ def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, it
             reports = []
         else:
             status = status.model_copy(update={"recommendation": taken.recommendation})
-    _, after = law_seconds(laws, status.applied_placement)
+    _, after, _ = law_seconds(laws, status.applied_placement)
     return before, predicted, after, status.replacements, statistics.median(costs)
 
 

@@ -1088,11 +1088,12 @@ class Recommendation(_Camel):
     predicted_iteration_seconds: float
     """Its predicted seconds per iteration."""
     current_predicted_seconds: float
-    """The current placement's predicted seconds per iteration, under the same model and profile."""
+    """The current placement's predicted seconds per iteration, under the same model and profile (never below
+    the observed time: what the model does not price is added to it)."""
     observed_iteration_seconds: float
     """The measured median seconds per iteration (status.progress)."""
     gain: float
-    """1 - predicted / current predicted: the fraction of the iteration time it is predicted to save."""
+    """1 - predicted / observed: the fraction of the observed iteration time it is predicted to save."""
     iteration: int
     """The reported iteration it was computed from."""
     streak: int = 0

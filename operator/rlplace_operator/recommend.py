@@ -136,7 +136,9 @@ def step(spec: RLJobSpec, status: RLJobStatus, cluster: Cluster, now: dt.datetim
     job = Job(cluster, current, REASONING, model_parallel_settings(spec), batch_settings(spec), {})
     seconds = {c.name: c.seconds for c in progress.components}
     try:
-        found = recommend(job, seconds, progress.iteration_seconds, spec.auto_placement.cost_model.value)
+        found = recommend(
+            job, seconds, progress.iteration_seconds, spec.auto_placement.cost_model.value, progress.weight_sync_seconds
+        )
     except PlacementError:
         return Step(None)
     policy = policy_of(spec.auto_placement)

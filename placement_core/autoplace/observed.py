@@ -42,6 +42,11 @@ DEFAULT_COOLDOWN_S = 600.0
 #: one noisy report (or the first reports of a new placement) does not move a job. A job that profiles first
 #: (`profileFirst`) is profiled over this many reported iterations.
 CONFIRMATIONS = 3
+#: The most of a process call's time the untimed part of an iteration is taken to be: a Ray actor call costs
+#: the driver about 1 to 2 ms (dispatch and gathering the result, on a busy 2-core machine), so untimed time
+#: beyond this per call is other work the driver does (moving data, logging) that stays what it is whatever
+#: the placement, and is carried over as a constant instead of being multiplied by a placement's calls.
+MAX_CALL_SECONDS = 0.01
 #: A chain component that has no entry of its own in a placement the model-parallel class accepts, and the one
 #: whose GPUs it then runs on: in collocated mode the actor recomputes the log-probs itself, so a driver times
 #: that phase as `inference` on the actor's GPUs.
@@ -157,37 +162,83 @@ def derive_profile(
     return DerivedProfile(model, unit.num_gpus, tuple(measured), tuple(ignored))
 
 
+@dataclass(frozen=True, slots=True)
+class SharingGroup:
+    """Chain components whose GPUs overlap (transitively): they take turns, so their per-batch costs add up."""
+
+    members: tuple[str, ...]
+    units: frozenset[tuple[int, int, str]]
+    per_batch: float
+
+
+def sharing_groups(
+    units: Mapping[str, frozenset[tuple[int, int, str]]], per_batch: Mapping[str, float]
+) -> list[SharingGroup]:
+    """The groups of the components in `per_batch` (in its order) by the units each holds."""
+    groups: list[SharingGroup] = []
+    for name, cost in per_batch.items():
+        held = units[name]
+        joined = [g for g in groups if g.units & held]
+        merged = SharingGroup(
+            members=(*(m for g in joined for m in g.members), name),
+            units=held.union(*(g.units for g in joined)),
+            per_batch=cost + sum(g.per_batch for g in joined),
+        )
+        groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
+    return groups
+
+
+def schedule_total(groups: Sequence[SharingGroup], rollout_batch_size: int) -> float:
+    """The model's iteration time: one group is time division, several are pipelined (docs/autoplace.md,
+    "Schedules")."""
+    per_batch = [g.per_batch for g in groups]
+    if len(per_batch) == 1:
+        return collocated_total(per_batch, 1) * rollout_batch_size
+    return pipelined_total(per_batch, rollout_batch_size)
+
+
+def _rollout_batch_size(job: Job) -> int:
+    rbs = job.batch.rollout_batch_size
+    if rbs is None:
+        raise PlacementError("data.rollout_batch_size is required for auto placement")
+    return rbs
+
+
+def _current_groups(job: Job, profile: DerivedProfile) -> list[SharingGroup]:
+    rbs = _rollout_batch_size(job)
+    return sharing_groups(_units_by_component(job), {m.name: m.seconds / rbs for m in profile.measured})
+
+
 def current_prediction(job: Job, profile: DerivedProfile) -> float:
     """The model's iteration time of the current placement: components on the same GPUs take turns (their
     per-batch costs add up), groups on disjoint GPUs are pipelined (docs/autoplace.md, "Schedules"). Each
     per-batch cost is the measurement itself (cost(g) of the derived profile is T/rbs by construction)."""
-    rbs = job.batch.rollout_batch_size
-    if rbs is None:
-        raise PlacementError("data.rollout_batch_size is required for auto placement")
-    units = _units_by_component(job)
-    groups: list[tuple[set[tuple[int, int, str]], float]] = []
-    for m in profile.measured:
-        held = set(units[m.name])
-        joined = [g for g in groups if g[0] & held]
-        per_batch = m.seconds / rbs + sum(g[1] for g in joined)
-        groups = [g for g in groups if not any(g is j for j in joined)]
-        groups.append((held.union(*(g[0] for g in joined)), per_batch))
-    per_batch = [g[1] for g in groups]
-    if len(per_batch) == 1:
-        return collocated_total(per_batch, 1) * rbs
-    return pipelined_total(per_batch, rbs)
+    return schedule_total(_current_groups(job, profile), _rollout_batch_size(job))
+
+
+def process_calls(
+    group: SharingGroup, reported: Iterable[str], units: Mapping[str, frozenset[tuple[int, int, str]]]
+) -> int:
+    """How many process calls one iteration makes on `group`: each reported component whose time counts in the
+    group (reward's in the rollout's) calls each of its processes once a phase, counted as the units it holds
+    (at least one)."""
+    return sum(max(1, len(units.get(name, ()))) for name in reported if FOLDED_INTO.get(name, name) in group.members)
 
 
 @dataclass(frozen=True, slots=True)
 class Recommendation:
     """The placement auto placement finds for the measured profile, and what it promises.
 
-    `gain` = 1 - predicted / current_predicted: both are the same model's predictions from the same profile, so
-    a placement that is already the best has gain 0 whatever noise the measurements carry in their level, and
-    what the model does not price (reward on other GPUs, weight sync, the driver's own work between phases) is
-    not counted as gain. That unpriced time, the observed iteration less the model's price of the current
-    placement when positive, is added to both predictions: it is assumed to stay what it is under any placement,
-    so it lowers the promised gain rather than being promised away.
+    `gain` = 1 - predicted / observed: the promise is made against the iteration time the job has now. The
+    prediction is the model's price of the new placement plus the time the model does not price (the driver's
+    dispatch to and gathering from the processes between phases, reward on other GPUs, weight sync). That
+    unpriced time is what an observed iteration takes beyond the busiest group's measured busy seconds. The
+    weight sync the driver timed, and what exceeds `MAX_CALL_SECONDS` per call, is carried over as it is; the
+    rest is charged per process call (`process_calls`), so a placement that calls more processes in turn on its slowest
+    group (collocated: every component's processes, one phase after the other) is charged more of it than the
+    split it was measured on, and the promised gain errs low rather than high. The current placement priced
+    the same way (`current_predicted_seconds`) is never below the observed time, so a job already on the best
+    placement has gain 0 whatever noise its times carry.
     """
 
     placement: tuple[PlacementEntry, ...]
@@ -197,13 +248,19 @@ class Recommendation:
     observed_seconds: float
     profile: DerivedProfile
     unpriced_seconds: float = 0.0
-    """Seconds of each observed iteration the model does not price (included in both predictions above)."""
+    """Seconds of each observed iteration beyond the busiest group's measured busy time (priced in
+    `current_predicted_seconds`)."""
+    unpriced_per_call: float = 0.0
+    """`unpriced_seconds` less the weight sync, over the process calls the current placement makes on its
+    busiest group, at most `MAX_CALL_SECONDS`: what each process call on the new placement's slowest group adds
+    to `predicted_seconds`."""
 
     @property
     def gain(self) -> float:
-        if self.current_predicted_seconds <= 0:
+        reference = self.observed_seconds if self.observed_seconds > 0 else self.current_predicted_seconds
+        if reference <= 0:
             return 0.0
-        return max(0.0, 1.0 - self.predicted_seconds / self.current_predicted_seconds)
+        return max(0.0, 1.0 - self.predicted_seconds / reference)
 
 
 def recommend(
@@ -211,22 +268,38 @@ def recommend(
     seconds: Mapping[str, float],
     observed_iteration_seconds: float,
     cost_model: str | CostModel = CostModel.scaling,
+    weight_sync_seconds: float | None = None,
 ) -> Recommendation:
     """The best placement for the profile measured under `job.placement`, its predicted iteration time, the
-    current placement's under the same model, and the observed one."""
+    current placement's under the same model, and the observed one. `weight_sync_seconds`, when the driver
+    timed it, is untimed by the components but not a per-call cost: it is carried to the prediction as it is."""
     profile = derive_profile(job, seconds, cost_model)
+    rbs = _rollout_batch_size(job)
     searched = replace(job, placement=(), profile=profile.profile_data())
     result = autotune(searched, profile.cost_model)
-    current = current_prediction(job, profile)
-    unpriced = max(0.0, observed_iteration_seconds - current)
+    placement = tuple(parse_placement_entries(result.component_placement))
+    reported = [name for name in seconds if name not in profile.ignored]
+
+    now = _current_groups(job, profile)
+    busiest = max(now, key=lambda g: g.per_batch)
+    unpriced = max(0.0, observed_iteration_seconds - busiest.per_batch * rbs)
+    calls = process_calls(busiest, reported, _units_by_component(job))
+    synced = min(unpriced, max(0.0, weight_sync_seconds or 0.0))
+    per_call = min(MAX_CALL_SECONDS, (unpriced - synced) / calls)
+    constant = unpriced - per_call * calls  # the weight sync, and what exceeds MAX_CALL_SECONDS per call
+
+    new_units = _units_by_component(replace(job, placement=placement))
+    new = sharing_groups(new_units, {name: choice.per_batch for name, choice in result.components.items()})
+    slowest = max(new, key=lambda g: g.per_batch)
     return Recommendation(
-        placement=tuple(parse_placement_entries(result.component_placement)),
+        placement=placement,
         mode=result.mode,
-        predicted_seconds=result.total_cost + unpriced,
-        current_predicted_seconds=current + unpriced,
+        predicted_seconds=result.total_cost + constant + per_call * process_calls(slowest, reported, new_units),
+        current_predicted_seconds=schedule_total(now, rbs) + unpriced,
         observed_seconds=observed_iteration_seconds,
         profile=profile,
         unpriced_seconds=unpriced,
+        unpriced_per_call=per_call,
     )
 
 

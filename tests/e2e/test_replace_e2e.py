@@ -3,16 +3,15 @@
 examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
 time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.4/g s; NOT a measurement of
 any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
-within 30 s of Running; a recommendation appears (collocated, predicted about 4.05 s, an Event); with apply Auto
-the job is re-placed (status.replacements, the children planned again) and its observed iteration time
-afterwards is within 15% of the prediction, and lower than before by the predicted gain (less 2 points: the
-medians of a few iterations on a shared 2-core machine carry that much noise).
+within 30 s of Running; a recommendation appears (collocated, predicted about 4.1 s: the laws' 4.05 s and the
+driver's calls to 24 processes; an Event); with apply Auto the job is re-placed (status.replacements, the
+children planned again) and its observed iteration time afterwards is within 15% of the prediction, and lower than before by the predicted gain or more.
 
 examples/rljob-profile-first.yaml (autoPlacement.profileFirst) starts with no profile, collocated on the 8 GPUs
 (synthetic laws: rollout 3 s on any GPU count, actor 16/g + 1 s, reward 0.1 s: about 6.1 s per iteration); the
 Profiled condition says it is profiling; after 3 iterations it is re-placed onto the searched split (rollout and
 reward 0-3, actor 4-7, predicted about 5.04 s) although the gain is below its minGain, and its iteration time
-afterwards is within 15% of the prediction.
+afterwards is within 15% of the prediction and lower by the predicted gain or more.
 
 Needs the operator in the cluster (its progress endpoint) and the real nodes.
 """
@@ -90,13 +89,13 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
 
     settled = progress_after(status, replacement, COLLOCATED, "the new placement")
     observed = settled["iterationSeconds"]
-    gain = 1 - observed / before
+    gain, promised = 1 - observed / before, 1 - predicted / before  # the applied recommendation's gain
     print(
         f"synthetic workload: iteration {before:.3f} s before, {observed:.3f} s after (predicted {predicted:.3f} s); "
-        f"observed gain {gain:.1%}, predicted {rec['gain']:.1%}"
+        f"observed gain {gain:.2%}, predicted {promised:.2%} (first recommendation: {rec['gain']:.2%})"
     )
     assert abs(observed - predicted) / predicted <= 0.15
-    assert observed < before and gain >= rec["gain"] - 0.02, (gain, rec["gain"])
+    assert observed < before and gain >= promised, (gain, promised)
     assert status().get("replacements") == replaced  # moved once
 
 
@@ -141,5 +140,5 @@ def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, r
         f"{observed:.3f} s (predicted {predicted:.3f} s, {abs(observed - predicted) / predicted:.1%} off)"
     )
     assert abs(observed - predicted) / predicted <= 0.15
-    assert observed < before
+    assert observed < before and 1 - observed / before >= 1 - predicted / before
     assert status().get("replacements") == replaced  # moved once: the gain is below minGain from now on

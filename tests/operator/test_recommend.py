@@ -69,7 +69,7 @@ def test_a_bad_split_gets_a_recommendation_and_one_event() -> None:
     assert rec.predicted_iteration_seconds == 8.0 and rec.observed_iteration_seconds == 12.0
     assert 0.33 < rec.gain < 0.34 and rec.decision == "Keep" and rec.reason == "apply is Never"
     assert [reason for reason, _ in first.events] == [RECOMMENDED]
-    assert "predicted 34% faster: 8.00 s per iteration" in first.events[0][1]
+    assert "predicted 33% faster: 8.00 s per iteration" in first.events[0][1]
     # the same recommendation at the next report: no second Event, `since` kept
     later = NOW + dt.timedelta(seconds=10)
     again = step(

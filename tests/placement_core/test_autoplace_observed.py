@@ -18,6 +18,7 @@ from test_autoplace_configs import reasoning_config
 
 from placement_core.autoplace import autotune
 from placement_core.autoplace.observed import (
+    MAX_CALL_SECONDS,
     Apply,
     ApplyPolicy,
     History,
@@ -118,29 +119,64 @@ def test_profiling_refuses_what_the_loop_does_not_model() -> None:
 
 def test_recommendation_from_a_bad_split() -> None:
     job = job_on(BAD)
-    rec = recommend(job, true_seconds(BAD), 12.1, "linear")
+    rec = recommend(job, true_seconds(BAD), 12.02, "linear")
     assert rec.mode == "collocated" and same_placement(rec.placement, parse_placement_entries(COLLOCATED))
     model_current = 12.0 + (12.0 + 4.0) / 128 - 12.0 / 128
-    # The 12.1 s observed exceed the model's price of the current placement: the rest is unpriced time, kept by
-    # both predictions.
-    assert rec.unpriced_seconds == pytest.approx(12.1 - model_current)
-    assert rec.predicted_seconds == pytest.approx(8.0 + rec.unpriced_seconds)  # (48 + 16) / 8, plus it
-    assert rec.current_predicted_seconds == pytest.approx(12.1)
-    assert rec.gain == pytest.approx(1 - (8.0 + rec.unpriced_seconds) / 12.1)
-    assert rec.observed_seconds == 12.1
+    # The busiest group (rollout, 12 s on GPUs 0-3) accounts for 12 of the 12.02 s observed: the other 0.02 s are
+    # unpriced, 5 ms per process call of its 4. Collocated, every iteration calls the rollout's 8 processes and
+    # then the actor's 8 one after the other: 16 calls, 0.08 s.
+    assert rec.unpriced_seconds == pytest.approx(0.02)
+    assert rec.unpriced_per_call == pytest.approx(0.005)
+    assert rec.predicted_seconds == pytest.approx(8.0 + 0.08)  # (48 + 16) / 8, plus the calls
+    assert rec.current_predicted_seconds == pytest.approx(model_current + 0.02)
+    assert rec.gain == pytest.approx(1 - 8.08 / 12.02)  # against the observed time
+    assert rec.observed_seconds == 12.02
     # the search on the derived profile is the search on the true collocated costs
     config = reasoning_config(recompute_logprobs=False, costs={"rollout_cost": 6.0, "actor_cost": 2.0})
     direct = autotune(read_job(config), "linear")
-    assert direct.total_cost == pytest.approx(rec.predicted_seconds - rec.unpriced_seconds)
+    assert direct.total_cost == pytest.approx(8.0)
 
 
 def test_unpriced_time_lowers_the_promised_gain_and_a_faster_observation_adds_none() -> None:
     priced = recommend(job_on(BAD), true_seconds(BAD), 12.0, "linear")
-    slower = recommend(job_on(BAD), true_seconds(BAD), 14.0, "linear")
-    assert priced.unpriced_seconds == 0.0  # observed below the model's price: nothing is added
-    assert slower.unpriced_seconds == pytest.approx(14.0 - priced.current_predicted_seconds)
-    assert slower.predicted_seconds - priced.predicted_seconds == pytest.approx(slower.unpriced_seconds)
+    slower = recommend(job_on(BAD), true_seconds(BAD), 12.03, "linear")
+    assert priced.unpriced_seconds == 0.0  # observed within the busiest group's busy time: nothing is added
+    assert priced.predicted_seconds == pytest.approx(8.0) and priced.gain == pytest.approx(1 - 8.0 / 12.0)
+    assert slower.unpriced_seconds == pytest.approx(0.03)
+    assert slower.predicted_seconds == pytest.approx(8.0 + 0.03 / 4 * 16)  # charged per process call
     assert slower.gain < priced.gain
+
+
+def test_untimed_time_beyond_a_call_s_worth_is_carried_as_it_is() -> None:
+    """Half a second untimed over 4 calls is not 125 ms per Ray call: MAX_CALL_SECONDS of it per call is call
+    overhead (charged per call), the rest other work that stays what it is."""
+    rec = recommend(job_on(BAD), true_seconds(BAD), 12.5, "linear")
+    assert rec.unpriced_per_call == pytest.approx(MAX_CALL_SECONDS)
+    assert rec.predicted_seconds == pytest.approx(8.0 + (0.5 - 4 * MAX_CALL_SECONDS) + 16 * MAX_CALL_SECONDS)
+
+
+def test_the_weight_sync_is_carried_as_it_is_not_per_call() -> None:
+    synced = recommend(job_on(BAD), true_seconds(BAD), 12.04, "linear", weight_sync_seconds=0.02)
+    assert synced.unpriced_seconds == pytest.approx(0.04) and synced.unpriced_per_call == pytest.approx(0.02 / 4)
+    assert synced.predicted_seconds == pytest.approx(8.0 + 0.02 + 0.02 / 4 * 16)
+    # A weight sync longer than the untimed time itself (medians of different iterations) is not double-counted.
+    over = recommend(job_on(BAD), true_seconds(BAD), 12.01, "linear", weight_sync_seconds=0.5)
+    assert over.unpriced_per_call == 0.0 and over.predicted_seconds == pytest.approx(8.0 + 0.01)
+
+
+def test_a_split_of_fewer_calls_is_charged_fewer_calls() -> None:
+    """Profiled collocated (actor, rollout and reward each call 8 processes in turn: 24 calls), re-placed on a
+    split whose slowest group is the actor on 4 GPUs: 4 of those calls are charged."""
+    shape = {"group_size": 2, "n_minibatches": 2, "rollout_batch_size": 64, "max_running_requests": 128}
+    profiling = read_job(reasoning_config(recompute_logprobs=False, placement=dict(COLLOCATED), **shape), profile={})
+    rec = recommend(profiling, {"actor": 3.0, "rollout": 3.0, "reward": 0.1}, 6.1 + 0.12, "scaling")
+    assert {e.key: e.placement for e in rec.placement} == {"rollout,reward": "0-3", "actor": "4-7"}
+    assert rec.unpriced_per_call == pytest.approx(0.005)
+    searched = autotune(
+        read_job(reasoning_config(recompute_logprobs=False, costs={"rollout_cost": 3.1, "actor_cost": 3.0}, **shape))
+    )
+    assert rec.predicted_seconds == pytest.approx(searched.total_cost + 4 * 0.005)
+    assert rec.gain == pytest.approx(1 - rec.predicted_seconds / 6.22)
 
 
 def test_best_placement_recommends_itself_with_no_gain() -> None:
@@ -179,7 +215,7 @@ def _rec(placement: Mapping[str, str], gain_to: float):
     return replace(
         rec,
         placement=tuple(parse_placement_entries(placement)),
-        predicted_seconds=rec.current_predicted_seconds * (1 - gain_to),
+        predicted_seconds=rec.observed_seconds * (1 - gain_to),
     )
 
 
