@@ -72,7 +72,7 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
     env = {e.name for pod in heads.items for e in pod.spec.containers[0].env or []}
     if "RLPLACE_PROGRESS_URL" not in env:
         pytest.skip("the operator serves no progress endpoint here (a local operator process: run in the cluster)")
-    first = wait_for(lambda: status().get("progress"), 120, "status.progress within 120 s of Running", interval=0.5)
+    first = wait_for(lambda: status().get("progress"), 30, "status.progress within 30 s of Running", interval=0.5)
     print(f"synthetic workload: status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
 
     rec = wait_for(lambda: status().get("recommendation"), 60, "status.recommendation", interval=0.5)
