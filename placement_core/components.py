@@ -8,7 +8,8 @@ Flexible (hardware) or Node strategy; `ModelParallelComponentPlacement` then re-
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Self
 
@@ -636,3 +637,16 @@ PLACEMENT_CLASSES: dict[PlacementKind, type[ComponentPlacement]] = {
     "multi-agent": MultiAgentComponentPlacement,
     "multi-agent-eval": MultiAgentEvalComponentPlacement,
 }
+
+
+def sharing_groups(held: Mapping[str, AbstractSet[Hashable]]) -> list[list[str]]:
+    """Components joined when what they hold (GPUs, units) overlaps, transitively: they take turns on it. In the
+    given order within and across groups."""
+    groups: list[tuple[list[str], set[Hashable]]] = []
+    for name, units in held.items():
+        joined = [group for group in groups if group[1] & units]
+        members = [member for group in joined for member in group[0]] + [name]
+        union = set(units).union(*(group[1] for group in joined))
+        groups = [group for group in groups if group not in joined] + [(members, union)]
+    order = list(held)
+    return sorted((sorted(members, key=order.index) for members, _ in groups), key=lambda g: order.index(g[0]))

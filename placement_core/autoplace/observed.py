@@ -25,7 +25,7 @@ from placement_core.autoplace.hetero import wants_hetero
 from placement_core.autoplace.inputs import reasoning_chain, reasoning_task
 from placement_core.autoplace.report import collocated_mapping
 from placement_core.cluster import ACCELERATOR
-from placement_core.components import ComponentPlacement
+from placement_core.components import ComponentPlacement, sharing_groups
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
 from placement_core.jobconfig import EMBODIED, REASONING, Job
@@ -164,28 +164,19 @@ def derive_profile(
 
 @dataclass(frozen=True, slots=True)
 class SharingGroup:
-    """Chain components whose GPUs overlap (transitively): they take turns, so their per-batch costs add up."""
+    """Chain components whose GPUs overlap (`components.sharing_groups`): they take turns, so their per-batch
+    costs add up."""
 
     members: tuple[str, ...]
-    units: frozenset[tuple[int, int, str]]
     per_batch: float
 
 
-def sharing_groups(
+def _sharing_groups(
     units: Mapping[str, frozenset[tuple[int, int, str]]], per_batch: Mapping[str, float]
 ) -> list[SharingGroup]:
-    """The groups of the components in `per_batch` (in its order) by the units each holds."""
-    groups: list[SharingGroup] = []
-    for name, cost in per_batch.items():
-        held = units[name]
-        joined = [g for g in groups if g.units & held]
-        merged = SharingGroup(
-            members=(*(m for g in joined for m in g.members), name),
-            units=held.union(*(g.units for g in joined)),
-            per_batch=cost + sum(g.per_batch for g in joined),
-        )
-        groups = [g for g in groups if not any(g is j for j in joined)] + [merged]
-    return groups
+    """The groups of the components in `per_batch` by the units each holds."""
+    held = {name: units[name] for name in per_batch}
+    return [SharingGroup(tuple(group), sum(per_batch[name] for name in group)) for group in sharing_groups(held)]
 
 
 def schedule_total(groups: Sequence[SharingGroup], rollout_batch_size: int) -> float:
@@ -204,16 +195,18 @@ def _rollout_batch_size(job: Job) -> int:
     return rbs
 
 
-def _current_groups(job: Job, profile: DerivedProfile) -> list[SharingGroup]:
-    rbs = _rollout_batch_size(job)
-    return sharing_groups(_units_by_component(job), {m.name: m.seconds / rbs for m in profile.measured})
+def _current_groups(
+    units: Mapping[str, frozenset[tuple[int, int, str]]], profile: DerivedProfile, rbs: int
+) -> list[SharingGroup]:
+    return _sharing_groups(units, {m.name: m.seconds / rbs for m in profile.measured})
 
 
 def current_prediction(job: Job, profile: DerivedProfile) -> float:
     """The model's iteration time of the current placement: components on the same GPUs take turns (their
     per-batch costs add up), groups on disjoint GPUs are pipelined (docs/autoplace.md, "Schedules"). Each
     per-batch cost is the measurement itself (cost(g) of the derived profile is T/rbs by construction)."""
-    return schedule_total(_current_groups(job, profile), _rollout_batch_size(job))
+    rbs = _rollout_batch_size(job)
+    return schedule_total(_current_groups(_units_by_component(job), profile, rbs), rbs)
 
 
 def process_calls(
@@ -234,9 +227,9 @@ class Recommendation:
     dispatch to and gathering from the processes between phases, reward on other GPUs, weight sync). That
     unpriced time is what an observed iteration takes beyond the busiest group's measured busy seconds. The
     weight sync the driver timed, and what exceeds `MAX_CALL_SECONDS` per call, is carried over as it is; the
-    rest is charged per process call (`process_calls`), so a placement that calls more processes in turn on its slowest
-    group (collocated: every component's processes, one phase after the other) is charged more of it than the
-    split it was measured on, and the promised gain errs low rather than high. The current placement priced
+    rest is charged per process call (`process_calls`), so a placement that calls more processes in turn on its
+    slowest group (collocated: every component's processes, one phase after the other) is charged more of it
+    than the split it was measured on, and the promised gain errs low rather than high. The current placement priced
     the same way (`current_predicted_seconds`) is never below the observed time, so a job already on the best
     placement has gain 0 whatever noise its times carry.
     """
@@ -280,22 +273,23 @@ def recommend(
     placement = tuple(parse_placement_entries(result.component_placement))
     reported = [name for name in seconds if name not in profile.ignored]
 
-    now = _current_groups(job, profile)
-    busiest = max(now, key=lambda g: g.per_batch)
+    units = _units_by_component(job)
+    current = _current_groups(units, profile, rbs)
+    busiest = max(current, key=lambda g: g.per_batch)
     unpriced = max(0.0, observed_iteration_seconds - busiest.per_batch * rbs)
-    calls = process_calls(busiest, reported, _units_by_component(job))
+    calls = process_calls(busiest, reported, units)
     synced = min(unpriced, max(0.0, weight_sync_seconds or 0.0))
     per_call = min(MAX_CALL_SECONDS, (unpriced - synced) / calls)
     constant = unpriced - per_call * calls  # the weight sync, and what exceeds MAX_CALL_SECONDS per call
 
     new_units = _units_by_component(replace(job, placement=placement))
-    new = sharing_groups(new_units, {name: choice.per_batch for name, choice in result.components.items()})
+    new = _sharing_groups(new_units, {name: choice.per_batch for name, choice in result.components.items()})
     slowest = max(new, key=lambda g: g.per_batch)
     return Recommendation(
         placement=placement,
         mode=result.mode,
         predicted_seconds=result.total_cost + constant + per_call * process_calls(slowest, reported, new_units),
-        current_predicted_seconds=schedule_total(now, rbs) + unpriced,
+        current_predicted_seconds=schedule_total(current, rbs) + unpriced,
         observed_seconds=observed_iteration_seconds,
         profile=profile,
         unpriced_seconds=unpriced,

@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from placement_core.components import sharing_groups
 from placement_core.launcher.errors import LaunchError
 from placement_core.launcher.plan import LaunchPlan
 
@@ -74,18 +75,6 @@ def parse_laws(texts: Iterable[str], components: Sequence[str]) -> dict[str, Law
 def component_gpus(plan: LaunchPlan, component: str) -> frozenset[tuple[int, int]]:
     """The (node rank, GPU) pairs the plan gives a component's processes."""
     return frozenset((p.node_rank, gpu) for p in plan.processes(component) for gpu in p.held_gpus)
-
-
-def sharing_groups(gpus: Mapping[str, frozenset[tuple[int, int]]]) -> list[list[str]]:
-    """Components joined when their GPUs overlap (transitively), in the given order within and across groups."""
-    groups: list[tuple[list[str], set[tuple[int, int]]]] = []
-    for name, held in gpus.items():
-        joined = [group for group in groups if group[1] & held]
-        members = [member for group in joined for member in group[0]] + [name]
-        union = set(held).union(*(group[1] for group in joined))
-        groups = [group for group in groups if group not in joined] + [(members, union)]
-    order = list(gpus)
-    return sorted((sorted(members, key=order.index) for members, _ in groups), key=lambda g: order.index(g[0]))
 
 
 def predicted_iteration_seconds(laws: Mapping[str, Law], gpus: Mapping[str, frozenset[tuple[int, int]]]) -> float:
