@@ -26,6 +26,7 @@ from placement_core.plan import Plan, build_plan
 from rlplace_operator import diagnosis
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
+from rlplace_operator.handlers.rayjob import DRIVER_LOG_TAIL_LINES
 from rlplace_operator.models import RLJobSpec
 
 from e2e_cluster import delete_namespace_freeing_nodes, wait_for
@@ -539,8 +540,8 @@ def test_a_worker_pod_deleted_under_a_running_driver_is_named_with_its_ranks(
         "the driver to fail",
         interval=2,
     )
-    log = kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
-    tail = log.encode()[-1024:].decode(errors="replace")
+    # What the operator reads of a failed driver's log, no less (Ray's shutdown lines follow the launcher's).
+    tail = kubectl(kubeconfig, "logs", "-n", namespace, "job/lost", f"--tail={DRIVER_LOG_TAIL_LINES}")
     pods = get_json(kubeconfig, "pods", "-n", namespace, "-l", "rlplace.io/job=lost")
     pods += get_json(kubeconfig, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=lost")
     events = get_json(kubeconfig, "events", "-n", namespace)

@@ -32,6 +32,9 @@ DRIVER_CONDITION = "DriverSucceeded"
 BINDING_CONDITION = "BindingVerified"
 #: How much of the driver's log is searched for the report (the driver prints it right after launching).
 REPORT_LOG_BYTES = 4 * 1024 * 1024
+#: How much of a failed driver's log the diagnosis reads: enough that Ray's own shutdown lines, printed after the
+#: launcher's error, do not push that error out (they took more than 1 KiB in one CI run).
+DRIVER_LOG_TAIL_LINES = 200
 #: How often a running driver's log is looked at until its binding report appears.
 BINDING_RECHECK_SECONDS = 5.0
 
@@ -189,4 +192,8 @@ def read_report(
 def driver_log_tail(kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]) -> str:
     """The end of the driver's log (what a failed driver printed last), '' when there is none."""
     selector = driver_log_selector(job, mode, (rayjob.get("status") or {}).get("rayClusterName"))
-    return "" if selector is None else kube.container_log_tail(namespace, selector, SUBMITTER_CONTAINER, 200)
+    return (
+        ""
+        if selector is None
+        else kube.container_log_tail(namespace, selector, SUBMITTER_CONTAINER, DRIVER_LOG_TAIL_LINES)
+    )
