@@ -66,10 +66,11 @@ def test_a_bad_split_gets_a_recommendation_and_one_event() -> None:
     first = step(spec(), status, CLUSTER, NOW)
     rec = first.recommendation
     assert rec is not None and [dump(e) for e in rec.component_placement] == COLLOCATED
-    assert rec.predicted_iteration_seconds == 8.0 and rec.observed_iteration_seconds == 12.0
-    assert 0.33 < rec.gain < 0.34 and rec.decision == "Keep" and rec.reason == "apply is Never"
+    # 8 s priced, and the 12 process calls collocated adds to the split's 4 at MAX_CALL_SECONDS each
+    assert rec.predicted_iteration_seconds == 8.12 and rec.observed_iteration_seconds == 12.0
+    assert 0.32 < rec.gain < 0.33 and rec.decision == "Keep" and rec.reason == "apply is Never"
     assert [reason for reason, _ in first.events] == [RECOMMENDED]
-    assert "predicted 33% faster: 8.00 s per iteration" in first.events[0][1]
+    assert "predicted 32% faster: 8.12 s per iteration" in first.events[0][1]
     # the same recommendation at the next report: no second Event, `since` kept
     later = NOW + dt.timedelta(seconds=10)
     again = step(
@@ -175,5 +176,6 @@ def test_the_synthetic_replace_example_recommends_collocated() -> None:
     status = RLJobStatus.model_validate(running(progress=times, appliedPlacement=body["spec"]["componentPlacement"]))
     rec = step(example, status, CLUSTER, NOW).recommendation
     assert rec is not None and [dump(e) for e in rec.component_placement] == COLLOCATED
-    # the law's collocated iteration is 24/8 + 8/8 + 0.1 = 4.1 s; the model predicts it within 2%
-    assert abs(rec.predicted_iteration_seconds - 4.1) / 4.1 < 0.02 and rec.gain > 0.3
+    # the law's collocated iteration is 24/8 + 8/8 + 0.1 = 4.1 s; the model prices 4.05 s (reward folded into the
+    # rollout, on 8 GPUs) and charges the 16 calls collocated adds 10 ms each: a promise within 3%, on the low side
+    assert 4.1 <= rec.predicted_iteration_seconds < 4.1 * 1.03 and rec.gain > 0.25

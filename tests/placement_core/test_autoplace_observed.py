@@ -124,12 +124,13 @@ def test_recommendation_from_a_bad_split() -> None:
     model_current = 12.0 + (12.0 + 4.0) / 128 - 12.0 / 128
     # The busiest group (rollout, 12 s on GPUs 0-3) accounts for 12 of the 12.02 s observed: the other 0.02 s are
     # unpriced, 5 ms per process call of its 4. Collocated, every iteration calls the rollout's 8 processes and
-    # then the actor's 8 one after the other: 16 calls, 0.08 s.
+    # then the actor's 8 one after the other: 16 calls, 4 at the measured 5 ms and the 12 it adds at 10 ms.
     assert rec.unpriced_seconds == pytest.approx(0.02)
     assert rec.unpriced_per_call == pytest.approx(0.005)
-    assert rec.predicted_seconds == pytest.approx(8.0 + 0.08)  # (48 + 16) / 8, plus the calls
+    calls = 4 * 0.005 + 12 * MAX_CALL_SECONDS
+    assert rec.predicted_seconds == pytest.approx(8.0 + calls)  # (48 + 16) / 8, plus the calls
     assert rec.current_predicted_seconds == pytest.approx(model_current + 0.02)
-    assert rec.gain == pytest.approx(1 - 8.08 / 12.02)  # against the observed time
+    assert rec.gain == pytest.approx(1 - (8.0 + calls) / 12.02)  # against the observed time
     assert rec.observed_seconds == 12.02
     # the search on the derived profile is the search on the true collocated costs
     config = reasoning_config(recompute_logprobs=False, costs={"rollout_cost": 6.0, "actor_cost": 2.0})
@@ -140,10 +141,11 @@ def test_recommendation_from_a_bad_split() -> None:
 def test_unpriced_time_lowers_the_promised_gain_and_a_faster_observation_adds_none() -> None:
     priced = recommend(job_on(BAD), true_seconds(BAD), 12.0, "linear")
     slower = recommend(job_on(BAD), true_seconds(BAD), 12.03, "linear")
-    assert priced.unpriced_seconds == 0.0  # observed within the busiest group's busy time: nothing is added
-    assert priced.predicted_seconds == pytest.approx(8.0) and priced.gain == pytest.approx(1 - 8.0 / 12.0)
+    added = 12 * MAX_CALL_SECONDS  # collocated calls 16 processes where the split called 4
+    assert priced.unpriced_seconds == 0.0  # observed within the busiest group's busy time: its calls cost nothing
+    assert priced.predicted_seconds == pytest.approx(8.0 + added) and priced.gain == pytest.approx(1 - 8.12 / 12.0)
     assert slower.unpriced_seconds == pytest.approx(0.03)
-    assert slower.predicted_seconds == pytest.approx(8.0 + 0.03 / 4 * 16)  # charged per process call
+    assert slower.predicted_seconds == pytest.approx(8.0 + 0.03 + added)  # its 4 calls as measured
     assert slower.gain < priced.gain
 
 
@@ -155,13 +157,24 @@ def test_untimed_time_beyond_a_call_s_worth_is_carried_as_it_is() -> None:
     assert rec.predicted_seconds == pytest.approx(8.0 + (0.5 - 4 * MAX_CALL_SECONDS) + 16 * MAX_CALL_SECONDS)
 
 
+def test_calls_a_placement_adds_are_charged_the_most_a_call_costs() -> None:
+    """The measured average of a call is a difference of medians: noise that 12 added calls would multiply by 3.
+    Charged at MAX_CALL_SECONDS, a move that adds calls promises less than any measured average would make it."""
+    low, high = (recommend(job_on(BAD), true_seconds(BAD), observed, "linear") for observed in (12.004, 12.036))
+    assert low.unpriced_per_call == pytest.approx(0.001) and high.unpriced_per_call == pytest.approx(0.009)
+    # 4 calls at the measured average each, 12 added calls at 10 ms whatever the average was
+    assert high.predicted_seconds - low.predicted_seconds == pytest.approx(4 * (0.009 - 0.001))
+    assert low.predicted_seconds == pytest.approx(8.0 + 0.004 + 12 * MAX_CALL_SECONDS)
+    assert low.predicted_seconds > 8.0 + 0.001 * 16  # the measured average alone would promise more
+
+
 def test_the_weight_sync_is_carried_as_it_is_not_per_call() -> None:
     synced = recommend(job_on(BAD), true_seconds(BAD), 12.04, "linear", weight_sync_seconds=0.02)
     assert synced.unpriced_seconds == pytest.approx(0.04) and synced.unpriced_per_call == pytest.approx(0.02 / 4)
-    assert synced.predicted_seconds == pytest.approx(8.0 + 0.02 + 0.02 / 4 * 16)
+    assert synced.predicted_seconds == pytest.approx(8.0 + 0.02 + 0.02 + 12 * MAX_CALL_SECONDS)
     # A weight sync longer than the untimed time itself (medians of different iterations) is not double-counted.
     over = recommend(job_on(BAD), true_seconds(BAD), 12.01, "linear", weight_sync_seconds=0.5)
-    assert over.unpriced_per_call == 0.0 and over.predicted_seconds == pytest.approx(8.0 + 0.01)
+    assert over.unpriced_per_call == 0.0 and over.predicted_seconds == pytest.approx(8.0 + 0.01 + 12 * MAX_CALL_SECONDS)
 
 
 def test_a_split_of_fewer_calls_is_charged_fewer_calls() -> None:
@@ -361,7 +374,9 @@ def noisy_loop(
 def test_the_noiseless_truth_recommends_the_spec_answer() -> None:
     rec = recommend(job_two(BAD_THREE), scaling_truth(BAD_THREE, EXAMPLE_TWO), 0.0, "scaling")
     assert {e.key: e.placement for e in rec.placement} == {"rollout,reward": "0-1", "inference": "2-3", "actor": "4-7"}
-    assert rec.predicted_seconds == pytest.approx(69.256, abs=1e-3)
+    # the spec's 69.256 s, and the 2 calls its slowest group (the actor on 4 GPUs) makes beyond the 2 the busiest
+    # group makes now (the actor on GPUs 6-7), at MAX_CALL_SECONDS each: nothing was measured to price them lower
+    assert rec.predicted_seconds == pytest.approx(69.256 + 2 * MAX_CALL_SECONDS, abs=1e-3)
 
 
 def test_100_noisy_iterations_apply_once_and_never_return() -> None:
