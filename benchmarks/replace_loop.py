@@ -24,11 +24,13 @@ from collections.abc import Mapping
 from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement
 from placement_core.grammar import PlacementEntry
-from placement_core.launcher.synthetic import Law, predicted_iteration_seconds, sharing_groups
+from placement_core.launcher.synthetic import Law, iteration_seconds
 from rlplace_operator.models import AppliedPlacementEntry, Progress, RLJobSpec, RLJobStatus
 from rlplace_operator.recommend import step, with_replacement
 
 CLUSTER = Cluster.from_config({"num_nodes": 1, "accelerators_per_node": 8})
+#: Each component's GPUs, as (node rank, GPU) pairs.
+Gpus = dict[str, frozenset[tuple[int, int]]]
 ALGORITHM = {"recomputeLogprobs": False, "groupSize": 16, "nMinibatches": 4, "rolloutBatchSize": 128}
 
 #: name -> (laws, first placement)
@@ -48,16 +50,17 @@ CASES: dict[str, tuple[dict[str, Law], list[dict[str, str]]]] = {
 }
 
 
-def law_seconds(
-    laws: Mapping[str, Law], entries: list[AppliedPlacementEntry]
-) -> tuple[dict[str, float], float, list[list[str]]]:
-    """Each component's seconds on its GPUs under the laws, the synthetic iteration time, and the components
-    that take turns (sharing GPUs)."""
+def law_seconds(laws: Mapping[str, Law], entries: list[AppliedPlacementEntry]) -> tuple[dict[str, float], Gpus]:
+    """Each component's seconds on its GPUs under the laws, and those GPUs."""
     grammar = [PlacementEntry.of(e.components, e.placement, e.node_group) for e in entries]
     placement = ComponentPlacement.from_entries(grammar, CLUSTER)
     gpus = {name: frozenset((n, i) for n, i, _ in placement.get_units(name)) for name in placement.components}
-    seconds = {name: laws[name].seconds(len(held)) for name, held in gpus.items()}
-    return seconds, predicted_iteration_seconds(laws, gpus), sharing_groups(gpus)
+    return {name: laws[name].seconds(len(held)) for name, held in gpus.items()}, gpus
+
+
+def law_iteration_seconds(laws: Mapping[str, Law], entries: list[AppliedPlacementEntry]) -> float:
+    """The synthetic iteration time of a placement under the laws."""
+    return iteration_seconds(*law_seconds(laws, entries))
 
 
 def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, iterations: int, seed: int):
@@ -72,17 +75,17 @@ def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, it
         }
     )
     status = RLJobStatus(phase="Running", applied_placement=[AppliedPlacementEntry(**e) for e in first])
-    _, before, _ = law_seconds(laws, status.applied_placement)
+    before = law_iteration_seconds(laws, status.applied_placement)
     now = dt.datetime(2026, 11, 24, tzinfo=dt.UTC)
     reports: list[dict[str, float]] = []
     costs: list[float] = []
     predicted = before
     for iteration in range(1, iterations + 1):
-        truth, iteration_time, groups = law_seconds(laws, status.applied_placement)
-        now += dt.timedelta(seconds=iteration_time)
+        truth, gpus = law_seconds(laws, status.applied_placement)
+        now += dt.timedelta(seconds=iteration_seconds(truth, gpus))
         noisy = {n: s * rng.uniform(1 - noise, 1 + noise) for n, s in truth.items()}
         # What the driver reports: the noisy times, and the iteration they make (the synthetic law's formula).
-        noisy["iteration"] = max(sum(noisy[n] for n in group) for group in groups)
+        noisy["iteration"] = iteration_seconds(noisy, gpus)
         reports = [*reports, noisy][-10:]
         medians = {n: statistics.median(r[n] for r in reports) for n in truth}
         progress = Progress(
@@ -107,7 +110,7 @@ def run_case(laws: dict[str, Law], first: list[dict[str, str]], noise: float, it
             reports = []
         else:
             status = status.model_copy(update={"recommendation": taken.recommendation})
-    _, after, _ = law_seconds(laws, status.applied_placement)
+    after = law_iteration_seconds(laws, status.applied_placement)
     return before, predicted, after, status.replacements, statistics.median(costs)
 
 

@@ -73,6 +73,8 @@ class DerivedProfile:
     measured: tuple[Measured, ...]
     ignored: tuple[str, ...]
     """Reported components the model has no cost for (neither in the chain nor folded into one)."""
+    rollout_batch_size: int
+    """The job's `data.rollout_batch_size` (checked by the task the profile was converted with)."""
 
     def profile_data(self) -> dict[str, float]:
         """`profile_data` in autoplace's keys (`rollout_cost`, ...), as `Job.profile` reads it."""
@@ -159,7 +161,7 @@ def derive_profile(
             )
         per_iteration = factor * unit.rollout_batch_size  # cost() is per batch; the unit profile is 1 s per iteration
         measured.append(Measured(stage.name, totals[stage.name], gpus, totals[stage.name] / per_iteration))
-    return DerivedProfile(model, unit.num_gpus, tuple(measured), tuple(ignored))
+    return DerivedProfile(model, unit.num_gpus, tuple(measured), tuple(ignored), unit.rollout_batch_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,25 +190,12 @@ def schedule_total(groups: Sequence[SharingGroup], rollout_batch_size: int) -> f
     return pipelined_total(per_batch, rollout_batch_size)
 
 
-def _rollout_batch_size(job: Job) -> int:
-    rbs = job.batch.rollout_batch_size
-    if rbs is None:
-        raise PlacementError("data.rollout_batch_size is required for auto placement")
-    return rbs
-
-
 def _current_groups(
-    units: Mapping[str, frozenset[tuple[int, int, str]]], profile: DerivedProfile, rbs: int
+    units: Mapping[str, frozenset[tuple[int, int, str]]], profile: DerivedProfile
 ) -> list[SharingGroup]:
-    return _sharing_groups(units, {m.name: m.seconds / rbs for m in profile.measured})
-
-
-def current_prediction(job: Job, profile: DerivedProfile) -> float:
-    """The model's iteration time of the current placement: components on the same GPUs take turns (their
-    per-batch costs add up), groups on disjoint GPUs are pipelined (docs/autoplace.md, "Schedules"). Each
-    per-batch cost is the measurement itself (cost(g) of the derived profile is T/rbs by construction)."""
-    rbs = _rollout_batch_size(job)
-    return schedule_total(_current_groups(_units_by_component(job), profile, rbs), rbs)
+    """The current placement's groups, each per-batch cost the measurement itself (cost(g) of the derived
+    profile is T/rbs by construction)."""
+    return _sharing_groups(units, {m.name: m.seconds / profile.rollout_batch_size for m in profile.measured})
 
 
 def process_calls(
@@ -270,14 +259,14 @@ def recommend(
     current placement's under the same model, and the observed one. `weight_sync_seconds`, when the driver
     timed it, is untimed by the components but not a per-call cost: it is carried to the prediction as it is."""
     profile = derive_profile(job, seconds, cost_model)
-    rbs = _rollout_batch_size(job)
+    rbs = profile.rollout_batch_size
     searched = replace(job, placement=(), profile=profile.profile_data())
     result = autotune(searched, profile.cost_model)
     placement = tuple(parse_placement_entries(result.component_placement))
     reported = [name for name in seconds if name not in profile.ignored]
 
     units = _units_by_component(job)
-    current = _current_groups(units, profile, rbs)
+    current = _current_groups(units, profile)
     busiest = max(current, key=lambda g: g.per_batch)
     unpriced = max(0.0, observed_iteration_seconds - busiest.per_batch * rbs)
     calls = process_calls(busiest, reported, units)

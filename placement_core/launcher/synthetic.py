@@ -77,8 +77,11 @@ def component_gpus(plan: LaunchPlan, component: str) -> frozenset[tuple[int, int
     return frozenset((p.node_rank, gpu) for p in plan.processes(component) for gpu in p.held_gpus)
 
 
+def iteration_seconds(seconds: Mapping[str, float], gpus: Mapping[str, frozenset[tuple[int, int]]]) -> float:
+    """The iteration time of components that take `seconds` each on `gpus` (the module docstring's formula)."""
+    return max((sum(seconds[name] for name in group) for group in sharing_groups(gpus)), default=0.0)
+
+
 def predicted_iteration_seconds(laws: Mapping[str, Law], gpus: Mapping[str, frozenset[tuple[int, int]]]) -> float:
-    """The iteration time the laws give for a placement (the module docstring's formula)."""
-    return max(
-        (sum(laws[name].seconds(len(gpus[name])) for name in group) for group in sharing_groups(gpus)), default=0.0
-    )
+    """The iteration time the laws give for a placement."""
+    return iteration_seconds({name: laws[name].seconds(len(held)) for name, held in gpus.items()}, gpus)

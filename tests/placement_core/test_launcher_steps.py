@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from placement_core import launcher
-from placement_core.components import component_placement
+from placement_core.components import component_placement, sharing_groups
 from placement_core.launcher import demo
 from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.launcher.errors import LaunchError
@@ -25,7 +25,6 @@ from placement_core.launcher.synthetic import (
     parse_law,
     parse_laws,
     predicted_iteration_seconds,
-    sharing_groups,
 )
 from placement_core.plan import Plan, build_plan
 
