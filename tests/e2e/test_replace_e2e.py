@@ -3,9 +3,10 @@
 examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
 time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.4/g s; NOT a measurement of
 any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
-within 30 s of Running; a recommendation appears (collocated, predicted about 4.1 s: the laws' 4.05 s and the
-driver's calls to 24 processes; an Event); with apply Auto the job is re-placed (status.replacements, the
-children planned again) and its observed iteration time afterwards is within 15% of the prediction, and lower than before by the predicted gain or more.
+within 30 s of Running; a recommendation appears (collocated, predicted about 4.2 s: the laws' 4.05 s, the split's
+calls at their measured cost and the 16 calls collocated adds at 10 ms each; an Event); with apply Auto the job is
+re-placed (status.replacements, the children planned again) and its observed iteration time afterwards is within
+15% of the prediction, and lower than before by the predicted gain or more.
 
 examples/rljob-profile-first.yaml (autoPlacement.profileFirst) starts with no profile, collocated on the 8 GPUs
 (synthetic laws: rollout 3 s on any GPU count, actor 16/g + 1 s, reward 0.1 s: about 6.1 s per iteration); the
