@@ -49,14 +49,21 @@ def _reports_progress(jobs: Jobs, name: str) -> bool:
 def progress_after(status: Callable[[], dict], replacement: dict, placement: list, where: str) -> dict:
     """status.progress once the job runs `placement` again and has reported 8 iterations since `replacement`."""
 
+    seen: dict = {}
+
     def after() -> dict | None:
-        now = status()
+        now = seen["status"] = status()
         progress = now.get("progress") or {}
         planned_again = now.get("appliedPlacement") == placement and now.get("phase") == "Running"
         fresh = progress.get("updatedAt", "") > replacement["time"] and progress.get("iteration", 0) >= 8
         return progress if planned_again and fresh else None
 
-    return wait_for(after, 300, f"8 iterations reported on {where}", interval=1.0)
+    try:
+        return wait_for(after, 300, f"8 iterations reported on {where}", interval=1.0)
+    except TimeoutError as err:
+        # What the job showed last, to tell a job that stopped reporting from one that never ran again.
+        last = {k: seen["status"].get(k) for k in ("phase", "appliedPlacement", "progress", "conditions")}
+        raise TimeoutError(f"{err}; last status: {last}") from None
 
 
 def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_nodes: list[str]) -> None:
