@@ -11,6 +11,12 @@ Where the causes show:
   (FailedToCreateRayJobSubmitter), the Job controller on the submitter Job (FailedCreate).
 - Image pulls, crashing containers and containers that cannot be created show in the pod's container statuses;
   a pod the scheduler cannot place in its PodScheduled condition; a pod the kubelet rejected in its phase.
+- A pod bound to its node that has not started (ContainerCreating, PodInitializing, an init container that
+  fails) is explained by its Warning events, read generally: the kubelet's FailedMount, FailedAttachVolume,
+  FailedCreatePodSandBox, ... quoted as they are. What waiting cannot fix (a Secret, ConfigMap or claim that
+  does not exist, a host path that is missing or of the wrong type) is named with the object; what may pass (a
+  volume being attached, a claim being bound) is said while the job waits (`Cause.waiting`) and ends the attempt
+  only after `StartBounds.timeout`.
 - A lost process: the pod's deletionTimestamp, phase Failed (evicted), a terminated container (OOMKilled, exit
   code), its node's Ready condition, or, for a pod already gone, the kubelet's events about it (Killing,
   Evicted, ...). The driver's log adds the launcher's own line (WorkerDiedError names component and rank).
@@ -47,6 +53,18 @@ OOM_KILLED = "OOMKilled"
 NODE_NOT_READY = "NodeNotReady"
 CONTAINER_EXITED = "ContainerExited"
 WORKER_DIED = "WorkerDied"
+SECRET_NOT_FOUND = "SecretNotFound"
+CONFIGMAP_NOT_FOUND = "ConfigMapNotFound"
+CLAIM_NOT_FOUND = "ClaimNotFound"
+HOST_PATH_MISSING = "HostPathMissing"
+CLAIM_NOT_BOUND = "ClaimNotBound"
+VOLUME_NOT_READY = "VolumeNotReady"
+INIT_CONTAINER_FAILED = "InitContainerFailed"
+POD_NOT_STARTED = "PodNotStarted"
+
+#: Reasons that name an object the job's pods reference and that does not exist (the RLJob's
+#: pods.onMissingObject says whether that ends the job or waits for the object with backoff).
+MISSING_OBJECT_REASONS = frozenset({SECRET_NOT_FOUND, CONFIGMAP_NOT_FOUND, CLAIM_NOT_FOUND, HOST_PATH_MISSING})
 
 #: A status message stays this short: the cause quoted, never a log.
 MAX_MESSAGE_CHARS = 300
@@ -62,6 +80,20 @@ UNSCHEDULABLE_GRACE = dt.timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
+class StartBounds:
+    """How long a pod of a job may take to start (the operator's --pod-start-grace and --pod-start-timeout)."""
+
+    grace: dt.timedelta = dt.timedelta(seconds=10)
+    """A pod bound to its node this long without its containers started is explained in the RLJob (and one
+    that references a missing object ends the attempt). Short: the kubelet mounts volumes and starts containers
+    in a second or two, and a missing Secret is reported by its first mount attempt."""
+    timeout: dt.timedelta = dt.timedelta(seconds=180)
+    """What may pass (a volume being attached, a claim being bound or provisioned, a sandbox being made) is
+    waited for this long after the pod was bound (or created, for one the scheduler holds back for its claim);
+    then the nodes are given back and the job retries with backoff."""
+
+
+@dataclass(frozen=True)
 class Cause:
     """Why a job's pods cannot start or its driver failed, as the RLJob's condition shows it."""
 
@@ -74,6 +106,11 @@ class Cause:
     the job ends Failed."""
     node: str | None = field(default=None, compare=False)
     """The node of the pod that was lost, when a loss names one (what a restart may leave out)."""
+    waiting: bool = False
+    """Only said, not acted on: what may pass (a volume being attached, a claim being bound) within
+    StartBounds.timeout. The job keeps its nodes and its status says what it waits for."""
+    missing: str | None = None
+    """The object that does not exist, as "Secret 'creds'" (a reason of MISSING_OBJECT_REASONS)."""
 
 
 # -- reading the API's objects -------------------------------------------------------------------------------
@@ -117,8 +154,16 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3].rstrip() + "..."
 
 
-def _cause(reason: str, message: str, permanent: bool = False, node: str | None = None) -> Cause:
-    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent, node)
+def _cause(
+    reason: str,
+    message: str,
+    permanent: bool = False,
+    node: str | None = None,
+    *,
+    waiting: bool = False,
+    missing: str | None = None,
+) -> Cause:
+    return Cause(reason, _cut(message, MAX_MESSAGE_CHARS), permanent, node, waiting, missing)
 
 
 def _ranges(ranks: Iterable[int]) -> str:
@@ -391,7 +436,7 @@ def _container_problem(
         # Between restarts the kubelet shows the container as waiting in CrashLoopBackOff, or (Kubernetes 1.35)
         # still terminated with its exit code while it backs off.
         crashed_again = restarting and status.get("restartCount", 0) >= 1 and now_terminated.get("exitCode", 0) != 0
-        if why == "CrashLoopBackOff" or crashed_again:
+        if (why == "CrashLoopBackOff" or crashed_again) and container not in _init_names(pod):
             last = now_terminated or (status.get("lastState") or {}).get("terminated") or {}
             exited = f"exit code {last.get('exitCode', '?')}"
             if last.get("reason"):
@@ -401,6 +446,8 @@ def _container_problem(
             detail = f": {last['message']}" if last.get("message") else ""
             restarts = status.get("restartCount", 0)
             return 3, _cause(CRASH_LOOP_BACK_OFF, f"{where} crashes at start ({exited}, {restarts} restarts){detail}")
+        if why == "CreateContainerConfigError" and _missing_object(said) is not None:
+            continue  # a Secret or ConfigMap that does not exist: _start_problem names it
         if why == "CreateContainerConfigError" and ("runAsNonRoot" in said or "non-numeric user" in said):
             # The image's user is root or a name the kubelet cannot check: the same image never starts.
             return 1, _cause(IMAGE_RUNS_AS_ROOT, f"{where} cannot start as non-root: {said}", True)
@@ -412,7 +459,9 @@ def _container_problem(
     return None
 
 
-def _scheduling_problem(info: _Pod, pod: Mapping, now: dt.datetime) -> tuple[int, Cause] | None:
+def _scheduling_problem(
+    info: _Pod, pod: Mapping, now: dt.datetime, bounds: StartBounds, plan: Plan | None
+) -> tuple[int, Cause] | None:
     status = pod.get("status") or {}
     deleting = (pod.get("metadata") or {}).get("deletionTimestamp")
     rejected = status.get("reason") not in (None, "", "Evicted")
@@ -428,20 +477,32 @@ def _scheduling_problem(info: _Pod, pod: Mapping, now: dt.datetime) -> tuple[int
             and condition.get("reason") == "Unschedulable"
         ):
             since = _time(condition.get("lastTransitionTime")) or info.created
+            said = condition.get("message", "")
+            claim = _claim_problem(info, said, since, now, bounds, plan)
+            if claim is not None:
+                return claim
             if since is not None and now - since < UNSCHEDULABLE_GRACE:
                 return None
-            return 6, _cause(UNSCHEDULABLE, f"{info.describe()} unschedulable: {condition.get('message', '')}")
+            return 6, _cause(UNSCHEDULABLE, f"{info.describe()} unschedulable: {said}")
     return None
 
 
-def provisioning_failure(pods: Sequence[Mapping], events: Sequence[Mapping], now: dt.datetime) -> Cause | None:
+def provisioning_failure(
+    pods: Sequence[Mapping],
+    events: Sequence[Mapping],
+    now: dt.datetime,
+    bounds: StartBounds = StartBounds(),
+    plan: Plan | None = None,
+) -> Cause | None:
     """Why the job's Ray pods (head, workers, submitter) cannot all start, or None while nothing is wrong (or a
     problem is still within its grace).
 
     `pods` are the job's pods, `events` the events about them and about the job's RayCluster, RayJob and
-    submitter Job, `now` the current time (naive means UTC). Permanent causes (Pod Security, an invalid image
-    name, an image that runs as root, an invalid pod) come first, then the head's problems before the workers'
-    (by node rank) and the submitter's.
+    submitter Job, `now` the current time (naive means UTC), `bounds` how long a pod may take to start, `plan`
+    the job's plan (to name the processes of a worker pod; None leaves them out). Permanent causes (Pod
+    Security, an invalid image name, an image that runs as root, an invalid pod, a missing object) come first,
+    then the head's problems before the workers' (by node rank) and the submitter's; a cause that is only
+    waited for (`Cause.waiting`) comes last.
     """
     now = now if now.tzinfo else now.replace(tzinfo=dt.UTC)
     ordered = _pods(pods)
@@ -450,7 +511,11 @@ def provisioning_failure(pods: Sequence[Mapping], events: Sequence[Mapping], now
         return refused
     found: list[tuple[int, int, Cause]] = []
     for index, (info, pod) in enumerate(ordered):
-        for problem in (_container_problem(info, pod, events, now), _scheduling_problem(info, pod, now)):
+        for problem in (
+            _container_problem(info, pod, events, now),
+            _scheduling_problem(info, pod, now, bounds, plan),
+            _start_problem(info, pod, events, now, bounds, plan),
+        ):
             if problem is not None:
                 found.append((problem[0], index, problem[1]))
     permanent = [item for item in found if item[2].permanent]
@@ -458,7 +523,178 @@ def provisioning_failure(pods: Sequence[Mapping], events: Sequence[Mapping], now
         return min(permanent, key=lambda item: (item[0], item[1]))[2]
     if refused is not None:
         return refused
-    return min(found, key=lambda item: (item[0], item[1]))[2] if found else None
+    return min(found, key=lambda item: (item[2].waiting, item[0], item[1]))[2] if found else None
+
+
+# -- pods bound but not started ---------------------------------------------------------------------------
+
+#: The kubelet's and the scheduler's words for an object a pod references that does not exist: 'secret "creds"
+#: not found' (a volume's FailedMount, envFrom's CreateContainerConfigError), 'configmaps "cfg" not found',
+#: 'persistentvolumeclaim "data" not found' (the scheduler's volume binding).
+_NOT_FOUND = re.compile(r'\b(secret|configmap|persistentvolumeclaim)s? "([^"]+)" not found', re.IGNORECASE)
+#: env valueFrom of a key the Secret or ConfigMap lacks.
+_MISSING_KEY = re.compile(r"couldn't find key (\S+) in (Secret|ConfigMap) [^/\s]+/(\S+)")
+#: A hostPath volume whose `type` the path on the node does not match (missing, or a file for a Directory).
+_HOST_PATH = re.compile(r"hostPath type check failed: (\S+) is not an? ([a-z ]+?)(?:$|[,;.\]])")
+#: The scheduler holds a pod back for a claim that exists but is not bound to a volume yet.
+_UNBOUND_CLAIM = re.compile(r"unbound immediate PersistentVolumeClaims|waiting for .*volume|binding volumes", re.I)
+_KINDS = {
+    "secret": ("Secret", SECRET_NOT_FOUND),
+    "configmap": ("ConfigMap", CONFIGMAP_NOT_FOUND),
+    "persistentvolumeclaim": ("PersistentVolumeClaim", CLAIM_NOT_FOUND),
+}
+#: Warning event reasons about a pod's volumes (the kubelet's and the attach-detach controller's).
+_VOLUME_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume", "FailedBinding"})
+
+
+def _missing_object(text: str) -> tuple[str, str, str] | None:
+    """(reason, the object as "Secret 'creds'", what is wrong with it) when `text` says a referenced object does
+    not exist; None otherwise."""
+    if match := _NOT_FOUND.search(text):
+        kind, reason = _KINDS[match.group(1).lower()]
+        named = f"{kind} '{match.group(2)}'"
+        return reason, named, f"{named} not found"
+    if match := _MISSING_KEY.search(text):
+        kind = match.group(2)
+        named = f"{kind} '{match.group(3)}'"
+        return (
+            (SECRET_NOT_FOUND if kind == "Secret" else CONFIGMAP_NOT_FOUND),
+            named,
+            f"{named} has no key '{match.group(1)}'",
+        )
+    if match := _HOST_PATH.search(text):
+        named = f"host path '{match.group(1)}'"
+        return HOST_PATH_MISSING, named, f"{named} is missing or not a {match.group(2)}"
+    return None
+
+
+def _init_names(pod: Mapping) -> set[str]:
+    return {s.get("name") or "" for s in (pod.get("status") or {}).get("initContainerStatuses") or []}
+
+
+def _bound_since(pod: Mapping) -> dt.datetime | None:
+    """When the scheduler bound the pod to its node (its PodScheduled condition turned True)."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return _time(condition.get("lastTransitionTime"))
+    return None
+
+
+def _seconds(delta: dt.timedelta) -> str:
+    return f"{max(0, int(delta.total_seconds()))} s"
+
+
+def _claim_problem(
+    info: _Pod, said: str, since: dt.datetime | None, now: dt.datetime, bounds: StartBounds, plan: Plan | None
+) -> tuple[int, Cause] | None:
+    """A pod the scheduler holds back for its PersistentVolumeClaim: one that does not exist (named after the
+    grace), or one not bound yet (waited for until the timeout, from the pod's creation)."""
+    missing = _missing_object(said)
+    if missing is not None:
+        if since is not None and now - since < bounds.grace:
+            return None
+        reason, named, what = missing
+        message = f"{what}: {info.describe(plan)} cannot be scheduled: {said}"
+        return 1, _cause(reason, message, True, missing=named)
+    if not _UNBOUND_CLAIM.search(said):
+        return None
+    created = info.created or since
+    waited = now - created if created is not None else dt.timedelta(0)
+    if waited < bounds.grace:
+        return None
+    waiting = waited < bounds.timeout
+    message = f"{info.describe(plan)} waits for its volume claim {_seconds(waited)} after it was created: {said}"
+    if waiting:
+        message = f"{message} (waiting up to {_seconds(bounds.timeout)})"
+    return 6, _cause(CLAIM_NOT_BOUND, message, waiting=waiting)
+
+
+def pods_not_started(pods: Sequence[Mapping], now: dt.datetime, bounds: StartBounds) -> bool:
+    """Whether a pod of the job has waited `bounds.grace` to start (bound but Pending, or held back by the
+    scheduler): then its diagnosis names the plan's processes on it, and the caller reads the plan."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        if status.get("phase") != "Pending" or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            continue
+        since = _bound_since(pod) or _time((pod.get("metadata") or {}).get("creationTimestamp"))
+        if since is not None and now - since >= bounds.grace:
+            return True
+    return False
+
+
+def _start_problem(
+    info: _Pod, pod: Mapping, events: Sequence[Mapping], now: dt.datetime, bounds: StartBounds, plan: Plan | None
+) -> tuple[int, Cause] | None:
+    """A pod bound to its node whose containers have not started `bounds.grace` later, explained from its init
+    containers, its containers' waiting states and its Warning events, read generally: a missing object is
+    permanent, an init container that failed retries with backoff, anything else is waited for until
+    `bounds.timeout` (and said meanwhile)."""
+    meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+    if meta.get("deletionTimestamp") or not (pod.get("spec") or {}).get("nodeName"):
+        return None
+    if status.get("phase") not in ("Pending", "Failed"):
+        return None
+    bound = _bound_since(pod) or info.created
+    if bound is None or now - bound < bounds.grace:
+        return None
+    where = info.describe(plan)
+    for init in status.get("initContainerStatuses") or []:
+        for state in ((init.get("state") or {}).get("terminated"), (init.get("lastState") or {}).get("terminated")):
+            if state and state.get("exitCode") not in (0, None):
+                exited = f"exit code {state['exitCode']}" + (f", {state['reason']}" if state.get("reason") else "")
+                detail = f": {state['message']}" if state.get("message") else ""
+                restarts = init.get("restartCount", 0)
+                message = f"{where} init container '{init.get('name')}' failed ({exited}, {restarts} restarts){detail}"
+                return 3, _cause(INIT_CONTAINER_FAILED, message)
+    if status.get("phase") != "Pending":
+        return None
+    # What the kubelet says: its containers' waiting messages (envFrom's missing Secret), then, while no
+    # container has run yet (volumes are mounted before the first one starts), its Warning events since the pod
+    # was bound, newest first: a FailedScheduling from before the binding, or a FailedMount from before a Secret
+    # appeared and the pod went on, is history.
+    containers = [
+        (waiting.get("reason") or "Waiting", waiting["message"])
+        for container in _statuses(pod)
+        if (waiting := (container.get("state") or {}).get("waiting") or {}).get("message")
+    ]
+    ran = any(
+        (c.get("state") or {}).get("running") or (c.get("state") or {}).get("terminated") or c.get("lastState")
+        for c in _statuses(pod)
+    )
+    since_bound = [
+        (when, event)
+        for event in ([] if ran else _pod_events(events, info.name))
+        if _note(event) and ((when := _event_time(event)) is None or when >= bound - dt.timedelta(seconds=1))
+    ]
+    newest_first = [
+        (event.get("reason") or "Warning", _note(event))
+        for _, event in sorted(
+            since_bound, key=lambda item: item[0] or dt.datetime.min.replace(tzinfo=dt.UTC), reverse=True
+        )
+    ]
+    for why, text in [*containers, *newest_first]:
+        missing = _missing_object(text)
+        if missing is not None:
+            reason, named, what = missing
+            return 1, _cause(reason, f"{what}: {where} cannot start ({why}: {text})", True, missing=named)
+    if ran:
+        return None  # its containers started (KubeRay's workers wait in an init container for the head)
+    waited = now - bound
+    waiting = waited < bounds.timeout
+    said = newest_first or containers
+    if said:
+        why, text = said[0]
+        reason = VOLUME_NOT_READY if why in _VOLUME_EVENTS else POD_NOT_STARTED
+        message = f"{where} not started {_seconds(waited)} after it was bound: {why}: {text}"
+    else:
+        states = sorted(
+            {((c.get("state") or {}).get("waiting") or {}).get("reason") or "" for c in _statuses(pod)} - {""}
+        )
+        reason = POD_NOT_STARTED
+        message = f"{where} not started {_seconds(waited)} after it was bound ({', '.join(states) or 'no event yet'})"
+    if waiting:
+        message = f"{message} (waiting up to {_seconds(bounds.timeout)})"
+    return 7, _cause(reason, message, waiting=waiting)
 
 
 # -- a lost process ------------------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 rlplace-operator [--namespace NS ...] [--liveness http://0.0.0.0:8080/healthz] [--progress-port 8081
                  --progress-url http://rlplace-operator.rlplace-system.svc:8081] [--metrics-port 9090]
+                 [--pod-start-grace 10] [--pod-start-timeout 180]
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import datetime as dt
 import hashlib
 import logging
 import sys
@@ -22,6 +24,7 @@ from rlplace_operator import (
     handlers,  # noqa: F401  (registers the handlers)
     progress,
 )
+from rlplace_operator.diagnosis import StartBounds
 from rlplace_operator.handlers.queue import Ledger
 from rlplace_operator.k8s import Kube
 from rlplace_operator.metrics import metrics_app
@@ -181,8 +184,27 @@ def main() -> None:
         "--progress-url", default=None, help="base URL at which jobs' pods reach the progress port (a Service)"
     )
     parser.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
+    parser.add_argument(
+        "--pod-start-grace",
+        type=float,
+        default=StartBounds.grace.total_seconds(),
+        help="seconds a job's pod may stay bound to its node without starting before the job's status says why",
+    )
+    parser.add_argument(
+        "--pod-start-timeout",
+        type=float,
+        default=StartBounds.timeout.total_seconds(),
+        help="seconds a job waits for what may pass (a volume attaching, a claim binding) before it gives its "
+        "nodes back and retries with backoff",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
+    if not 0 < args.pod_start_grace <= args.pod_start_timeout:
+        parser.error(
+            f"--pod-start-grace ({args.pod_start_grace:g}) must be above 0 and at most --pod-start-timeout "
+            f"({args.pod_start_timeout:g})"
+        )
+    start_bounds = StartBounds(dt.timedelta(seconds=args.pod_start_grace), dt.timedelta(seconds=args.pod_start_timeout))
     if args.progress_url and not args.progress_url.startswith(("http://", "https://")):
         parser.error(f"--progress-url must start with http:// or https://, got '{args.progress_url}'")
     serving = Serving(args.progress_port, args.progress_url, args.metrics_port)
@@ -212,7 +234,7 @@ def main() -> None:
         # One replica by design (the chart's Deployment uses the Recreate strategy), so no kopf peering.
         standalone=True,
         # The startup handlers read what to serve from the memo every handler gets (no module state).
-        memo=kopf.Memo(serving=serving),
+        memo=kopf.Memo(serving=serving, start_bounds=start_bounds),
     )
 
 

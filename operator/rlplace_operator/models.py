@@ -738,9 +738,20 @@ class NodeGroupPodOptions(PodOptions):
     """The NodeGroup (one of spec.nodeGroups)."""
 
 
+class OnMissingObject(enum.StrEnum):
+    FAIL = "Fail"
+    RETRY = "Retry"
+
+
 class PodSettings(PodOptions):
     """Settings of every pod of the job (head, workers and the RayJob's submitter), refined per pod kind and
     per NodeGroup: head, workers, submitter and workerNodeGroups add to them (docs/data.md)."""
+
+    on_missing_object: OnMissingObject = OnMissingObject.FAIL
+    """When a pod cannot start because an object it references does not exist (a Secret or ConfigMap of a
+    volume, envFrom or env, a PersistentVolumeClaim, a hostPath directory): Fail ends the job at once, the
+    object named in its status and its nodes given back; Retry gives the nodes back and tries again with
+    backoff, for an object that something else makes and that will appear (docs/data.md)."""
 
     head: PodOptions = PodOptions()
     """The Ray head (it runs the driver)."""

@@ -34,6 +34,7 @@ from rlplace_operator.models import (
     MAX_RESTARTS_KEPT,
     Condition,
     JobPhase,
+    OnMissingObject,
     RestartPolicy,
     RLJobSpec,
     RLJobStatus,
@@ -112,7 +113,9 @@ class World:
     nodes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     """The job's nodes, by name (read only when its driver failed)."""
     plan: Plan | None = None
-    """The job's plan from its ConfigMap (read only when its driver failed)."""
+    """The job's plan from its ConfigMap (read only when its driver failed, or a pod of it has not started)."""
+    start_bounds: diagnosis.StartBounds = field(default_factory=diagnosis.StartBounds)
+    """How long the job's pods may take to start (the operator's --pod-start-grace and --pod-start-timeout)."""
     driver_log_tail: str = ""
     """The end of the driver's log (read only when it failed)."""
     report: BindingReport | None = None
@@ -335,15 +338,43 @@ def _give_back(
 
 
 def _provisioning_checks(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
-    """A job whose Ray pods are not all up: a named failure ends it or requeues it; so does a bind timeout."""
-    cause = diagnosis.provisioning_failure(list(world.pods), list(world.events), world.now)
+    """A job whose Ray pods are not all up: a named failure ends it or requeues it; so does a bind timeout. What
+    may pass (a volume attaching, a claim being bound) is said in the status while the job keeps its nodes."""
+    cause = diagnosis.provisioning_failure(
+        list(world.pods), list(world.events), world.now, world.start_bounds, world.plan
+    )
+    if cause is not None and cause.waiting:
+        return _start_awaited(job, status, cause)
     if cause is not None:
         message = brief(cause.message)
-        return _give_back(job, world, status, cause.reason, message, permanent=cause.permanent, backoff=True)
+        permanent = cause.permanent
+        if cause.missing and _on_missing_object(job) is OnMissingObject.RETRY:
+            permanent = False
+            message = brief(f"{message}; pods.onMissingObject Retry waits for {cause.missing}")
+        return _give_back(job, world, status, cause.reason, message, permanent=permanent, backoff=True)
     timeout = _bind_timeout(job, world)
     if timeout is not None:
         return _give_back(job, world, status, cond.BIND_TIMEOUT, timeout, permanent=False, backoff=False)
     return None
+
+
+def _on_missing_object(job: Job) -> OnMissingObject:
+    return OnMissingObject((job.spec.get("pods") or {}).get("onMissingObject") or OnMissingObject.FAIL)
+
+
+def _start_awaited(job: Job, status: dict[str, Any], cause: diagnosis.Cause) -> Outcome:
+    """A pod of the job has not started for a reason that may pass: the status says which pod waits for what
+    (an Event when that changes), the job keeps its nodes until the cause is past StartBounds.timeout."""
+    message = brief(cause.message)
+    before = cond.find(status.get("conditions"), cond.RAYCLUSTER_READY) or {}
+    status["conditions"] = cond.set_condition(
+        status.get("conditions"), cond.RAYCLUSTER_READY, False, cause.reason, message, job.generation
+    )
+    status["message"] = message
+    actions: tuple[Action, ...] = ()
+    if before.get("reason") != cause.reason:
+        actions = (Post(True, cause.reason, message),)
+    return Outcome(actions, _status(status), RECHECK_SECONDS)
 
 
 def _with_cluster(job: Job, world: World, status: dict[str, Any], cluster: Mapping[str, Any]) -> Outcome:

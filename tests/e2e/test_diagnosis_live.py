@@ -104,6 +104,7 @@ def record(
     nodes: Mapping[str, dict] | None = None,
     plan: Plan | None = None,
     driver_log_tail: str = "",
+    waiting: bool = False,
 ) -> None:
     """Check that `cause` holds every part, and write the snapshot when RLPLACE_DIAGNOSIS_SNAPSHOTS is set."""
     for part in parts:
@@ -121,7 +122,7 @@ def record(
         "nodes": {name: trim_node(node) for name, node in (nodes or {}).items()},
         "plan": plan.to_dict() if plan is not None else None,
         "driverLogTail": driver_log_tail,
-        "expect": {"reason": cause.reason, "permanent": cause.permanent, "messageContains": parts},
+        "expect": {"reason": cause.reason, "permanent": cause.permanent, "waiting": waiting, "messageContains": parts},
     }
     Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / f"{case}.json").write_text(json.dumps(snapshot, indent=1) + "\n")
@@ -406,6 +407,157 @@ def test_a_pod_that_does_not_fit_its_pinned_node_is_named_unschedulable(
         parts,
         pods=pods,
         events=events,
+    )
+
+
+# -- pods bound but not started (issue 31): missing objects, claims, host paths, init steps --------------------
+
+#: A host directory no test makes (the hostPath case): every real node is a network namespace of this machine.
+NO_SUCH_HOST_DIR = "/var/tmp/rlplace-e2e-no-such-directory"
+
+
+@pytest.fixture(scope="module")
+def plain(k8s: client.ApiClient) -> Iterator[str]:
+    """A namespace without Pod Security enforcement (a hostPath volume is refused under `restricted`)."""
+    core = client.CoreV1Api(k8s)
+    name = f"e2e-start-{uuid.uuid4().hex[:6]}"
+    core.create_namespace(
+        client.V1Namespace(metadata=client.V1ObjectMeta(name=name, labels={"rlplace.io/e2e": "true"}))
+    )
+    wait_for(lambda: core.list_namespaced_service_account(name).items, 30, f"ServiceAccount {name}/default")
+    try:
+        yield name
+    finally:
+        delete_namespace_freeing_nodes(k8s, name)
+
+
+def _with_volume(pod: dict, volume: dict) -> dict:
+    pod["spec"]["volumes"] = [volume]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": volume["name"], "mountPath": "/data"}]
+    return pod
+
+
+@pytest.fixture(scope="module")
+def unstartable_pods(kubeconfig: str, plain: str, real_node: str) -> dict[str, str]:
+    """Pods that are bound to a real node (or pinned to it) and cannot start, all made at once: case -> name."""
+    image = images_env()["RAY_RLPLACE_IMAGE"]
+
+    def sleeper(name: str, **container: object) -> dict:
+        return ray_like_pod(name, real_node, image, imagePullPolicy="Never", command=["sleep", "600"], **container)
+
+    unbound_claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "diag-unbound"},
+        # No class: no provisioner makes a volume, and no PersistentVolume matches; it stays Pending.
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    init = sleeper("diag-node-0-worker-init")
+    init["spec"]["initContainers"] = [
+        {
+            "name": "fetch-data",
+            "image": image,
+            "imagePullPolicy": "Never",
+            "command": ["sh", "-c", "echo no data at s3://bucket >&2; exit 2"],
+            "securityContext": CONTAINER_SECURITY,
+            "resources": {"limits": {"cpu": "100m", "memory": "64Mi"}},
+        }
+    ]
+    pods = {
+        "secret-volume": _with_volume(
+            sleeper("diag-node-0-worker-secret"), {"name": "creds", "secret": {"secretName": "diag-no-such-secret"}}
+        ),
+        "configmap-volume": _with_volume(
+            sleeper("diag-node-0-worker-config"), {"name": "cfg", "configMap": {"name": "diag-no-such-config"}}
+        ),
+        "envfrom-secret": sleeper("diag-node-0-worker-envfrom", envFrom=[{"secretRef": {"name": "diag-no-such-env"}}]),
+        "missing-claim": _with_volume(
+            sleeper("diag-node-0-worker-claim"),
+            {"name": "data", "persistentVolumeClaim": {"claimName": "diag-no-such-claim"}},
+        ),
+        "unbound-claim": _with_volume(
+            sleeper("diag-node-0-worker-unbound"),
+            {"name": "data", "persistentVolumeClaim": {"claimName": "diag-unbound"}},
+        ),
+        "host-path": _with_volume(
+            sleeper("diag-node-0-worker-hostpath"),
+            {"name": "ckpt", "hostPath": {"path": NO_SUCH_HOST_DIR, "type": "Directory"}},
+        ),
+        "init-fails": init,
+    }
+    items = [unbound_claim, *pods.values()]
+    kubectl(
+        kubeconfig,
+        "apply",
+        "-n",
+        plain,
+        "-f",
+        "-",
+        stdin=json.dumps({"kind": "List", "apiVersion": "v1", "items": items}),
+    )
+    return {case: pod["metadata"]["name"] for case, pod in pods.items()}
+
+
+def diagnose_unstarted(kubeconfig: str, namespace: str, name: str, timeout: float) -> tuple[Cause, list, list]:
+    """The first diagnosis of pod `name` (with the one-node plan, so its processes are named)."""
+
+    def found() -> tuple[Cause, list, list] | None:
+        pods = [p for p in get_json(kubeconfig, "pods", "-n", namespace) if p["metadata"]["name"] == name]
+        events = events_about(kubeconfig, namespace, name)
+        cause = provisioning_failure(pods, events, dt.datetime.now(dt.UTC), plan=one_node_plan())
+        return (cause, pods, events) if cause is not None else None
+
+    return wait_for(found, timeout, f"a diagnosis of pod {name}", interval=1)
+
+
+@pytest.mark.parametrize(
+    ("case", "reason", "permanent", "named"),
+    [
+        ("secret-volume", diagnosis.SECRET_NOT_FOUND, True, "Secret 'diag-no-such-secret' not found"),
+        ("configmap-volume", diagnosis.CONFIGMAP_NOT_FOUND, True, "ConfigMap 'diag-no-such-config' not found"),
+        ("envfrom-secret", diagnosis.SECRET_NOT_FOUND, True, "Secret 'diag-no-such-env' not found"),
+        ("missing-claim", diagnosis.CLAIM_NOT_FOUND, True, "PersistentVolumeClaim 'diag-no-such-claim' not found"),
+        (
+            "host-path",
+            diagnosis.HOST_PATH_MISSING,
+            True,
+            f"host path '{NO_SUCH_HOST_DIR}' is missing or not a directory",
+        ),
+        ("init-fails", diagnosis.INIT_CONTAINER_FAILED, False, "init container 'fetch-data' failed (exit code 2"),
+        ("unbound-claim", diagnosis.CLAIM_NOT_BOUND, False, "waits for its volume claim"),
+    ],
+)
+def test_a_pod_that_cannot_start_is_named_with_what_it_lacks(
+    kubeconfig: str,
+    plain: str,
+    real_node: str,
+    unstartable_pods: dict[str, str],
+    case: str,
+    reason: str,
+    permanent: bool,
+    named: str,
+) -> None:
+    """Each pod is explained from what the kubelet and the scheduler said, naming the pod, its node, the plan's
+    processes on it and the object it lacks; a claim that is only unbound is waited for (said, not acted on)."""
+    name = unstartable_pods[case]
+    cause, pods, events = diagnose_unstarted(kubeconfig, plain, name, 60)
+    assert (cause.reason, cause.permanent) == (reason, permanent), cause
+    assert cause.waiting is (case == "unbound-claim"), cause
+    parts = [named, f"pod '{name}' (node rank 0, node '{real_node}', actor ranks 0-3)"]
+    record(
+        f"not-started-{case}",
+        "provisioning",
+        f"pod pinned to a real node that cannot start ({case})",
+        cause,
+        parts,
+        pods=pods,
+        events=events,
+        plan=one_node_plan(),
+        waiting=cause.waiting,
     )
 
 

@@ -178,13 +178,11 @@ def test_an_image_that_runs_as_root_is_permanent_at_once() -> None:
         f"Ray head pod 'job-head-x' (node 'a800-1') container 'ray-head' cannot start as non-root: {said}",
         True,
     )
-    missing = pod(
-        "job-head-y", role="head", group=None, **waiting("CreateContainerConfigError", 'configmap "x" not found')
-    )
-    missing["status"]["startTime"] = at(-5)
-    assert provisioning_failure([missing], [], NOW) is None  # a ConfigMap may still be on its way
-    missing["status"]["startTime"] = at(-30)
-    cause = provisioning_failure([missing], [], NOW)
+    other = pod("job-head-y", role="head", group=None, **waiting("CreateContainerError", "context deadline exceeded"))
+    other["status"]["startTime"] = at(-5)
+    assert provisioning_failure([other], [], NOW) is None  # the runtime may still create it
+    other["status"]["startTime"] = at(-30)
+    cause = provisioning_failure([other], [], NOW)
     assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.CONTAINER_START_FAILED, False)
 
 
@@ -269,6 +267,177 @@ def test_a_permanent_cause_comes_before_a_retryable_one_and_messages_stay_short(
     assert cause is not None and cause.reason == diagnosis.INVALID_IMAGE
     assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS and cause.message.endswith("...")
     assert provisioning_failure([pod("fine")], [], NOW) is None
+
+
+# -- provisioning: pods bound but not started (issue 31) ------------------------------------------------------
+
+GRACE = diagnosis.StartBounds().grace.total_seconds()
+TIMEOUT = diagnosis.StartBounds().timeout.total_seconds()
+
+
+def bound_pod(name: str = "job-node-1-worker-x", bound: float = -20, role: str = "worker", **status) -> dict:
+    """A pod the scheduler bound `bound` seconds before NOW, Pending (its containers not started)."""
+    made = pod(name, role=role, group="node-1" if role == "worker" else None, **status)
+    made["metadata"]["creationTimestamp"] = at(bound - 1)
+    made["status"]["phase"] = "Pending"
+    made["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": at(bound)}]
+    made["status"].setdefault(
+        "containerStatuses", [{"name": f"ray-{role}", "state": {"waiting": {"reason": "ContainerCreating"}}}]
+    )
+    return made
+
+
+MOUNT_SECRET = 'MountVolume.SetUp failed for volume "creds" : secret "hf-token" not found'
+
+
+@pytest.mark.parametrize(
+    ("said", "reason", "named"),
+    [
+        (MOUNT_SECRET, diagnosis.SECRET_NOT_FOUND, "Secret 'hf-token' not found"),
+        (
+            'MountVolume.SetUp failed for volume "cfg" : configmap "train-cfg" not found',
+            diagnosis.CONFIGMAP_NOT_FOUND,
+            "ConfigMap 'train-cfg' not found",
+        ),
+        (
+            'MountVolume.SetUp failed for volume "ckpt" : hostPath type check failed: /var/tmp/ckpt is not a directory',
+            diagnosis.HOST_PATH_MISSING,
+            "host path '/var/tmp/ckpt' is missing or not a directory",
+        ),
+        (
+            'MountVolume.SetUp failed for volume "all" : [secret "a" not found, configmap "b" not found]',
+            diagnosis.SECRET_NOT_FOUND,
+            "Secret 'a' not found",
+        ),
+    ],
+)
+def test_a_volume_that_names_a_missing_object_fails_the_pod_after_the_grace(said: str, reason: str, named: str) -> None:
+    failed_mount = event("Pod", "job-node-1-worker-x", "FailedMount", said, seen=-2)
+    early = bound_pod(bound=-(GRACE - 3))
+    assert provisioning_failure([early], [failed_mount], NOW, plan=PLAN) is None  # within the grace
+    cause = provisioning_failure([bound_pod()], [failed_mount], NOW, plan=PLAN)
+    assert cause is not None and (cause.reason, cause.permanent, cause.waiting) == (reason, True, False), cause
+    assert cause.message.startswith(
+        f"{named}: worker pod 'job-node-1-worker-x' (node rank 1, node 'a800-1', actor ranks 8-11, rollout ranks 0-3)"
+    )
+    assert f"(FailedMount: {said[:40]}" in cause.message  # the kubelet quoted, cut to the status's line
+    assert cause.missing is not None and cause.missing in named
+
+
+def test_an_env_from_secret_that_does_not_exist_is_named_not_a_generic_start_failure() -> None:
+    stuck = bound_pod(**waiting("CreateContainerConfigError", 'secret "model-credentials" not found'))
+    cause = provisioning_failure([stuck], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.SECRET_NOT_FOUND, True), cause
+    assert cause.message.startswith("Secret 'model-credentials' not found: worker pod 'job-node-1-worker-x'")
+    assert cause.missing == "Secret 'model-credentials'"
+    key = bound_pod(**waiting("CreateContainerConfigError", "couldn't find key token in Secret ns/hf"))
+    cause = provisioning_failure([key], [], NOW)
+    assert (
+        cause is not None
+        and cause.reason == diagnosis.SECRET_NOT_FOUND
+        and "Secret 'hf' has no key 'token'" in cause.message
+    )
+
+
+def unscheduled(message: str, since: float) -> dict:
+    stuck = pod("job-node-1-worker-x", node=None)
+    stuck["metadata"]["creationTimestamp"] = at(since)
+    stuck["status"] = {
+        "phase": "Pending",
+        "conditions": [
+            {
+                "type": "PodScheduled",
+                "status": "False",
+                "reason": "Unschedulable",
+                "message": message,
+                "lastTransitionTime": at(since),
+            }
+        ],
+    }
+    return stuck
+
+
+def test_a_claim_that_does_not_exist_is_named_after_the_grace_not_the_schedulers_minute() -> None:
+    said = '0/9 nodes are available: persistentvolumeclaim "model-store" not found. preemption: 0/9 nodes are available: 9 Preemption is not helpful for scheduling.'
+    assert provisioning_failure([unscheduled(said, -(GRACE - 2))], [], NOW) is None
+    cause = provisioning_failure([unscheduled(said, -(GRACE + 2))], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.CLAIM_NOT_FOUND, True), cause
+    assert cause.message.startswith("PersistentVolumeClaim 'model-store' not found: worker pod 'job-node-1-worker-x'")
+
+
+def test_an_unbound_claim_is_waited_for_and_said_then_acted_on_after_the_timeout() -> None:
+    said = "0/9 nodes are available: pod has unbound immediate PersistentVolumeClaims. preemption: 0/9 nodes are available: 9 Preemption is not helpful for scheduling."
+    assert provisioning_failure([unscheduled(said, -(GRACE - 2))], [], NOW) is None
+    cause = provisioning_failure([unscheduled(said, -30)], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent, cause.waiting) == (
+        diagnosis.CLAIM_NOT_BOUND,
+        False,
+        True,
+    )
+    assert "waits for its volume claim 30 s after it was created" in cause.message
+    assert f"(waiting up to {TIMEOUT:.0f} s)" in cause.message
+    cause = provisioning_failure([unscheduled(said, -(TIMEOUT + 1))], [], NOW)
+    assert cause is not None and (cause.reason, cause.permanent, cause.waiting) == (
+        diagnosis.CLAIM_NOT_BOUND,
+        False,
+        False,
+    )
+
+
+def test_a_volume_that_may_still_attach_is_said_then_acted_on_after_the_timeout() -> None:
+    said = 'AttachVolume.Attach failed for volume "pvc-1" : rpc error: code = DeadlineExceeded desc = context deadline exceeded'
+    attach = event("Pod", "job-node-1-worker-x", "FailedAttachVolume", said, seen=-3)
+    scheduling = event(
+        "Pod", "job-node-1-worker-x", "FailedScheduling", 'persistentvolumeclaim "gone" not found', seen=-60
+    )
+    cause = provisioning_failure([bound_pod()], [attach, scheduling], NOW)
+    assert cause is not None and (cause.reason, cause.permanent, cause.waiting) == (
+        diagnosis.VOLUME_NOT_READY,
+        False,
+        True,
+    )
+    assert f"not started 20 s after it was bound: FailedAttachVolume: {said}" in cause.message
+    late = provisioning_failure([bound_pod(bound=-(TIMEOUT + 5))], [attach], NOW)
+    assert late is not None and (late.reason, late.waiting) == (diagnosis.VOLUME_NOT_READY, False)
+    tight = diagnosis.StartBounds(dt.timedelta(seconds=5), dt.timedelta(seconds=15))
+    assert not provisioning_failure([bound_pod()], [attach], NOW, tight).waiting  # the operator's bound applies
+
+
+def test_a_pod_bound_with_nothing_said_is_explained_by_its_state() -> None:
+    cause = provisioning_failure([bound_pod()], [], NOW)
+    assert cause is not None and (cause.reason, cause.waiting) == (diagnosis.POD_NOT_STARTED, True)
+    assert "not started 20 s after it was bound (ContainerCreating)" in cause.message
+    assert provisioning_failure([bound_pod(bound=-(GRACE - 1))], [], NOW) is None
+
+
+def test_an_init_container_that_fails_is_named_with_its_exit() -> None:
+    failing = bound_pod(
+        role="head",
+        name="job-head-x",
+        initContainerStatuses=[
+            {
+                "name": "fetch-data",
+                "restartCount": 1,
+                "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 10s restarting"}},
+                "lastState": {"terminated": {"exitCode": 2, "reason": "Error"}},
+            }
+        ],
+    )
+    cause = provisioning_failure([failing], [], NOW)
+    assert cause == Cause(
+        diagnosis.INIT_CONTAINER_FAILED,
+        "Ray head pod 'job-head-x' (node 'a800-1') init container 'fetch-data' failed (exit code 2, Error, 1 restarts)",
+        False,
+    )
+
+
+def test_a_missing_object_is_permanent_before_a_waiting_cause_of_another_pod() -> None:
+    head = bound_pod("job-head-x", role="head")
+    worker = bound_pod()
+    cause = provisioning_failure(
+        [head, worker], [event("Pod", "job-node-1-worker-x", "FailedMount", MOUNT_SECRET, seen=-2)], NOW
+    )
+    assert cause is not None and cause.reason == diagnosis.SECRET_NOT_FOUND
 
 
 # -- a lost process ----------------------------------------------------------------------------------------
@@ -425,7 +594,9 @@ def test_captured_snapshot(name: str) -> None:
     """Each captured snapshot says what diagnosis it must give (`expect`: reason, permanent, message parts)."""
     snapshot = load(name)
     if snapshot["kind"] == "provisioning":
-        cause = provisioning_failure(snapshot["pods"], snapshot["events"], snapshot_now(snapshot))
+        cause = provisioning_failure(
+            snapshot["pods"], snapshot["events"], snapshot_now(snapshot), plan=snapshot_plan(snapshot)
+        )
     else:
         cause = lost_process(
             snapshot["pods"], snapshot["events"], snapshot["nodes"], snapshot_plan(snapshot), snapshot["driverLogTail"]
@@ -433,6 +604,7 @@ def test_captured_snapshot(name: str) -> None:
     expect = snapshot["expect"]
     assert cause is not None, name
     assert (cause.reason, cause.permanent) == (expect["reason"], expect["permanent"]), cause
+    assert cause.waiting is expect.get("waiting", False), cause
     for part in expect["messageContains"]:
         assert part in cause.message, (part, cause.message)
     assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS and "\n" not in cause.message

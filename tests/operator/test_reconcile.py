@@ -228,6 +228,78 @@ def test_an_image_that_cannot_be_pulled_requeues_the_job_with_backoff_and_says_s
     assert any(isinstance(a, Post) and a.warning for a in outcome.actions)
 
 
+MISSING_SECRET = 'MountVolume.SetUp failed for volume "creds" : secret "hf-token" not found'
+
+
+def bound(name: str, since: str = "2026-11-24T00:59:45Z", **status: object) -> dict:
+    """A worker pod bound to its node at `since` (15 s before NOW) whose containers have not started."""
+    made = pod(name, **status)
+    made["status"]["conditions"] = [{"type": "PodScheduled", "status": "True", "lastTransitionTime": since}]
+    return made
+
+
+def test_a_pod_missing_its_secret_fails_the_job_naming_the_secret_and_frees_its_nodes() -> None:
+    events = [event("Pod", "train-node-0-worker-abcde", "FailedMount", MISSING_SECRET)]
+    world = World(now=NOW, raycluster=raycluster(), pods=[bound("train-node-0-worker-abcde")], events=events)
+    outcome = reconcile(job(live_status()), world)
+    status = outcome.status
+    assert status.phase == "Failed", status.message
+    assert status.message.startswith("Secret 'hf-token' not found: worker pod 'train-node-0-worker-abcde'")
+    assert condition(status.model_dump(by_alias=True), "RayClusterReady")["reason"] == "SecretNotFound"
+    assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
+
+
+def test_a_missing_object_the_job_says_will_appear_requeues_it_with_backoff() -> None:
+    events = [event("Pod", "train-node-0-worker-abcde", "FailedMount", MISSING_SECRET)]
+    world = World(now=NOW, raycluster=raycluster(), pods=[bound("train-node-0-worker-abcde")], events=events)
+    waiting_job = job(live_status())
+    waiting_job = Job(**{**waiting_job.__dict__, "spec": {**waiting_job.spec, "pods": {"onMissingObject": "Retry"}}})
+    outcome = reconcile(waiting_job, world)
+    status = outcome.status
+    assert status.phase == "Queued", status.message
+    assert "pods.onMissingObject Retry waits for Secret 'hf-token'" in status.message
+    assert status.provisioning_retries == 1 and status.retry_after == "2026-11-24T01:00:10Z"
+    assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
+
+
+def test_a_volume_still_attaching_is_said_while_the_job_keeps_its_nodes_then_given_up() -> None:
+    said = 'AttachVolume.Attach failed for volume "pvc-1" : timed out waiting for external-attacher'
+    events = [event("Pod", "train-node-0-worker-abcde", "FailedAttachVolume", said)]
+    world = World(now=NOW, raycluster=raycluster(), pods=[bound("train-node-0-worker-abcde")], events=events)
+    outcome = reconcile(job(live_status()), world)
+    status = outcome.status
+    assert status.phase == "Provisioning" and status.ray_cluster == "train"
+    assert "not started 15 s after it was bound: FailedAttachVolume" in status.message
+    assert condition(status.model_dump(by_alias=True), "RayClusterReady")["reason"] == "VolumeNotReady"
+    assert DeleteChildren() not in outcome.actions and outcome.requeue_after is not None
+    assert [a.reason for a in outcome.actions if isinstance(a, Post)] == ["VolumeNotReady"]
+    again = reconcile(job(dump(status)), world)  # said once: no second Event for the same reason
+    assert not [a for a in again.actions if isinstance(a, Post)]
+    late = World(now=NOW + dt.timedelta(seconds=200), raycluster=raycluster(), pods=world.pods, events=events)
+    given_up = reconcile(job(live_status()), late)
+    assert given_up.status.phase == "Queued" and DeleteChildren() in given_up.actions
+
+
+def test_a_pod_waiting_for_its_claim_is_not_taken_for_a_bind_race() -> None:
+    status = live_status(conditions=[
+        {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
+    ])  # fmt: skip
+    unbound = pod("w", node=None)
+    unbound["metadata"]["creationTimestamp"] = "2026-11-24T00:59:20Z"  # 40 s before NOW
+    unbound["status"]["conditions"] = [
+        {
+            "type": "PodScheduled",
+            "status": "False",
+            "reason": "Unschedulable",
+            "message": "0/9 nodes are available: pod has unbound immediate PersistentVolumeClaims.",
+            "lastTransitionTime": "2026-11-24T00:59:21Z",
+        }
+    ]
+    outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=[unbound]))
+    assert outcome.status.phase == "Provisioning", outcome.status.message
+    assert "waits for its volume claim 40 s after it was created" in outcome.status.message
+
+
 def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queue_again() -> None:
     status = live_status(conditions=[
         {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},

@@ -32,6 +32,7 @@ from placement_core.errors import PlacementError
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
 from rlplace_operator.admission import Decision
+from rlplace_operator.diagnosis import StartBounds, pods_not_started
 from rlplace_operator.handlers import rayjob as driver
 from rlplace_operator.handlers import rljob
 from rlplace_operator.handlers.nodegroup import indexed
@@ -235,10 +236,17 @@ class Observer:
     """Builds `World`s from the kopf indexes: a job's own entries are copied as it is looked at, the whole
     `Snapshot` (what admission reads) once, when first needed; Warning events are listed once per namespace."""
 
-    def __init__(self, kube: Kube, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> None:
+    def __init__(
+        self,
+        kube: Kube,
+        indexes: Mapping[str, Any],
+        snapshot: Snapshot | None = None,
+        start_bounds: StartBounds = StartBounds(),
+    ) -> None:
         self.kube = kube
         self.indexes = indexes
         self._snapshot = snapshot
+        self.start_bounds = start_bounds
         self._events: MutableMapping[str, list[dict]] = {}
 
     @property
@@ -300,15 +308,26 @@ class Observer:
             cluster = self.kube.get_raycluster(job.namespace, raycluster_name(job.name))
         cluster = cluster if _owned(cluster, job.uid) else None
         if cluster is None or raycluster_ready(dict(cluster)):
-            return World(now=now, raycluster=cluster, pods=pods)
+            return World(now=now, raycluster=cluster, pods=pods, start_bounds=self.start_bounds)
         events = job_events(
             self.events(job.namespace), job, cluster["metadata"]["name"], pods, admitted_since(job.status)
         )
-        return World(now=now, raycluster=cluster, pods=pods, events=events)
+        return World(
+            now=now,
+            raycluster=cluster,
+            pods=pods,
+            events=events,
+            plan=self._plan_if_not_started(job, pods, now),
+            start_bounds=self.start_bounds,
+        )
+
+    def _plan_if_not_started(self, job: Job, pods: Sequence[Mapping[str, Any]], now: dt.datetime) -> Plan | None:
+        """The job's plan when a pod of it waits to start (its diagnosis names the processes on that pod)."""
+        return _plan_of(self.kube, job) if pods_not_started(pods, now, self.start_bounds) else None
 
     def _driver_world(self, job: Job, now: dt.datetime, rayjob: Mapping[str, Any] | None, pods: list) -> World:
         if rayjob is None:
-            return World(now=now, rayjob=None, pods=pods)
+            return World(now=now, rayjob=None, pods=pods, start_bounds=self.start_bounds)
         state = driver.driver_state(rayjob)
         status = rayjob.get("status") or {}
         cluster = status.get("rayClusterName")
@@ -323,6 +342,8 @@ class Observer:
         plan, tail = None, ""
         if (failed_now and state.phase is JobPhase.FAILED) or restarted:
             nodes, plan = _job_nodes(self.kube, job, pods), _plan_of(self.kube, job)
+        elif not state.started:
+            plan = self._plan_if_not_started(job, pods, now)
         if failed_now and state.phase is JobPhase.FAILED:
             tail = driver.driver_log_tail(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
         verified = any(c.get("type") == driver.BINDING_CONDITION for c in job.status.get("conditions") or [])
@@ -338,6 +359,7 @@ class Observer:
             plan=plan,
             driver_log_tail=tail,
             report=report,
+            start_bounds=self.start_bounds,
         )
 
 
@@ -409,6 +431,11 @@ def run(
     return RECHECK_SECONDS
 
 
+def start_bounds(memo: kopf.Memo) -> StartBounds:
+    """The operator's --pod-start-grace and --pod-start-timeout (the defaults where it was started without)."""
+    return memo.get("start_bounds") or StartBounds()
+
+
 # -- handlers --------------------------------------------------------------------------------------------------
 
 
@@ -420,7 +447,7 @@ def rljob_changed(
 ) -> None:
     """A job created, changed (spec or profile annotation) or found at start-up: reconcile it."""
     job = job_of_body(body, rljob.profile_changed(diff))
-    run(memo.kube, memo.ledger, Observer(memo.kube, kwargs), job, retry=retry)
+    run(memo.kube, memo.ledger, Observer(memo.kube, kwargs, start_bounds=start_bounds(memo)), job, retry=retry)
 
 
 def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
@@ -432,7 +459,7 @@ def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs:
     entry = one(kwargs, "rljob_index", key)
     if entry is None or not holds_nodes(entry["status"]):
         return
-    _safely(memo, Observer(memo.kube, kwargs), job_of(key, entry))
+    _safely(memo, Observer(memo.kube, kwargs, start_bounds=start_bounds(memo)), job_of(key, entry))
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -501,7 +528,7 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     snapshot = Snapshot.of(kwargs)
     ledger: Ledger = memo.ledger
     decisions = queue_pass(ledger, rljob.admission_world(snapshot))
-    observer = Observer(memo.kube, kwargs, snapshot)
+    observer = Observer(memo.kube, kwargs, snapshot, start_bounds(memo))
     looks: list[tuple[Job, Decision | None]] = []
     for key in list(snapshot.rljobs):
         entry = indexed(snapshot.rljobs, key)
