@@ -427,9 +427,11 @@ def _container_problem(
             return 1, _cause(INVALID_IMAGE, f"{where}: invalid image name '{status.get('image', '')}': {said}", True)
         if why in ("ErrImagePull", "ImagePullBackOff"):
             started = _pull_started(pod, events, info.name)
-            if started is not None and now - started < IMAGE_PULL_GRACE:
-                continue
             error = _pull_error(events, info.name, said or why)
+            if started is not None and now - started < IMAGE_PULL_GRACE:
+                # A registry hiccup may pass: said while the kubelet retries, acted on after the grace.
+                message = f"{where} cannot pull its image yet (retrying for {_seconds(IMAGE_PULL_GRACE)}): {error}"
+                return 2, _cause(IMAGE_PULL_FAILED, message, waiting=True)
             return 2, _cause(IMAGE_PULL_FAILED, f"{where} cannot pull its image: {error}")
         now_terminated = (status.get("state") or {}).get("terminated") or {}
         restarting = (pod.get("spec") or {}).get("restartPolicy", "Always") != "Never"
@@ -454,7 +456,8 @@ def _container_problem(
         if why in ("CreateContainerConfigError", "CreateContainerError", "RunContainerError"):
             started = _time((pod.get("status") or {}).get("startTime")) or info.created
             if started is not None and now - started < CONTAINER_START_GRACE:
-                continue
+                message = f"{where} cannot start yet ({why}, retrying for {_seconds(CONTAINER_START_GRACE)}): {said}"
+                return 4, _cause(CONTAINER_START_FAILED, message, waiting=True)
             return 4, _cause(CONTAINER_START_FAILED, f"{where} cannot start ({why}): {said}")
     return None
 
@@ -680,21 +683,20 @@ def _start_problem(
     if ran:
         return None  # its containers started (KubeRay's workers wait in an init container for the head)
     waited = now - bound
-    waiting = waited < bounds.timeout
     said = newest_first or containers
     if said:
         why, text = said[0]
         reason = VOLUME_NOT_READY if why in _VOLUME_EVENTS else POD_NOT_STARTED
         message = f"{where} not started {_seconds(waited)} after it was bound: {why}: {text}"
-    else:
-        states = sorted(
-            {((c.get("state") or {}).get("waiting") or {}).get("reason") or "" for c in _statuses(pod)} - {""}
-        )
-        reason = POD_NOT_STARTED
-        message = f"{where} not started {_seconds(waited)} after it was bound ({', '.join(states) or 'no event yet'})"
-    if waiting:
-        message = f"{message} (waiting up to {_seconds(bounds.timeout)})"
-    return 7, _cause(reason, message, waiting=waiting)
+        waiting = waited < bounds.timeout
+        if waiting:
+            message = f"{message} (waiting up to {_seconds(bounds.timeout)})"
+        return 7, _cause(reason, message, waiting=waiting)
+    # Nothing wrong said: the kubelet is still at it (a large image's first pull takes minutes and says so only
+    # in Normal events). Said, never acted on.
+    states = sorted({((c.get("state") or {}).get("waiting") or {}).get("reason") or "" for c in _statuses(pod)} - {""})
+    message = f"{where} not started {_seconds(waited)} after it was bound ({', '.join(states) or 'no status yet'}; no warning)"
+    return 8, _cause(POD_NOT_STARTED, message, waiting=True)
 
 
 # -- a lost process ------------------------------------------------------------------------------------------

@@ -364,7 +364,8 @@ def _on_missing_object(job: Job) -> OnMissingObject:
 
 def _start_awaited(job: Job, status: dict[str, Any], cause: diagnosis.Cause) -> Outcome:
     """A pod of the job has not started for a reason that may pass: the status says which pod waits for what
-    (an Event when that changes), the job keeps its nodes until the cause is past StartBounds.timeout."""
+    (a Normal Event when that changes: the kubelet's own Warning is on the pod), the job keeps its nodes until the
+    cause is past StartBounds.timeout."""
     message = brief(cause.message)
     before = cond.find(status.get("conditions"), cond.RAYCLUSTER_READY) or {}
     status["conditions"] = cond.set_condition(
@@ -373,7 +374,7 @@ def _start_awaited(job: Job, status: dict[str, Any], cause: diagnosis.Cause) -> 
     status["message"] = message
     actions: tuple[Action, ...] = ()
     if before.get("reason") != cause.reason:
-        actions = (Post(True, cause.reason, message),)
+        actions = (Post(False, cause.reason, message),)
     return Outcome(actions, _status(status), RECHECK_SECONDS)
 
 

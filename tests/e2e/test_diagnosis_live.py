@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -240,8 +241,9 @@ def diagnose_pod(kubeconfig: str, namespace: str, name: str) -> tuple[Cause | No
 
 
 def wait_diagnosed(kubeconfig: str, namespace: str, name: str, timeout: float) -> tuple[Cause, list, list]:
+    """The first diagnosis that the job acts on (a cause only said while it may pass is skipped)."""
     return wait_for(
-        lambda: (found := diagnose_pod(kubeconfig, namespace, name))[0] is not None and found,
+        lambda: (found := diagnose_pod(kubeconfig, namespace, name))[0] is not None and not found[0].waiting and found,
         timeout,
         f"a diagnosis of pod {name}",
         interval=1,
@@ -502,16 +504,22 @@ def unstartable_pods(kubeconfig: str, plain: str, real_node: str) -> dict[str, s
     return {case: pod["metadata"]["name"] for case, pod in pods.items()}
 
 
-def diagnose_unstarted(kubeconfig: str, namespace: str, name: str, timeout: float) -> tuple[Cause, list, list]:
-    """The first diagnosis of pod `name` (with the one-node plan, so its processes are named)."""
-
-    def found() -> tuple[Cause, list, list] | None:
+def diagnose_unstarted(
+    kubeconfig: str, namespace: str, name: str, reason: str, timeout: float
+) -> tuple[Cause | None, list, list]:
+    """The diagnosis of pod `name` (with the one-node plan, so its processes are named) once it gives `reason`,
+    or the last one seen when it never does within `timeout` (before the kubelet's first warning, a pod is
+    only said to be not started)."""
+    last: tuple[Cause | None, list, list] = (None, [], [])
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
         pods = [p for p in get_json(kubeconfig, "pods", "-n", namespace) if p["metadata"]["name"] == name]
         events = events_about(kubeconfig, namespace, name)
-        cause = provisioning_failure(pods, events, dt.datetime.now(dt.UTC), plan=one_node_plan())
-        return (cause, pods, events) if cause is not None else None
-
-    return wait_for(found, timeout, f"a diagnosis of pod {name}", interval=1)
+        last = (provisioning_failure(pods, events, dt.datetime.now(dt.UTC), plan=one_node_plan()), pods, events)
+        if last[0] is not None and last[0].reason == reason:
+            break
+        time.sleep(1)
+    return last
 
 
 @pytest.mark.parametrize(
@@ -544,8 +552,8 @@ def test_a_pod_that_cannot_start_is_named_with_what_it_lacks(
     """Each pod is explained from what the kubelet and the scheduler said, naming the pod, its node, the plan's
     processes on it and the object it lacks; a claim that is only unbound is waited for (said, not acted on)."""
     name = unstartable_pods[case]
-    cause, pods, events = diagnose_unstarted(kubeconfig, plain, name, 60)
-    assert (cause.reason, cause.permanent) == (reason, permanent), cause
+    cause, pods, events = diagnose_unstarted(kubeconfig, plain, name, reason, 60)
+    assert cause is not None and (cause.reason, cause.permanent) == (reason, permanent), (cause, pods, events)
     assert cause.waiting is (case == "unbound-claim"), cause
     parts = [named, f"pod '{name}' (node rank 0, node '{real_node}', actor ranks 0-3)"]
     record(

@@ -180,7 +180,8 @@ def test_an_image_that_runs_as_root_is_permanent_at_once() -> None:
     )
     other = pod("job-head-y", role="head", group=None, **waiting("CreateContainerError", "context deadline exceeded"))
     other["status"]["startTime"] = at(-5)
-    assert provisioning_failure([other], [], NOW) is None  # the runtime may still create it
+    early = provisioning_failure([other], [], NOW)  # the runtime may still create it: said, not acted on
+    assert early is not None and (early.reason, early.waiting) == (diagnosis.CONTAINER_START_FAILED, True)
     other["status"]["startTime"] = at(-30)
     cause = provisioning_failure([other], [], NOW)
     assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.CONTAINER_START_FAILED, False)
@@ -196,8 +197,12 @@ def test_an_image_pull_failure_waits_for_its_grace_then_quotes_the_kubelet() -> 
         seen=-1,
     )
     pulled["firstTimestamp"] = at(-5)
-    assert provisioning_failure([failing], [pulled], NOW) is None  # 5 s: a registry hiccup may still pass
+    # 5 s: a registry hiccup may still pass: said, not acted on.
+    early = provisioning_failure([failing], [pulled], NOW)
+    assert early is not None and (early.reason, early.waiting) == (diagnosis.IMAGE_PULL_FAILED, True), early
+    assert "cannot pull its image yet (retrying for 20 s)" in early.message
     cause = provisioning_failure([failing], [pulled], NOW + dt.timedelta(seconds=30))
+    assert cause is not None and not cause.waiting
     assert cause is not None and (cause.reason, cause.permanent) == (diagnosis.IMAGE_PULL_FAILED, False)
     assert cause.message.endswith(
         'cannot pull its image: Failed to pull image "nope:1": failed to resolve reference '
@@ -406,8 +411,11 @@ def test_a_volume_that_may_still_attach_is_said_then_acted_on_after_the_timeout(
 def test_a_pod_bound_with_nothing_said_is_explained_by_its_state() -> None:
     cause = provisioning_failure([bound_pod()], [], NOW)
     assert cause is not None and (cause.reason, cause.waiting) == (diagnosis.POD_NOT_STARTED, True)
-    assert "not started 20 s after it was bound (ContainerCreating)" in cause.message
+    assert "not started 20 s after it was bound (ContainerCreating; no warning)" in cause.message
     assert provisioning_failure([bound_pod(bound=-(GRACE - 1))], [], NOW) is None
+    # A large image's first pull says nothing but Normal events: never given up on, however long it takes.
+    slow = provisioning_failure([bound_pod(bound=-(TIMEOUT * 3))], [], NOW)
+    assert slow is not None and slow.waiting
 
 
 def test_an_init_container_that_fails_is_named_with_its_exit() -> None:
