@@ -304,6 +304,11 @@ start kube-apiserver "${BIN[kube-apiserver]}" \
   --cert-dir "$STATE/apiserver-certs"
 wait_for kube-apiserver ready api_get /readyz
 
+# The controller-manager's and the scheduler's API clients are rate limited to 20 and 50 requests a second
+# by default (QPS, bursts of 30 and 100): a burst of jobs, the many pods of one, or Job and ReplicaSet
+# controllers waking together then wait on their own client, not on the API server (200 pods took seconds to
+# bind instead of a fraction of one). A one-machine test cluster has no other tenant to protect.
+CLIENT_RATE=(--kube-api-qps=200 --kube-api-burst=400)
 start kube-controller-manager "${BIN[kube-controller-manager]}" \
   --kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
   --authentication-kubeconfig "$STATE/kube-controller-manager.kubeconfig" \
@@ -314,13 +319,14 @@ start kube-controller-manager "${BIN[kube-controller-manager]}" \
   --service-account-private-key-file "$PKI/sa.key" \
   --root-ca-file "$PKI/ca.crt" \
   --cluster-signing-cert-file "$PKI/ca.crt" --cluster-signing-key-file "$PKI/ca.key" \
-  --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller'
+  --controllers '*,-nodeipam,-cloud-node-lifecycle,-service-lb-controller,-node-route-controller' \
+  "${CLIENT_RATE[@]}"
 start kube-scheduler "${BIN[kube-scheduler]}" \
   --kubeconfig "$STATE/kube-scheduler.kubeconfig" \
   --authentication-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
   --authorization-kubeconfig "$STATE/kube-scheduler.kubeconfig" \
   --bind-address 127.0.0.1 --secure-port "$P_SCHED" --cert-dir "$STATE/scheduler-certs" \
-  --leader-elect=false --profiling=false
+  --leader-elect=false --profiling=false "${CLIENT_RATE[@]}"
 start kwok "${BIN[kwok]}" \
   --kubeconfig "$STATE/admin.kubeconfig" \
   --config "$E2E_REPO/e2e/cluster/kwok-stages.yaml" \
