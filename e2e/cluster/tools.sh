@@ -318,18 +318,34 @@ if ((${#reason[@]})); then
   for t in "${E2E_TOOLS[@]}"; do [[ -z ${reason[$t]:-} ]] || todo+=("$t"); done
   log "to build: ${todo[*]}  (cache: $E2E_CACHE)"
   total=$SECONDS
-  if [[ -n ${reason[kube-apiserver]:-}${reason[kube-controller-manager]:-}${reason[kube-scheduler]:-}${reason[kubectl]:-}${reason[kubelet]:-}${reason[kube-proxy]:-} ]]; then
-    build_kubernetes
-  fi
-  [[ -z ${reason[etcd]:-} ]] || build_etcd
-  [[ -z ${reason[kwok]:-} ]] || build_kwok
-  [[ -z ${reason[ray-operator]:-} ]] || build_ray_operator
-  [[ -z ${reason[helm]:-} ]] || build_helm
-  [[ -z ${reason[containerd]:-}${reason[ctr]:-}${reason[containerd-shim-runc-v2]:-} ]] || build_containerd
-  [[ -z ${reason[runc]:-} ]] || build_runc
-  [[ -z ${reason[bridge]:-}${reason[host-local]:-}${reason[loopback]:-}${reason[portmap]:-} ]] || build_cni_plugins
-  [[ -z ${reason[coredns]:-} ]] || build_coredns
-  [[ -z ${reason[pause]:-} ]] || build_pause
+  # Two lanes side by side: Kubernetes (the longest build by far) and every other tool one after another.
+  # Each go build already compiles on every core; side by side, one lane's module downloads, cgo and links
+  # overlap the other's compiling. Go's build cache makes an interrupted or failed build resume where it
+  # stopped (every package compiled is kept), and its module cache is shared by both lanes (Go locks it).
+  kubernetes_lane() {
+    if [[ -n ${reason[kube-apiserver]:-}${reason[kube-controller-manager]:-}${reason[kube-scheduler]:-}${reason[kubectl]:-}${reason[kubelet]:-}${reason[kube-proxy]:-} ]]; then
+      build_kubernetes
+    fi
+  }
+  other_lane() {
+    [[ -z ${reason[etcd]:-} ]] || build_etcd
+    [[ -z ${reason[kwok]:-} ]] || build_kwok
+    [[ -z ${reason[ray-operator]:-} ]] || build_ray_operator
+    [[ -z ${reason[helm]:-} ]] || build_helm
+    [[ -z ${reason[containerd]:-}${reason[ctr]:-}${reason[containerd-shim-runc-v2]:-} ]] || build_containerd
+    [[ -z ${reason[runc]:-} ]] || build_runc
+    [[ -z ${reason[bridge]:-}${reason[host-local]:-}${reason[loopback]:-}${reason[portmap]:-} ]] || build_cni_plugins
+    [[ -z ${reason[coredns]:-} ]] || build_coredns
+    [[ -z ${reason[pause]:-} ]] || build_pause
+  }
+  kubernetes_lane &
+  kubernetes_pid=$!
+  other_lane &
+  other_pid=$!
+  lanes_ok=1
+  wait "$kubernetes_pid" || lanes_ok=0
+  wait "$other_pid" || lanes_ok=0
+  ((lanes_ok)) || die "a build failed (above); run make tools again: what was built is kept and the rest resumes"
   for t in "${todo[@]}"; do
     r=$(check_tool "$t") || die "$t was rebuilt but still fails its check: $r"
   done
