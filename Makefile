@@ -34,8 +34,11 @@ cluster-up: setup tools images  ## local control plane, kwok GPU nodes and real 
 cluster-down:  ## stop the demo operator and every process cluster-up started, and remove the state
 	bash e2e/demo.sh stop-operator
 	bash e2e/cluster/down.sh
-	# A benchmark's own control plane (benchmarks/operator_scale.py: .e2e/bench), left up if the benchmark was killed.
-	if [ -d .e2e/bench ]; then RLPLACE_E2E_DIR=$(CURDIR)/.e2e/bench bash e2e/cluster/down.sh; fi
+	# A benchmark's own control plane (benchmarks/operator_scale.py: .e2e/bench) and make test's e2e shards
+	# (tests/suite.py: .e2e/shard-<i>), left up if the benchmark or the suite was killed.
+	for dir in .e2e/bench .e2e/shard-*; do \
+	  if [ -d "$$dir" ]; then RLPLACE_E2E_DIR=$(CURDIR)/$$dir bash e2e/cluster/down.sh || exit 1; fi; \
+	done
 
 crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/models.py
 	$(PY) -m rlplace_operator.crdgen
@@ -50,8 +53,8 @@ test-unit: setup  ## tests that need no cluster
 test-e2e: setup tools images  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)
 	$(PY) -m pytest -m e2e
 
-test: setup tools images lint  ## every test, e2e included (starts a local cluster unless KUBECONFIG points at one)
-	$(PY) -m pytest
+test: setup  ## every test, e2e included: builds, lint, unit, then the e2e modules on local clusters side by side (tests/suite.py)
+	$(PY) tests/suite.py
 
 lint: setup tools  ## ruff and helm lint
 	$(VENV)/bin/ruff check .

@@ -85,9 +85,19 @@ def test_missing_secret_env_claim_and_host_directory_are_named_within_30_s_and_t
         message = status["message"]
         assert named in message, (name, message)
         assert "(node rank 0, node 'real-a800-0', actor ranks 0-3" in message or "Ray head pod '" in message, message
-        admitted = _time(_condition(status, "Admitted").get("lastTransitionTime") or ready["lastTransitionTime"])
-        # Admitted's last transition is its grant (a Failed job keeps it True); the failure is RayClusterReady's.
-        took = _time(ready["lastTransitionTime"]) - admitted
+        # Admitted's last transition is its grant (a Failed job keeps it True); when the job said why is the
+        # operator's Warning Event with that reason on the RLJob.
+        admitted = _time(_condition(status, "Admitted")["lastTransitionTime"])
+        said = [
+            e
+            for e in run_jobs.core.list_namespaced_event(
+                run_jobs.namespace, field_selector=f"involvedObject.name={name},reason={reason}"
+            ).items
+            if e.involved_object.kind == "RLJob"
+        ]
+        assert said, (name, status)
+        took = min(e.first_timestamp or e.event_time for e in said) - admitted
+        print(f"{name}: {reason} said {took.total_seconds():.0f} s after admission")
         assert took <= NAMED_WITHIN, (name, took, status)
         assert status.get("rayJob") is None and status.get("rayCluster") is None, status
 

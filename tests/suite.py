@@ -1,0 +1,361 @@
+"""`make test`: every phase of the suite, timed, with the e2e modules split over local clusters run side by side.
+
+Phases (each one's time is printed at the end, with the 15 slowest tests, so a regression shows on the run that
+made it):
+
+- tools: the control plane's binaries (e2e/cluster/tools.sh, cached by version outside the repo);
+- images: the real nodes' images (e2e/images/build.sh);
+- lint: ruff and helm lint;
+- unit: every test that needs no cluster (pytest -m 'not e2e'), while the clusters start;
+- cluster start: with no KUBECONFIG, one local cluster per e2e shard (e2e/cluster/up.sh, RLPLACE_E2E_DIR
+  .e2e/shard-<i>), started side by side; each has its own control plane, kwok and real nodes, operator, so no
+  test of one shard can see another's jobs, nodes, NodeGroups or operator restarts;
+- e2e: pytest -m e2e, one process per shard, each on its own cluster. The tests are dealt to the shards by
+  their measured durations (tests/e2e/durations.json, overridden by every full run's .e2e/suite/durations.json),
+  longest first, each to the shard with the fewest seconds so far; a shard runs its tests in collection order.
+
+With KUBECONFIG set (a kind cluster, a real one) the e2e modules run in one process against that cluster,
+unchanged. The clusters this script started are stopped at the end, also after a failure or Ctrl-C.
+
+Usage: python tests/suite.py [--shards N] [--skip-build]      (make test runs it with the defaults)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+E2E_STATE = REPO / ".e2e"
+RESULTS = E2E_STATE / "suite"
+#: Per e2e test (pytest node id), its seconds on the 2-core machine: the shards are balanced with them.
+TEST_SECONDS = REPO / "tests" / "e2e" / "durations.json"
+#: The same, measured by this machine's last full run (it overrides the file above).
+MEASURED_TEST_SECONDS = RESULTS / "durations.json"
+#: A test in neither file (a new one) is taken to last this long.
+UNKNOWN_TEST_SECONDS = 30.0
+SLOWEST = 15
+DEFAULT_SHARDS = 3
+
+
+@dataclass
+class Phase:
+    name: str
+    seconds: float = 0.0
+    ok: bool = True
+    note: str = ""
+
+
+@dataclass
+class Counts:
+    passed: int = 0
+    failed: int = 0
+    skipped: int = 0
+    errors: int = 0
+    slow: list[tuple[float, str]] = field(default_factory=list)
+
+    def add(self, other: Counts) -> None:
+        self.passed += other.passed
+        self.failed += other.failed
+        self.skipped += other.skipped
+        self.errors += other.errors
+        self.slow += other.slow
+
+
+def say(text: str) -> None:
+    print(f"[suite] {text}", flush=True)
+
+
+def run(command: Sequence[str], *, env: dict[str, str] | None = None, prefix: str = "") -> int:
+    """Run `command` from the repo root, its output streamed (each line prefixed when `prefix` is given)."""
+    if not prefix:
+        return subprocess.call(list(command), cwd=REPO, env=env)
+    process = subprocess.Popen(
+        list(command), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        sys.stdout.write(f"{prefix}{line}")
+        sys.stdout.flush()
+    return process.wait()
+
+
+def timed(phases: list[Phase], name: str, command: Sequence[str], **kwargs: object) -> bool:
+    say(f"{name}: {' '.join(command)}")
+    start = time.monotonic()
+    rc = run(command, **kwargs)  # type: ignore[arg-type]
+    phases.append(Phase(name, time.monotonic() - start, rc == 0, "" if rc == 0 else f"exit {rc}"))
+    return rc == 0
+
+
+def junit_counts(path: Path) -> Counts:
+    """Passed, failed, skipped and errored tests of a pytest JUnit XML file, and each test's seconds."""
+    counts = Counts()
+    if not path.exists():
+        return counts
+    for case in ET.parse(path).getroot().iter("testcase"):
+        name = node_id(case)
+        seconds = float(case.get("time") or 0)
+        kinds = {child.tag for child in case}
+        if "failure" in kinds:
+            counts.failed += 1
+        elif "error" in kinds:
+            counts.errors += 1
+        elif "skipped" in kinds:
+            counts.skipped += 1
+        else:
+            counts.passed += 1
+        counts.slow.append((seconds, name))
+    return counts
+
+
+def node_id(case: ET.Element) -> str:
+    """The pytest node id of a JUnit testcase (tests/e2e/test_x.py::test_y[param])."""
+    return f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
+
+
+def test_seconds_from(path: Path) -> dict[str, float]:
+    """Seconds per test (setup, call and teardown) from a JUnit XML file."""
+    if not path.exists():
+        return {}
+    return {node_id(case): float(case.get("time") or 0) for case in ET.parse(path).getroot().iter("testcase")}
+
+
+def e2e_tests(python: str) -> list[str]:
+    """The e2e tests' node ids in collection order (pytest --collect-only)."""
+    listed = subprocess.run(
+        [python, "-m", "pytest", "-m", "e2e", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    tests = [line.strip() for line in listed.stdout.splitlines() if "::" in line]
+    if listed.returncode != 0 or not tests:
+        raise SystemExit(f"collecting the e2e tests failed:\n{listed.stdout[-2000:]}{listed.stderr[-2000:]}")
+    return tests
+
+
+def deal(tests: Sequence[str], shards: int) -> list[list[str]]:
+    """The tests dealt to `shards` shards: longest first, each to the shard with the fewest seconds so far; each
+    shard keeps the collection order (module fixtures, and a module's tests in the order they are written)."""
+    known: dict[str, float] = {}
+    for source in (TEST_SECONDS, MEASURED_TEST_SECONDS):
+        if source.exists():
+            known.update(json.loads(source.read_text()))
+    order = {test: index for index, test in enumerate(tests)}
+    loads = [0.0] * shards
+    dealt: list[list[str]] = [[] for _ in range(shards)]
+    for test in sorted(tests, key=lambda t: (-known.get(t, UNKNOWN_TEST_SECONDS), order[t])):
+        least = loads.index(min(loads))
+        dealt[least].append(test)
+        loads[least] += known.get(test, UNKNOWN_TEST_SECONDS)
+    return [sorted(shard, key=order.__getitem__) for shard in dealt if shard]
+
+
+def cluster_script(script: str, state_dir: Path, *, prefix: str, quiet: bool = False) -> int:
+    """e2e/cluster/<script>.sh on the cluster of `state_dir` (its output prefixed, or dropped when `quiet`)."""
+    env = {**os.environ, "RLPLACE_E2E_DIR": str(state_dir)}
+    env.pop("KUBECONFIG", None)
+    if quiet:
+        return subprocess.run(["bash", f"e2e/cluster/{script}.sh"], cwd=REPO, env=env, capture_output=True).returncode
+    return run(["bash", f"e2e/cluster/{script}.sh"], env=env, prefix=prefix)
+
+
+#: The images that need no tool of tools.sh, and those that wrap its pause and coredns binaries (together,
+#: what `make images` builds).
+IMAGES_WITHOUT_TOOLS = ("base", "ray", "ray-rlplace", "operator")
+IMAGES_OF_TOOLS = ("pause", "coredns")
+
+
+def side_by_side(phases: list[Phase], commands: dict[str, Sequence[str]]) -> bool:
+    """Run `commands` at once, each its own phase (its own time); each prefixes its own lines (e2e/ scripts)."""
+    results: dict[str, int] = {}
+    seconds: dict[str, float] = {}
+
+    def one(name: str) -> None:
+        begin = time.monotonic()
+        results[name] = run(commands[name])
+        seconds[name] = time.monotonic() - begin
+
+    threads = [threading.Thread(target=one, args=(name,)) for name in commands]
+    say(f"side by side: {', '.join(commands)}")
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    for name in commands:
+        rc = results.get(name, 1)
+        phases.append(
+            Phase(name, seconds.get(name, 0.0), rc == 0, "side by side" + ("" if rc == 0 else f", exit {rc}"))
+        )
+    return all(results.get(name) == 0 for name in commands)
+
+
+def build(phases: list[Phase]) -> bool:
+    """make tools and make images, with the images that need no tool built while the tools build (a cold
+    machine spends most of its build here; warm, every step only checks its cache)."""
+    if not timed(phases, "host packages", ["bash", "e2e/host-packages.sh"]):
+        return False
+    both = side_by_side(
+        phases,
+        {
+            "tools": ["bash", "e2e/cluster/tools.sh"],
+            "images": ["bash", "e2e/images/build.sh", *IMAGES_WITHOUT_TOOLS],
+        },
+    )
+    # The rest of `make images`: the images of the tools' pause and coredns binaries.
+    return both and timed(phases, "tool images", ["bash", "e2e/images/build.sh", *IMAGES_OF_TOOLS])
+
+
+def interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shards", type=int, default=int(os.environ.get("RLPLACE_E2E_SHARDS", DEFAULT_SHARDS)))
+    parser.add_argument("--skip-build", action="store_true", help="no tools, images or lint phase")
+    args = parser.parse_args()
+    if args.shards < 1:
+        parser.error("--shards must be at least 1")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    python = sys.executable
+    phases: list[Phase] = []
+    counts = Counts()
+    started_clusters: list[Path] = []
+    wall = time.monotonic()
+
+    def stop_clusters() -> None:
+        for state_dir in started_clusters:
+            cluster_script("down", state_dir, prefix=f"[down {state_dir.name}] ")
+        started_clusters.clear()
+
+    # Ctrl-C or CI's stop (SIGTERM): the clusters started here go down too.
+    signal.signal(signal.SIGTERM, interrupted)
+    try:
+        ok = True
+        if not args.skip_build:
+            ok = build(phases)
+            ok = timed(phases, "lint", ["make", "--no-print-directory", "lint"]) and ok
+        if not ok:
+            return finish(phases, counts, wall, ok=False)
+
+        external = os.environ.get("KUBECONFIG")
+        shards = deal(e2e_tests(python), 1 if external else args.shards)
+        state_dirs = [] if external else [E2E_STATE / f"shard-{i + 1}" for i in range(len(shards))]
+
+        # The clusters start while the unit tests run (both phases' own times are printed).
+        starts: dict[Path, int] = {}
+        start_seconds: list[float] = []
+
+        def start(state_dir: Path) -> None:
+            begin = time.monotonic()
+            status = cluster_script("status", state_dir, prefix="", quiet=True)
+            if status != 0:
+                if status == 2:  # a component died: start over
+                    cluster_script("down", state_dir, prefix=f"[{state_dir.name}] ")
+                started_clusters.append(state_dir)
+                starts[state_dir] = cluster_script("up", state_dir, prefix=f"[{state_dir.name}] ")
+            else:
+                starts[state_dir] = 0
+            start_seconds.append(time.monotonic() - begin)
+
+        starters = [threading.Thread(target=start, args=(d,)) for d in state_dirs]
+        cluster_began = time.monotonic()
+        for thread in starters:
+            thread.start()
+        unit_xml = RESULTS / "unit.xml"
+        unit_ok = timed(
+            phases,
+            "unit",
+            [python, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={unit_xml}"],
+        )
+        counts.add(junit_counts(unit_xml))
+        for thread in starters:
+            thread.join()
+        if state_dirs:
+            phases.append(
+                Phase(
+                    "cluster start",
+                    max(start_seconds, default=0.0),
+                    all(rc == 0 for rc in starts.values()),
+                    f"{len(state_dirs)} clusters side by side; waited {time.monotonic() - cluster_began:.0f} s in all",
+                )
+            )
+            if not all(rc == 0 for rc in starts.values()):
+                return finish(phases, counts, wall, ok=False)
+
+        e2e_ok, e2e_counts = run_e2e(python, shards, state_dirs, phases)
+        counts.add(e2e_counts)
+        return finish(phases, counts, wall, ok=unit_ok and e2e_ok)
+    except KeyboardInterrupt:
+        say("interrupted")
+        return finish(phases, counts, wall, ok=False)
+    finally:
+        stop_clusters()
+
+
+def run_e2e(python: str, shards: list[list[str]], state_dirs: list[Path], phases: list[Phase]) -> tuple[bool, Counts]:
+    """Each shard's modules in its own pytest process on its own cluster, side by side."""
+    results: dict[int, int] = {}
+    xmls = [RESULTS / f"e2e-{i + 1}.xml" for i in range(len(shards))]
+
+    def shard(index: int) -> None:
+        env = dict(os.environ)
+        if state_dirs:
+            env["RLPLACE_E2E_DIR"] = str(state_dirs[index])
+        prefix = f"[e2e {index + 1}/{len(shards)}] " if len(shards) > 1 else ""
+        command = [python, "-m", "pytest", "-m", "e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={xmls[index]}"]
+        results[index] = run([*command, *shards[index]], env=env, prefix=prefix)
+
+    for index, tests in enumerate(shards):
+        modules = sorted({test.split("::")[0].removeprefix("tests/e2e/").removesuffix(".py") for test in tests})
+        say(f"e2e shard {index + 1}/{len(shards)}: {len(tests)} tests of {', '.join(modules)}")
+    begin = time.monotonic()
+    threads = [threading.Thread(target=shard, args=(i,)) for i in range(len(shards))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    counts = Counts()
+    measured: dict[str, float] = {}
+    for xml in xmls:
+        counts.add(junit_counts(xml))
+        measured.update(test_seconds_from(xml))
+    if measured:
+        known = json.loads(MEASURED_TEST_SECONDS.read_text()) if MEASURED_TEST_SECONDS.exists() else {}
+        MEASURED_TEST_SECONDS.write_text(json.dumps({**known, **measured}, indent=1, sort_keys=True) + "\n")
+    ok = all(rc in (0, 5) for rc in results.values()) and len(results) == len(shards)
+    phases.append(Phase("e2e", time.monotonic() - begin, ok, f"{len(shards)} shard(s)"))
+    return ok, counts
+
+
+def finish(phases: list[Phase], counts: Counts, wall: float, *, ok: bool) -> int:
+    print()
+    say(f"{SLOWEST} slowest tests:")
+    for seconds, name in sorted(counts.slow, reverse=True)[:SLOWEST]:
+        print(f"  {seconds:8.1f} s  {name}")
+    say("phases:")
+    for phase in phases:
+        mark = "ok" if phase.ok else "FAILED"
+        print(f"  {phase.name:<14} {phase.seconds:8.1f} s  {mark}  {phase.note}".rstrip())
+    print(f"  {'wall':<14} {time.monotonic() - wall:8.1f} s")
+    failed = counts.failed + counts.errors
+    # The last line, whatever printed before it, is the suite's count (both pytest runs together).
+    print(f"test: {counts.passed} passed, {failed} failed, {counts.skipped} skipped")
+    return 0 if ok and failed == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
