@@ -317,6 +317,7 @@ def run_e2e(python: str, shards: list[list[str]], state_dirs: list[Path], phases
             env["RLPLACE_E2E_DIR"] = str(state_dirs[index])
         prefix = f"[e2e {index + 1}/{len(shards)}] " if len(shards) > 1 else ""
         command = [python, "-m", "pytest", "-m", "e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={xmls[index]}"]
+        command += ["-o", "junit_logging=system-out"]  # the figures e2e tests print stay in the shard's XML
         results[index] = run([*command, *shards[index]], env=env, prefix=prefix)
 
     for index, tests in enumerate(shards):
