@@ -232,30 +232,23 @@ def test_a_crash_loop_names_exit_code_and_reason() -> None:
     )
 
 
-def test_unschedulable_after_its_grace_quotes_the_scheduler() -> None:
+def unscheduled(message: str, since: float, pinned: str | None = None) -> dict:
+    """A worker pod the scheduler has held back since `since` seconds from NOW with `message` (pinned by name to
+    `pinned` as rlplace pins its pods, when given)."""
     stuck = pod("job-node-1-worker-x", node=None)
-    stuck["spec"]["affinity"] = {
-        "nodeAffinity": {
-            "requiredDuringSchedulingIgnoredDuringExecution": {
-                "nodeSelectorTerms": [
-                    {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["a800-1"]}]}
-                ]
-            }
-        }
-    }
+    stuck["metadata"]["creationTimestamp"] = at(since)
+    if pinned:
+        term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [pinned]}]}
+        required = {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+        stuck["spec"]["affinity"] = {"nodeAffinity": required}
+    condition = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
+    stuck["status"] = {"phase": "Pending", "conditions": [{**condition, "lastTransitionTime": at(since)}]}
+    return stuck
+
+
+def test_unschedulable_after_its_grace_quotes_the_scheduler() -> None:
     message = "0/7 nodes are available: 1 Insufficient nvidia.com/gpu, 6 node(s) didn't match Pod's node affinity."
-    stuck["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": message,
-                "lastTransitionTime": at(-30),
-            }
-        ],
-    }
+    stuck = unscheduled(message, -30, pinned="a800-1")
     assert provisioning_failure([stuck], [], NOW) is None
     cause = provisioning_failure([stuck], [], NOW + dt.timedelta(seconds=31))
     assert cause == Cause(
@@ -342,24 +335,6 @@ def test_an_env_from_secret_that_does_not_exist_is_named_not_a_generic_start_fai
         and cause.reason == diagnosis.SECRET_NOT_FOUND
         and "Secret 'hf' has no key 'token'" in cause.message
     )
-
-
-def unscheduled(message: str, since: float) -> dict:
-    stuck = pod("job-node-1-worker-x", node=None)
-    stuck["metadata"]["creationTimestamp"] = at(since)
-    stuck["status"] = {
-        "phase": "Pending",
-        "conditions": [
-            {
-                "type": "PodScheduled",
-                "status": "False",
-                "reason": "Unschedulable",
-                "message": message,
-                "lastTransitionTime": at(since),
-            }
-        ],
-    }
-    return stuck
 
 
 def test_a_claim_that_does_not_exist_is_named_after_the_grace_not_the_schedulers_minute() -> None:

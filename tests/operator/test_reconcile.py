@@ -280,10 +280,14 @@ def test_a_volume_still_attaching_is_said_while_the_job_keeps_its_nodes_then_giv
     assert given_up.status.phase == "Queued" and DeleteChildren() in given_up.actions
 
 
-def test_a_pod_waiting_for_its_claim_is_not_taken_for_a_bind_race() -> None:
-    status = live_status(conditions=[
+def admitted_35_s_ago() -> dict:
+    return live_status(conditions=[
         {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
     ])  # fmt: skip
+
+
+def test_a_pod_waiting_for_its_claim_is_not_taken_for_a_bind_race() -> None:
+    status = admitted_35_s_ago()
     unbound = pod("w", node=None)
     unbound["metadata"]["creationTimestamp"] = "2026-11-24T00:59:20Z"  # 40 s before NOW
     unbound["status"]["conditions"] = [
@@ -301,9 +305,7 @@ def test_a_pod_waiting_for_its_claim_is_not_taken_for_a_bind_race() -> None:
 
 
 def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queue_again() -> None:
-    status = live_status(conditions=[
-        {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
-    ])  # fmt: skip
+    status = admitted_35_s_ago()
     unbound = pod("w", node=None)
     unbound["metadata"]["creationTimestamp"] = "2026-11-24T00:59:28Z"  # 32 s before NOW
     outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=[unbound]))
@@ -314,9 +316,7 @@ def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queu
 
 
 def test_worker_pods_kuberay_makes_late_get_their_own_30_s() -> None:
-    status = live_status(conditions=[
-        {"type": "Admitted", "status": "True", "reason": "Admitted", "lastTransitionTime": "2026-11-24T00:59:25Z"},
-    ])  # fmt: skip
+    status = admitted_35_s_ago()
     # Admitted 35 s ago, but KubeRay (busy with a burst) has made no pod yet, or one 20 s ago: nothing was taken.
     for pods in ([], [pod("w", node=None)]):
         outcome = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=pods))
