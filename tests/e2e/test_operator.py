@@ -528,5 +528,17 @@ def test_operator_exits_with_a_message_until_the_crds_are_installed(
         assert "Traceback" not in started.stderr
     finally:
         run_tool("kubectl", kubeconfig, "apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-        run_tool("kubectl", kubeconfig, "wait", "--for=condition=Established", "crd/rljobs.rlplace.io")
+        # A CRD just made has no status yet, and `kubectl wait` then fails at once ("accessor error: <nil>")
+        # instead of waiting: ask again until it is Established.
+        wait_for(
+            lambda: (
+                run_tool(
+                    "kubectl", kubeconfig, "wait", "--for=condition=Established", "crd/rljobs.rlplace.io", check=False
+                ).returncode
+                == 0
+            ),
+            60,
+            "rljobs.rlplace.io Established",
+            interval=1,
+        )
         restart_operator()

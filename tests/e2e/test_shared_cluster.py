@@ -94,7 +94,14 @@ def test_the_three_examples_together_queue_instead_of_deadlocking(jobs: Jobs) ->
             jobs.create(example_job(example))
         jobs.wait_phase("collocated", "Running", timeout=60)
         jobs.wait_phase("disaggregated", "Running", timeout=60)
-        queued = wait_queued(jobs, "heterogeneous")
+        # Level-triggered: while the other two start, a pass may still say it waits behind them; it settles on
+        # what it waits for once they run.
+        queued = wait_for(
+            lambda: (s := status(jobs, "heterogeneous")).get("waitingFor") == "1 free node of 4090" and s,
+            30,
+            "heterogeneous Queued for 1 free node of 4090",
+        )
+        assert queued["phase"] == "Queued", queued
         assert queued["waitingFor"] == "1 free node of 4090"
         assert queued["queuePosition"] == 1
         assert jobs.raycluster("heterogeneous") is None
