@@ -124,13 +124,6 @@ def node_id(case: ET.Element) -> str:
     return f"{case.get('classname', '').replace('.', '/')}.py::{case.get('name')}"
 
 
-def test_seconds_from(path: Path) -> dict[str, float]:
-    """Seconds per test (setup, call and teardown) from a JUnit XML file."""
-    if not path.exists():
-        return {}
-    return {node_id(case): float(case.get("time") or 0) for case in ET.parse(path).getroot().iter("testcase")}
-
-
 def e2e_tests(python: str) -> list[str]:
     """The e2e tests' node ids in collection order (pytest --collect-only)."""
     listed = subprocess.run(
@@ -332,8 +325,9 @@ def run_e2e(python: str, shards: list[list[str]], state_dirs: list[Path], phases
     counts = Counts()
     measured: dict[str, float] = {}
     for xml in xmls:
-        counts.add(junit_counts(xml))
-        measured.update(test_seconds_from(xml))
+        shard_counts = junit_counts(xml)
+        counts.add(shard_counts)
+        measured.update((name, seconds) for seconds, name in shard_counts.slow)
     if measured:
         known = json.loads(MEASURED_TEST_SECONDS.read_text()) if MEASURED_TEST_SECONDS.exists() else {}
         MEASURED_TEST_SECONDS.write_text(json.dumps({**known, **measured}, indent=1, sort_keys=True) + "\n")
