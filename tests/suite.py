@@ -15,7 +15,8 @@ made it):
   longest first, each to the shard with the fewest seconds so far; a shard runs its tests in collection order.
 
 With KUBECONFIG set (a kind cluster, a real one) the e2e modules run in one process against that cluster,
-unchanged. The clusters this script started are stopped at the end, also after a failure or Ctrl-C.
+unchanged. The clusters this script started are stopped at the end, also after a failure or Ctrl-C, before
+the summary: the last lines are the failed tests, the phases and the count, whatever printed before them.
 
 Usage: python tests/suite.py [--shards N] [--skip-build]      (make test runs it with the defaults)
 """
@@ -63,6 +64,8 @@ class Counts:
     skipped: int = 0
     errors: int = 0
     slow: list[tuple[float, str]] = field(default_factory=list)
+    #: Each failed or errored test with the first line of its message.
+    failures: list[str] = field(default_factory=list)
 
     def add(self, other: Counts) -> None:
         self.passed += other.passed
@@ -70,6 +73,7 @@ class Counts:
         self.skipped += other.skipped
         self.errors += other.errors
         self.slow += other.slow
+        self.failures += other.failures
 
 
 def say(text: str) -> None:
@@ -106,7 +110,10 @@ def junit_counts(path: Path) -> Counts:
     for case in ET.parse(path).getroot().iter("testcase"):
         name = node_id(case)
         seconds = float(case.get("time") or 0)
-        kinds = {child.tag for child in case}
+        kinds = {child.tag: child for child in case}
+        problem = kinds.get("failure", kinds.get("error"))
+        if problem is not None:
+            counts.failures.append(f"{name}: {(problem.get('message') or problem.tag).splitlines()[0][:300]}")
         if "failure" in kinds:
             counts.failed += 1
         elif "error" in kinds:
@@ -237,66 +244,74 @@ def main() -> int:
     # Ctrl-C or CI's stop (SIGTERM): the clusters started here go down too.
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        ok = True
-        if not args.skip_build:
-            ok = build(phases)
-            ok = timed(phases, "lint", ["make", "--no-print-directory", "lint"]) and ok
-        if not ok:
-            return finish(phases, counts, wall, ok=False)
-
-        external = os.environ.get("KUBECONFIG")
-        shards = deal(e2e_tests(python), 1 if external else args.shards)
-        state_dirs = [] if external else [E2E_STATE / f"shard-{i + 1}" for i in range(len(shards))]
-
-        # The clusters start while the unit tests run (both phases' own times are printed).
-        starts: dict[Path, int] = {}
-        start_seconds: list[float] = []
-
-        def start(state_dir: Path) -> None:
-            begin = time.monotonic()
-            status = cluster_script("status", state_dir, prefix="", quiet=True)
-            if status != 0:
-                if status == 2:  # a component died: start over
-                    cluster_script("down", state_dir, prefix=f"[{state_dir.name}] ")
-                started_clusters.append(state_dir)
-                starts[state_dir] = cluster_script("up", state_dir, prefix=f"[{state_dir.name}] ")
-            else:
-                starts[state_dir] = 0
-            start_seconds.append(time.monotonic() - begin)
-
-        starters = [threading.Thread(target=start, args=(d,)) for d in state_dirs]
-        cluster_began = time.monotonic()
-        for thread in starters:
-            thread.start()
-        unit_xml = RESULTS / "unit.xml"
-        unit_ok = timed(
-            phases,
-            "unit",
-            [python, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={unit_xml}"],
-        )
-        counts.add(junit_counts(unit_xml))
-        for thread in starters:
-            thread.join()
-        if state_dirs:
-            phases.append(
-                Phase(
-                    "cluster start",
-                    max(start_seconds, default=0.0),
-                    all(rc == 0 for rc in starts.values()),
-                    f"{len(state_dirs)} clusters side by side; waited {time.monotonic() - cluster_began:.0f} s in all",
-                )
-            )
-            if not all(rc == 0 for rc in starts.values()):
-                return finish(phases, counts, wall, ok=False)
-
-        e2e_ok, e2e_counts = run_e2e(python, shards, state_dirs, phases)
-        counts.add(e2e_counts)
-        return finish(phases, counts, wall, ok=unit_ok and e2e_ok)
+        ok = phases_in_order(args, python, phases, counts, started_clusters)
     except KeyboardInterrupt:
         say("interrupted")
-        return finish(phases, counts, wall, ok=False)
+        ok = False
     finally:
         stop_clusters()
+    return finish(phases, counts, wall, ok=ok)
+
+
+def phases_in_order(
+    args: argparse.Namespace, python: str, phases: list[Phase], counts: Counts, started_clusters: list[Path]
+) -> bool:
+    """Every phase, in order, until one fails; True when all passed. The clusters it starts are added to
+    `started_clusters` (the caller stops them)."""
+    if not args.skip_build:
+        ok = build(phases)
+        ok = timed(phases, "lint", ["make", "--no-print-directory", "lint"]) and ok
+        if not ok:
+            return False
+
+    external = os.environ.get("KUBECONFIG")
+    shards = deal(e2e_tests(python), 1 if external else args.shards)
+    state_dirs = [] if external else [E2E_STATE / f"shard-{i + 1}" for i in range(len(shards))]
+
+    # The clusters start while the unit tests run (both phases' own times are printed).
+    starts: dict[Path, int] = {}
+    start_seconds: list[float] = []
+
+    def start(state_dir: Path) -> None:
+        begin = time.monotonic()
+        status = cluster_script("status", state_dir, prefix="", quiet=True)
+        if status != 0:
+            if status == 2:  # a component died: start over
+                cluster_script("down", state_dir, prefix=f"[{state_dir.name}] ")
+            started_clusters.append(state_dir)
+            starts[state_dir] = cluster_script("up", state_dir, prefix=f"[{state_dir.name}] ")
+        else:
+            starts[state_dir] = 0
+        start_seconds.append(time.monotonic() - begin)
+
+    starters = [threading.Thread(target=start, args=(d,)) for d in state_dirs]
+    cluster_began = time.monotonic()
+    for thread in starters:
+        thread.start()
+    unit_xml = RESULTS / "unit.xml"
+    unit_ok = timed(
+        phases,
+        "unit",
+        [python, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={unit_xml}"],
+    )
+    counts.add(junit_counts(unit_xml))
+    for thread in starters:
+        thread.join()
+    if state_dirs:
+        phases.append(
+            Phase(
+                "cluster start",
+                max(start_seconds, default=0.0),
+                all(rc == 0 for rc in starts.values()),
+                f"{len(state_dirs)} clusters side by side; waited {time.monotonic() - cluster_began:.0f} s in all",
+            )
+        )
+        if not all(rc == 0 for rc in starts.values()):
+            return False
+
+    e2e_ok, e2e_counts = run_e2e(python, shards, state_dirs, phases)
+    counts.add(e2e_counts)
+    return unit_ok and e2e_ok
 
 
 def run_e2e(python: str, shards: list[list[str]], state_dirs: list[Path], phases: list[Phase]) -> tuple[bool, Counts]:
@@ -346,6 +361,10 @@ def finish(phases: list[Phase], counts: Counts, wall: float, *, ok: bool) -> int
         mark = "ok" if phase.ok else "FAILED"
         print(f"  {phase.name:<14} {phase.seconds:8.1f} s  {mark}  {phase.note}".rstrip())
     print(f"  {'wall':<14} {time.monotonic() - wall:8.1f} s")
+    if counts.failures:
+        say("failed:")
+        for failure in counts.failures:
+            print(f"  {failure}")
     failed = counts.failed + counts.errors
     # The last line, whatever printed before it, is the suite's count (both pytest runs together).
     print(f"test: {counts.passed} passed, {failed} failed, {counts.skipped} skipped")

@@ -112,3 +112,17 @@ def merge_patch(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
         elif old != value or key not in before:
             patch[key] = value
     return patch
+
+
+def apply_merge_patch(target: Mapping[str, Any], patch: Mapping[str, Any]) -> dict[str, Any]:
+    """`target` with the JSON merge patch applied (RFC 7386, what the API server does with `merge_patch`'s
+    output): null removes a key, a map merges into a map, anything else replaces."""
+    merged = dict(target)
+    for key, value in patch.items():
+        if value is None:
+            merged.pop(key, None)
+        elif isinstance(value, Mapping) and isinstance(merged.get(key), Mapping):
+            merged[key] = apply_merge_patch(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

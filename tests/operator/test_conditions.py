@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from rlplace_operator.conditions import MAX_MESSAGE_CHARS, merge_patch, set_condition
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlplace_operator.conditions import MAX_MESSAGE_CHARS, apply_merge_patch, merge_patch, set_condition
 
 
 def test_merge_patch_removes_emptied_fields_and_sends_only_changes() -> None:
@@ -11,6 +14,31 @@ def test_merge_patch_removes_emptied_fields_and_sends_only_changes() -> None:
     assert merge_patch(before, after) == {"hardwareType": None, "totalUnits": 0, "placement": {"components": None}}
     assert merge_patch(after, after) == {}
     assert merge_patch({}, {"phase": "Running"}) == {"phase": "Running"}
+
+
+# Status-like documents: nested maps of scalars and lists, no nulls (a null is how a merge patch deletes).
+_leaves = st.one_of(st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
+_documents = st.recursive(
+    st.dictionaries(st.sampled_from("abcd"), _leaves, max_size=4),
+    lambda inner: st.dictionaries(st.sampled_from("abcd"), st.one_of(_leaves, inner), max_size=4),
+    max_leaves=12,
+)
+
+
+@given(_documents, _documents)
+def test_applying_the_merge_patch_from_before_to_after_gives_after(before: dict, after: dict) -> None:
+    assert apply_merge_patch(before, merge_patch(before, after)) == after
+
+
+def test_a_merge_patch_made_again_on_a_changed_document_keeps_the_other_writers_fields() -> None:
+    before = {"phase": "Provisioning", "progress": {"iteration": 3}, "appliedPlacement": ["all"]}
+    ours = merge_patch(before, {**before, "phase": "Running", "appliedPlacement": ["0-3", "4-7"]})
+    theirs = {**before, "progress": {"iteration": 4}}
+    assert apply_merge_patch(theirs, ours) == {
+        "phase": "Running",
+        "progress": {"iteration": 4},
+        "appliedPlacement": ["0-3", "4-7"],
+    }
 
 
 def test_set_condition_keeps_transition_time_and_cuts_long_messages() -> None:

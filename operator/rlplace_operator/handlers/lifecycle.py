@@ -385,6 +385,24 @@ def _act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome) -> None:
             post(_ref(job), reason=action.reason, message=cond.short(action.message))
 
 
+def _write_provisioned(kube: Kube, job: Job, wanted: Mapping[str, Any]) -> None:
+    """Write what a provision pass decided. Its children are applied already, so a later pass sees them and
+    provisions nothing: this write is the only one that says what they run (placement, appliedPlacement, the
+    Placed condition). When another writer got in first, this pass's changes are made again on the job as it
+    is now, instead of being dropped with a conflict."""
+    changes = cond.merge_patch(job.status, wanted)
+    for _ in range(MAX_CONFLICTS):
+        try:
+            kube.write_rljob_status(_ref(job), job.status, wanted, job.resource_version)
+            return
+        except StatusConflict:
+            again = _reread(kube, job)
+            if again is None or again.generation != job.generation:
+                return  # deleted, or a new spec: its own provision pass says what it runs
+            job, wanted = again, cond.apply_merge_patch(again.status, changes)
+    logger.warning("RLJob %s/%s: the status of its new children kept conflicting; not written", *job.key)
+
+
 def _reread(kube: Kube, job: Job) -> Job | None:
     body = kube.get_rljob(job.namespace, job.name)
     return None if body is None else job_of_body(body, job.profile_changed)
@@ -413,7 +431,7 @@ def run(
                     # on an index entry that may lag behind a write that already ended or requeued it.
                     raise StatusConflict(job.name)
                 wanted, error = rljob.provision(job, kube, ledger, observer.snapshot, retry)
-                kube.write_rljob_status(_ref(job), job.status, wanted, job.resource_version)
+                _write_provisioned(kube, job, wanted)
                 if error is not None:
                     raise error
                 return None
