@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlplace_operator.conditions import MAX_MESSAGE_CHARS, apply_merge_patch, merge_patch, set_condition
@@ -17,14 +17,16 @@ def test_merge_patch_removes_emptied_fields_and_sends_only_changes() -> None:
 
 
 # Status-like documents: nested maps of scalars and lists, no nulls (a null is how a merge patch deletes).
-_leaves = st.one_of(st.integers(), st.text(max_size=3), st.lists(st.integers(), max_size=2))
+_leaves = st.one_of(st.integers(0, 3), st.sampled_from(["x", "y"]), st.lists(st.integers(0, 3), max_size=2))
 _documents = st.recursive(
-    st.dictionaries(st.sampled_from("abcd"), _leaves, max_size=4),
-    lambda inner: st.dictionaries(st.sampled_from("abcd"), st.one_of(_leaves, inner), max_size=4),
-    max_leaves=12,
+    st.dictionaries(st.sampled_from("abc"), _leaves, max_size=3),
+    lambda inner: st.dictionaries(st.sampled_from("abc"), st.one_of(_leaves, inner), max_size=3),
+    max_leaves=6,
 )
 
 
+# The unit phase runs while three local clusters start: generation may be slow, never wrong.
+@settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(_documents, _documents)
 def test_applying_the_merge_patch_from_before_to_after_gives_after(before: dict, after: dict) -> None:
     assert apply_merge_patch(before, merge_patch(before, after)) == after
