@@ -25,7 +25,7 @@ tools:  ## host packages, then build or fetch the local control plane's binaries
 	bash e2e/host-packages.sh
 	bash e2e/cluster/tools.sh
 
-images: setup tools  ## build the real nodes' images without Docker (base, pause, coredns, ray, ray-rlplace, operator)
+images: setup tools  ## build the real nodes' images without Docker (base, pause, coredns, ray, ray-rlplace, ray-rlinf-test, operator)
 	bash e2e/images/build.sh
 
 cluster-up: setup tools images  ## local control plane, kwok GPU nodes and real nodes (kubeconfig: .e2e/kubeconfig)

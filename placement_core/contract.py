@@ -64,6 +64,27 @@ PROGRESS_URL_ENV = "RLPLACE_PROGRESS_URL"
 PROGRESS_TOKEN_FILE_ENV = "RLPLACE_PROGRESS_TOKEN_FILE"
 
 
+# -- framework jobs (spec.framework other than rlplace; see docs/frameworks.md) --------------------------------
+
+#: The probe (placement_core/launcher/probe.py) as the pods import it: the operator ships the file in the
+#: job's ConfigMap under PROBE_FILE and mounts it at PROBE_MOUNT_DIR, which it puts on PYTHONPATH.
+PROBE_MODULE = "rlplace_probe"
+PROBE_FILE = f"{PROBE_MODULE}.py"
+PROBE_MOUNT_DIR = "/opt/rlplace-probe"
+#: What each framework process prints about itself (a JSON record after the prefix, one line).
+PROBE_PREFIX = "rlplace-probe: "
+#: What the driver-side probe prints of Ray's State API: the job's actors with their Ray node (one line).
+ACTORS_PREFIX = "rlplace-actors: "
+#: RLinf's node rank variable: it orders RLinf's nodes by it when every Ray node sets it.
+RLINF_NODE_RANK_ENV = "RLINF_NODE_RANK"
+#: RLinf imports the module this names in every Worker before its __init__ and calls its register().
+RLINF_EXT_MODULE_ENV = "RLINF_EXT_MODULE"
+#: Ray imports this function in a driver's ray.init (set on the head: the framework's driver runs there).
+RAY_RUNTIME_ENV_HOOK_ENV = "RAY_RUNTIME_ENV_HOOK"
+#: The framework whose driver the probe's hook watches ("rlinf"), set on the head.
+FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
+
+
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:
     """The ConfigMap key and content for a plan: JSON text, or gzip bytes when the text is too large."""
     text = plan.to_json()

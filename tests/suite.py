@@ -174,7 +174,7 @@ def cluster_script(script: str, state_dir: Path, *, prefix: str, quiet: bool = F
 
 #: The images that need no tool of tools.sh, and those that wrap its pause and coredns binaries (together,
 #: what `make images` builds).
-IMAGES_WITHOUT_TOOLS = ("base", "ray", "ray-rlplace", "operator")
+IMAGES_WITHOUT_TOOLS = ("base", "ray", "ray-rlplace", "ray-rlinf-test", "operator")
 IMAGES_OF_TOOLS = ("pause", "coredns")
 
 

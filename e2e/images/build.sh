@@ -6,6 +6,7 @@
 #   coredns     the coredns binary from tools.sh, FROM scratch
 #   ray         base + ray[default]==<pyproject's pin>          (e2e/images/ray.Containerfile)
 #   ray-rlplace ray + this checkout's wheel                      (e2e/images/ray-rlplace.Containerfile)
+#   ray-rlinf-test  ray + RLinf + test-only stand-ins             (e2e/images/ray-rlinf-test.Containerfile)
 #   operator    operator/Dockerfile itself, --build-arg BASE_IMAGE=<base>
 #
 # Tools: debootstrap (rootfs) and buildah (daemonless; chroot isolation, its own storage under the cache).
@@ -166,7 +167,7 @@ build_ray_rlplace() {
 }
 
 want=("$@")
-((${#want[@]})) || want=(base pause coredns ray ray-rlplace operator)
+((${#want[@]})) || want=(base pause coredns ray ray-rlplace ray-rlinf-test operator)
 for w in "${want[@]}"; do
   case "$w" in
     base) build_base && save "$BASE_IMAGE" ;;
@@ -178,11 +179,18 @@ for w in "${want[@]}"; do
       save "$RAY_IMAGE"
       ;;
     ray-rlplace) build_ray_rlplace && save "$RAY_RLPLACE_IMAGE" ;;
+    ray-rlinf-test)
+      [[ ${RAY_RLINF_TEST_IMAGE##*:} == "$RLINF_VERSION" ]] ||
+        die "e2e/images.env: RAY_RLINF_TEST_IMAGE=$RAY_RLINF_TEST_IMAGE but RLINF_VERSION=$RLINF_VERSION"
+      bud "$RAY_RLINF_TEST_IMAGE" "$E2E_REPO/e2e/images/ray-rlinf-test.Containerfile" "$E2E_REPO/e2e/images/rlinf-test" \
+        --build-arg "RAY_IMAGE=$RAY_IMAGE" --build-arg "RLINF_VERSION=$RLINF_VERSION"
+      save "$RAY_RLINF_TEST_IMAGE"
+      ;;
     operator)
       bud "$OPERATOR_IMAGE" "$E2E_REPO/operator/Dockerfile" "$E2E_REPO" --build-arg "BASE_IMAGE=$BASE_IMAGE"
       save "$OPERATOR_IMAGE"
       ;;
-    *) die "unknown image '$w' (known: base pause coredns ray ray-rlplace operator)" ;;
+    *) die "unknown image '$w' (known: base pause coredns ray ray-rlplace ray-rlinf-test operator)" ;;
   esac
 done
 log "images ready in $IMAGES_DIR ($((SECONDS - T0)) s)"

@@ -61,6 +61,7 @@ CLAIM_NOT_BOUND = "ClaimNotBound"
 VOLUME_NOT_READY = "VolumeNotReady"
 INIT_CONTAINER_FAILED = "InitContainerFailed"
 POD_NOT_STARTED = "PodNotStarted"
+FRAMEWORK_MISSING = "FrameworkMissing"
 
 #: Reasons that name an object the job's pods reference and that does not exist (the RLJob's
 #: pods.onMissingObject says whether that ends the job or waits for the object with backoff).
@@ -923,3 +924,20 @@ def lost_process(
                 return _cause(WORKER_DIED, f"{launcher} (on node '{node}')", node=node)
         return _cause(WORKER_DIED, launcher)
     return None
+
+
+# -- a framework job's driver ----------------------------------------------------------------------------------
+
+_NO_MODULE = re.compile(r"ModuleNotFoundError: No module named '([A-Za-z0-9_.]+)'")
+
+
+def framework_missing(framework: str, driver_log_tail: str) -> Cause | None:
+    """A framework job whose driver could not import the framework (or what it needs): the image lacks it.
+    None when the log shows no such import error."""
+    match = _NO_MODULE.search(driver_log_tail)
+    if match is None:
+        return None
+    module = match.group(1)
+    what = "the framework" if module.split(".")[0] == framework else f"'{module}', which the program needs"
+    message = f"the job's image cannot import {what} (No module named '{module}'; spec.framework {framework})"
+    return Cause(FRAMEWORK_MISSING, message, True)

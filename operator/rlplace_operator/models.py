@@ -818,6 +818,23 @@ class RestartPolicy(enum.StrEnum):
     ON_FAILURE = "OnFailure"
 
 
+class Framework(enum.StrEnum):
+    """Whose code starts the job's processes (docs/frameworks.md)."""
+
+    RLPLACE = "rlplace"
+    """The entrypoint is a driver written against rlplace's launcher (placement_core.launcher.launch_all)."""
+    RLINF = "rlinf"
+    """The entrypoint is the user's RLinf program, unchanged: RLinf's own scheduler places the processes."""
+
+
+class OnBindingMismatch(enum.StrEnum):
+    FAIL = "Fail"
+    REPORT = "Report"
+
+
+FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE = "framework rlinf runs the framework's own program: it needs an entrypoint"
+
+
 #: Default of spec.run.maxRestarts: a few lost nodes in a long run, not a crash loop.
 DEFAULT_MAX_RESTARTS = 3
 BACKOFF_WITH_RESTARTS_MESSAGE = (
@@ -918,6 +935,10 @@ class RLJobSpec(
             " || !has(self.profile)",
             PROFILE_FIRST_WITH_PROFILE_MESSAGE,
         ),
+        (
+            "!has(self.framework) || self.framework == 'rlplace' || has(self.entrypoint)",
+            FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE,
+        ),
     ),
 ):
     """One RL training job: its node groups, its component placement, and the Ray cluster that runs it."""
@@ -956,6 +977,14 @@ class RLJobSpec(
     is a long-lived RayCluster for interactive use."""
     run: RunSpec = RunSpec()
     """How the driver runs (KubeRay RayJob settings); used only with an entrypoint."""
+    framework: Framework = Framework.RLPLACE
+    """Whose program the entrypoint runs: rlplace (a driver using rlplace's launcher) or rlinf (the user's RLinf
+    program, unchanged). With rlinf every Ray pod gets RLINF_NODE_RANK (the head after the workers), the
+    entrypoint gets `cluster.num_nodes=<workers + 1>` appended, and each process's binding is checked from the
+    probe rlplace mounts in the pods and Ray's State API (docs/frameworks.md)."""
+    on_binding_mismatch: OnBindingMismatch = OnBindingMismatch.FAIL
+    """A framework job whose process runs elsewhere than planned: Fail stops it (phase Failed, the rank named in
+    BindingVerified); Report keeps it running with BindingVerified False."""
     suspend: bool = False
     """Stop the job and free its GPUs, keeping the job: the RayCluster is removed (with an entrypoint the
     RayJob is suspended, which stops the driver). Set back to false to start it again (the driver starts over)."""
@@ -973,6 +1002,12 @@ class RLJobSpec(
     def _worker_node_groups_are_the_jobs(self) -> RLJobSpec:
         if any(g.node_group not in self.node_groups for g in self.pods.worker_node_groups):
             raise ValueError(WORKER_NODE_GROUPS_MESSAGE)
+        return self
+
+    @model_validator(mode="after")
+    def _framework_runs_an_entrypoint(self) -> RLJobSpec:
+        if self.framework is not Framework.RLPLACE and not self.entrypoint:
+            raise ValueError(FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE)
         return self
 
     @model_validator(mode="after")

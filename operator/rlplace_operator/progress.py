@@ -47,6 +47,7 @@ from aiohttp import web
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from placement_core.launcher import adapters
 from placement_core.launcher.progress import IterationReport
 from rlplace_operator.models import ComponentSeconds, Progress, dump
 from rlplace_operator.names import (
@@ -121,6 +122,18 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
         weight_sync_seconds=latest.weight_sync_seconds,
         updated_at=rfc3339(latest.time),
     )
+
+
+def posted_report(body: bytes) -> IterationReport:
+    """What a job's driver POSTed: an IterationReport (an rlplace driver's), or a framework's own metrics of
+    one step as a framework job's probe sends them (placement_core.launcher.adapters.from_posted)."""
+    try:
+        raw = json.loads(body)
+    except ValueError as err:
+        raise ValueError(f"not JSON: {err}") from None
+    if isinstance(raw, dict) and "framework" in raw:
+        return adapters.from_posted(raw)
+    return IterationReport.from_json(body)
 
 
 class Window:
@@ -424,7 +437,7 @@ class ProgressService:
         if caller.job != key:
             return self._refuse(403, f"pod {caller.pod} belongs to RLJob {'/'.join(caller.job)}, not {'/'.join(key)}")
         try:
-            report = IterationReport.from_json(await request.read())
+            report = posted_report(await request.read())
         except ValueError as err:
             return self._refuse(400, str(err))
         self.accept(key, report)

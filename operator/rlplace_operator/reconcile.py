@@ -33,7 +33,9 @@ from rlplace_operator.models import (
     DEFAULT_MAX_RESTARTS,
     MAX_RESTARTS_KEPT,
     Condition,
+    Framework,
     JobPhase,
+    OnBindingMismatch,
     OnMissingObject,
     RestartPolicy,
     RLJobSpec,
@@ -88,6 +90,15 @@ class Job:
     @property
     def entrypoint(self) -> bool:
         return bool(self.spec.get("entrypoint"))
+
+    @property
+    def framework(self) -> bool:
+        """A framework job: the framework's own program starts its processes (models.Framework)."""
+        return (self.spec.get("framework") or Framework.RLPLACE) != Framework.RLPLACE
+
+    @property
+    def stops_on_mismatch(self) -> bool:
+        return (self.spec.get("onBindingMismatch") or OnBindingMismatch.FAIL) == OnBindingMismatch.FAIL
 
     @property
     def submission_mode(self) -> SubmissionMode:
@@ -409,10 +420,17 @@ def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping
         status["driverStartTime"] = None
         actions.append(Post(True, restart["reason"], restart["message"]))
     report = world.report
-    new = driver_status(status, rayjob, report, job.namespace, job.name, job.submission_mode, job.generation)
+    mismatch_fails = not job.framework or job.stops_on_mismatch
+    new = driver_status(
+        status, rayjob, report, job.namespace, job.name, job.submission_mode, job.generation, mismatch_fails
+    )
     if state.started and not status.get("attempts"):
         new["attempts"] = 1
-    if new["phase"] == JobPhase.FAILED and status.get("phase") != JobPhase.FAILED:
+    if job.framework and mismatch_fails and not state.finished and report is not None and not report.ok:
+        # The framework's own launcher put a process elsewhere than planned: nothing in its program stops it
+        # (an rlplace driver exits on its own check), so the operator does; the job is Failed, the rank named.
+        actions.append(DeleteChildren())
+    elif new["phase"] == JobPhase.FAILED and status.get("phase") != JobPhase.FAILED:
         new = _failure_named(job, world, new, state.reason)
         restarted = restart_on_failure(job, world, status, new)
         if restarted is not None:
@@ -451,6 +469,8 @@ def _failure_named(job: Job, world: World, new: dict[str, Any], kuberay_reason: 
     cause = diagnosis.lost_process(
         list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail, since
     )
+    if cause is None and job.framework:
+        cause = diagnosis.framework_missing(str(job.spec.get("framework")), world.driver_log_tail)
     log = new.get("driverLog")
     if cause is None:
         new["message"] = f"{brief(new['message'].split(' (driver log: ')[0])} (driver log: {log})"

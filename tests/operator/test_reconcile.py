@@ -495,3 +495,48 @@ def test_a_driver_kuberay_retries_is_not_sent_back_to_the_queue_while_its_new_po
     outcome = reconcile(job(status, "python train.py"), World(now=NOW, rayjob=retrying, pods=[unbound]))
     assert outcome.status.phase == "Provisioning"
     assert DeleteChildren() not in outcome.actions
+
+
+def framework_job(status: dict, **spec: object) -> Job:
+    body = {"nodeGroups": ["gpu"], "entrypoint": "python train.py", "framework": "rlinf", **spec}
+    return Job("ns", "train", "uid-1", 1, body, status, "100")
+
+
+def mismatch_report() -> BindingReport:
+    good = binding_report()
+    (first, *rest) = good.checks
+    moved = ProcessCheck(first.component, first.rank, first.node_name, ("CUDA_VISIBLE_DEVICES='2', planned '0'",))
+    return BindingReport((moved, *rest), good.components)
+
+
+def test_a_framework_process_placed_elsewhere_stops_the_job_naming_the_rank() -> None:
+    unverified = running_driver_status() | {"conditions": running_driver_status()["conditions"][:1]}
+    running = rayjob("Running", "RUNNING")
+    outcome = reconcile(framework_job(unverified), World(now=NOW, rayjob=running, report=mismatch_report()))
+    status = outcome.status
+    assert status.phase == "Failed"
+    assert status.message.startswith("binding check failed: component 'actor' rank 0 on node 'node-0': CUDA_")
+    verified = condition(dump(status), "BindingVerified")
+    assert (verified["status"], verified["reason"]) == ("False", "BindingMismatch")
+    assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
+    # Told to report only, the job keeps running with the condition False.
+    reported = reconcile(
+        framework_job(unverified, onBindingMismatch="Report"),
+        World(now=NOW, rayjob=running, report=mismatch_report()),
+    )
+    assert reported.status.phase == "Running" and DeleteChildren() not in reported.actions
+    assert condition(dump(reported.status), "BindingVerified")["status"] == "False"
+
+
+def test_a_framework_driver_that_cannot_import_the_framework_is_named() -> None:
+    log = (
+        "Traceback (most recent call last):\n  File \"train.py\", line 3\nModuleNotFoundError: No module named 'rlinf'"
+    )
+    failed = rayjob("Failed", "FAILED", reason="AppFailed", message="Job entrypoint command failed with exit code 1")
+    outcome = reconcile(framework_job(running_driver_status()), World(now=NOW, rayjob=failed, driver_log_tail=log))
+    driver = condition(dump(outcome.status), "DriverSucceeded")
+    assert driver["reason"] == "FrameworkMissing"
+    assert (
+        driver["message"]
+        == "the job's image cannot import the framework (No module named 'rlinf'; spec.framework rlinf)"
+    )

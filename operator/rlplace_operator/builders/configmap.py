@@ -1,16 +1,19 @@
-"""The `<job>-placement` ConfigMap: the job's whole Plan, under the key the contract names (text, or gzip)."""
+"""The `<job>-placement` ConfigMap: the job's whole Plan, under the key the contract names (text, or gzip), and
+for a framework job the probe its pods import (builders/framework.py)."""
 
 from __future__ import annotations
 
 import base64
+from collections.abc import Mapping
 
 from placement_core.contract import plan_payload
 from placement_core.plan import Plan
 from rlplace_operator.names import child_labels, placement_configmap_name
 
 
-def build_placement_configmap(job: str, plan: Plan) -> dict:
-    """The ConfigMap with exactly one key: `plan.json` in data, or `plan.json.gz` in binaryData when large.
+def build_placement_configmap(job: str, plan: Plan, files: Mapping[str, str] | None = None) -> dict:
+    """The ConfigMap with one plan key: `plan.json` in data, or `plan.json.gz` in binaryData when large; and
+    `files` (the probe of a framework job) in data.
 
     Written by server-side apply, so a re-plan that crosses the size boundary drops the other key.
     """
@@ -22,6 +25,8 @@ def build_placement_configmap(job: str, plan: Plan) -> dict:
     }
     if isinstance(payload, bytes):
         body["binaryData"] = {key: base64.b64encode(payload).decode()}
+        if files:
+            body["data"] = dict(files)
     else:
-        body["data"] = {key: payload}
+        body["data"] = {key: payload, **(files or {})}
     return body

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from kubernetes.utils.quantity import parse_quantity
 
 from placement_core import contract
+from rlplace_operator.builders import framework
 from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker, wire
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
@@ -137,7 +138,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
         "env": [
             *_env(node.env),
-            {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
+            *framework.worker_env(spec, node.rank),
             *startup_concurrency_env(node.processes),
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
             # The node the pod really runs on, for the launcher's binding check (downward API).
@@ -162,11 +163,15 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "rayStartParams": {
             **contract.ray_start_params(node.rank, node.gpus),
             **worker_start_params(spec.ray.worker_resources.cpu, node.processes),
+            **framework.ray_cpus(spec, math.ceil(parse_quantity(spec.ray.worker_resources.cpu)), node.processes),
         },
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
         "template": apply_pod_options(
-            with_checkpoint(template, spec, "ray-worker"), options, "ray-worker", spec.ray.service_account_name
+            framework.with_probe(with_checkpoint(template, spec, "ray-worker"), spec, job, "ray-worker"),
+            options,
+            "ray-worker",
+            spec.ray.service_account_name,
         ),
     }
 
@@ -200,7 +205,7 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
                     "image": spec.ray.image,
                     "securityContext": container_security_context(),
                     "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
-                    "env": [*_env(env), *restart_env(spec, attempt)],
+                    "env": [*_env(env), *restart_env(spec, attempt), *framework.head_env(spec, len(nodes))],
                     "volumeMounts": [{"name": PLAN_VOLUME, "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
                 }
             ],
@@ -208,9 +213,16 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
         },
     }
     return {
-        "rayStartParams": {"dashboard-host": "0.0.0.0", "num-gpus": "0"},
+        "rayStartParams": {
+            "dashboard-host": "0.0.0.0",
+            "num-gpus": "0",
+            **framework.ray_cpus(spec, math.ceil(parse_quantity(spec.ray.head_resources.cpu)), 0),
+        },
         "template": apply_pod_options(
-            with_checkpoint(template, spec, "ray-head"), options, "ray-head", spec.ray.service_account_name
+            framework.with_probe(with_checkpoint(template, spec, "ray-head"), spec, job, "ray-head"),
+            options,
+            "ray-head",
+            spec.ray.service_account_name,
         ),
     }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlplace_operator.builders import framework
 from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
 from rlplace_operator.builders.raycluster import (
     WorkerNode,
@@ -60,7 +61,7 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt
         raise ValueError(f"job '{job}' has no entrypoint; it runs as a RayCluster")
     run = spec.run
     body: dict = {
-        "entrypoint": spec.entrypoint,
+        "entrypoint": framework.entrypoint(spec, len(nodes)),
         "rayClusterSpec": build_raycluster_spec(job, spec, nodes, attempt),
         "submissionMode": str(run.submission_mode),
         "shutdownAfterJobFinishes": run.shutdown_after_job_finishes,

@@ -29,6 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
+from placement_core.launcher.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
 from rlplace_operator.admission import Decision
@@ -65,6 +66,7 @@ from rlplace_operator.reconcile import (
     World,
     admitted_since,
     holds_nodes,
+    parse_time,
     reconcile,
     status_wire,
     with_recommendation,
@@ -349,7 +351,7 @@ class Observer:
         verified = any(c.get("type") == driver.BINDING_CONDITION for c in job.status.get("conditions") or [])
         report = None
         if state.started and (not verified or restarted):
-            report = driver.read_report(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
+            report = self._report(job, rayjob, state, now)
         return World(
             now=now,
             rayjob=rayjob,
@@ -360,6 +362,24 @@ class Observer:
             driver_log_tail=tail,
             report=report,
             start_bounds=self.start_bounds,
+        )
+
+    def _report(
+        self, job: Job, rayjob: Mapping[str, Any], state: driver.DriverState, now: dt.datetime
+    ) -> BindingReport | None:
+        """The binding report of the driver's attempt: the one an rlplace driver printed, or for a framework
+        job the one made from its processes' probe lines (final once the driver ended or the bound on its
+        workers' start, --pod-start-timeout from the driver's start, passed)."""
+        if not job.framework:
+            return driver.read_report(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
+        plan = _plan_of(self.kube, job)
+        if plan is None:
+            return None
+        started = parse_time(job.status.get("driverStartTime"))
+        bound_passed = started is not None and (now - started).total_seconds() > self.start_bounds.timeout
+        final = state.finished or bound_passed
+        return driver.read_framework_report(
+            self.kube, job.namespace, job.name, job.submission_mode, rayjob, plan, final
         )
 
 

@@ -19,7 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from placement_core.launcher.observe import Observed, framework_report, observed_in
 from placement_core.launcher.verify import BindingReport, find_report
+from placement_core.plan import Plan
 from rlplace_operator.conditions import set_condition
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import ComponentBinding, JobPhase, SubmissionMode, dump
@@ -111,9 +113,11 @@ def driver_status(
     job: str,
     mode: SubmissionMode,
     generation: int | None,
+    mismatch_fails: bool = True,
 ) -> dict[str, Any]:
     """The RLJob status fields that follow the RayJob and the driver's binding report (wire form; None
-    removes a field)."""
+    removes a field). A report with a mismatch fails the job unless `mismatch_fails` is False (a framework
+    job told to report only: the BindingVerified condition says it, the phase follows the driver)."""
     state = driver_state(rayjob)
     status = rayjob.get("status") or {}
     ray_cluster = status.get("rayClusterName") or None
@@ -134,7 +138,7 @@ def driver_status(
             conditions, BINDING_CONDITION, bad is None, "Verified" if bad is None else "BindingMismatch",
             report.summary(), generation,
         )  # fmt: skip
-        if bad is not None:
+        if bad is not None and mismatch_fails:
             phase, reason, message = JobPhase.FAILED, "BindingMismatch", f"binding check failed: {bad.describe()}"
     else:
         binding = job_status.get("binding")
@@ -187,6 +191,24 @@ def read_report(
         else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running)
     )
     return report_in(logs, "" if running else status.get("message") or "")
+
+
+def read_framework_report(
+    kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any], plan: Plan, final: bool
+) -> BindingReport | None:
+    """A framework job's binding report, from the probe's lines in the driver's log (launcher/observe.py):
+    None while no planned process was seen to differ and some are not seen yet, unless `final` (the driver
+    ended, or the bound on its workers' start passed), when a process not seen is a problem too."""
+    status = rayjob.get("status") or {}
+    selector = driver_log_selector(job, mode, status.get("rayClusterName"))
+    running = not driver_state(rayjob).finished
+    logs = (
+        ()
+        if selector is None
+        else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running)
+    )
+    observed = next((seen for seen in map(observed_in, logs) if not seen.empty), Observed())
+    return framework_report(plan, observed, final=final)
 
 
 def driver_log_tail(kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]) -> str:

@@ -28,6 +28,7 @@ from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator import conditions as cond
 from rlplace_operator import recommend
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
+from rlplace_operator.builders import framework
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.progress import with_progress_reporting
 from rlplace_operator.builders.raycluster import build_raycluster
@@ -308,7 +309,7 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
         message = f"the ray.io {kind} CRD is not installed (install KubeRay)"
         raise job.wait(cond.RAYCLUSTER_READY, cond.KUBERAY_MISSING, message, retry)
     name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
-    configmap = build_placement_configmap(name, planned.plan)
+    configmap = build_placement_configmap(name, planned.plan, framework.probe_data(spec))
     child = (
         build_rayjob(name, spec, planned.workers, attempt)
         if spec.entrypoint

@@ -1,0 +1,105 @@
+"""What a framework job's pods get beyond an rlplace-driver job's (spec.framework; docs/frameworks.md).
+
+RLinf places every process itself: one Ray actor per rank, pinned to a Ray node by RLinf's node rank, with the
+CUDA_VISIBLE_DEVICES RLinf computes from `cluster.component_placement`. The plan and RLinf agree once RLinf's
+node ranks are rlplace's, so:
+
+- every worker pod sets RLINF_NODE_RANK to its plan node rank, and the head (a Ray node too, without GPUs) sets
+  the rank after the last worker; RLinf then needs `cluster.num_nodes` = workers + 1, appended to the
+  entrypoint as a Hydra override;
+- no pod sets RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: RLinf sets it per process with the variable;
+- the probe (placement_core/launcher/probe.py) is shipped in the job's ConfigMap and mounted in every pod on
+  PYTHONPATH: RLinf imports it in every Worker (RLINF_EXT_MODULE), Ray calls its hook in the driver
+  (RAY_RUNTIME_ENV_HOOK), and Ray forwards every line to the driver's log whole (RAY_DEDUP_LOGS=0);
+- each pod declares more Ray CPUs than the plan's processes: every RLinf actor asks Ray for one CPU to be
+  scheduled, and RLinf adds a node probe per node and a few managers of its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from placement_core import contract
+from placement_core.launcher import probe
+from rlplace_operator.models import Framework, RLJobSpec
+from rlplace_operator.names import placement_configmap_name
+
+#: The pods' volume with the probe (the job's ConfigMap, its probe key only).
+PROBE_VOLUME = "rlplace-probe"
+#: Ray CPUs each pod declares beyond the plan's processes on it (RLinf's node probe and managers).
+EXTRA_RAY_CPUS = 4
+
+
+def is_framework(spec: RLJobSpec) -> bool:
+    return spec.framework is not Framework.RLPLACE
+
+
+def probe_source() -> str:
+    """The probe module's text, as the ConfigMap carries it."""
+    return Path(probe.__file__).read_text()
+
+
+def probe_data(spec: RLJobSpec) -> dict[str, str]:
+    """The ConfigMap keys a framework job adds (none for an rlplace-driver job)."""
+    return {contract.PROBE_FILE: probe_source()} if is_framework(spec) else {}
+
+
+def _common_env() -> list[dict]:
+    return [
+        {"name": "PYTHONPATH", "value": contract.PROBE_MOUNT_DIR},
+        {"name": contract.RLINF_EXT_MODULE_ENV, "value": contract.PROBE_MODULE},
+    ]
+
+
+def worker_env(spec: RLJobSpec, rank: int) -> list[dict]:
+    """A worker pod's variables: RLinf's node rank and the probe (for an rlplace-driver job, Ray's flag that
+    keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher sets)."""
+    if not is_framework(spec):
+        return [{"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"}]
+    return [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(rank)}, *_common_env()]
+
+
+def head_env(spec: RLJobSpec, workers: int) -> list[dict]:
+    """The head's variables: the rank after the workers, the driver hook, and whole log lines."""
+    if not is_framework(spec):
+        return []
+    return [
+        {"name": contract.RLINF_NODE_RANK_ENV, "value": str(workers)},
+        *_common_env(),
+        {"name": contract.RAY_RUNTIME_ENV_HOOK_ENV, "value": f"{contract.PROBE_MODULE}.runtime_env_hook"},
+        {"name": contract.FRAMEWORK_ENV, "value": str(spec.framework)},
+        {"name": "RAY_DEDUP_LOGS", "value": "0"},
+    ]
+
+
+def with_probe(template: dict, spec: RLJobSpec, job: str, container: str) -> dict:
+    """`template` with the probe mounted in `container` (unchanged for an rlplace-driver job)."""
+    if not is_framework(spec):
+        return template
+    pod = dict(template["spec"])
+    source = {
+        "name": placement_configmap_name(job),
+        "items": [{"key": contract.PROBE_FILE, "path": contract.PROBE_FILE}],
+    }
+    pod["volumes"] = [*(pod.get("volumes") or []), {"name": PROBE_VOLUME, "configMap": source}]
+    mount = {"name": PROBE_VOLUME, "mountPath": contract.PROBE_MOUNT_DIR, "readOnly": True}
+    pod["containers"] = [
+        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]} if c["name"] == container else c
+        for c in pod["containers"]
+    ]
+    return {**template, "spec": pod}
+
+
+def ray_cpus(spec: RLJobSpec, cpus: int, processes: int) -> dict[str, str]:
+    """`num-cpus` for a framework job's pod with `cpus` (the container's, rounded up) and the plan's processes."""
+    if not is_framework(spec):
+        return {}
+    return {"num-cpus": str(max(cpus, processes) + EXTRA_RAY_CPUS)}
+
+
+def entrypoint(spec: RLJobSpec, workers: int) -> str:
+    """The command the RayJob submits: the user's, and for RLinf its node count with the head counted."""
+    assert spec.entrypoint is not None
+    if spec.framework is Framework.RLINF:
+        return f"{spec.entrypoint} cluster.num_nodes={workers + 1}"
+    return spec.entrypoint

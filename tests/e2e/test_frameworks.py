@@ -1,0 +1,97 @@
+"""Framework jobs on the real nodes: a real RLinf program, unchanged, in an RLJob (spec.framework: rlinf).
+
+The program (e2e/images/rlinf-test/rlinf_job/train.py, in the test image with RLinf from PyPI) reads its Hydra
+config and launches every component's workers with RLinf's own Cluster, HybridComponentPlacement and
+WorkerGroup.launch; rlplace only provisions the plan's nodes, sets RLinf's node ranks and mounts its probe.
+- as written, every process runs where rlplace's plan says, seen from inside (the probe in every RLinf Worker)
+  and from outside (Ray's State API, read in the driver): BindingVerified True, status.binding and, with the
+  operator's progress endpoint, status.progress from RLinf's own time/* metrics;
+- with a Hydra override that moves the actor inside RLinf (its own config then disagrees with the RLJob), the
+  job fails with BindingVerified False naming the rank, the GPU it got and the GPU planned.
+Skipped, with the reason, on clusters without real nodes (the real_nodes fixture).
+"""
+
+from __future__ import annotations
+
+import pytest
+from kubernetes import client
+from test_run import RunJobs, driver_log, example
+
+from placement_core.launcher.observe import framework_report, observed_in
+from placement_core.plan import Plan
+
+from e2e_cluster import wait_for
+from rlplace_fixtures import Jobs
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture
+def run_jobs(k8s: client.ApiClient, jobs: Jobs) -> RunJobs:
+    """RLJobs in a fresh namespace, with their RayJobs (test_run's helpers)."""
+    return RunJobs(k8s, jobs.namespace)
+
+
+def _pod_env(run_jobs: RunJobs, job: str, node_type: str) -> list[dict[str, str]]:
+    pods = run_jobs.core.list_namespaced_pod(
+        run_jobs.namespace, label_selector=f"rlplace.io/job={job},ray.io/node-type={node_type}"
+    )
+    return [{e.name: e.value for e in pod.spec.containers[0].env or [] if e.value is not None} for pod in pods.items]
+
+
+def test_an_rlinf_program_runs_unchanged_with_every_process_verified_from_inside_and_outside(
+    run_jobs: RunJobs, real_nodes: list[str], kubeconfig: str
+) -> None:
+    body = example("rljob-rlinf-run.yaml")
+    job = body["metadata"]["name"]
+    run_jobs.create(body)
+    wait_for(lambda: _pod_env(run_jobs, job, "worker") or None, 240, "the job's worker pods")
+    # RLinf's node ranks are the plan's: workers 0..2, the GPU-less head after them, counted by num_nodes.
+    workers = sorted(int(env["RLINF_NODE_RANK"]) for env in _pod_env(run_jobs, job, "worker"))
+    (head,) = _pod_env(run_jobs, job, "head")
+    assert workers == [0, 1, 2] and head["RLINF_NODE_RANK"] == "3"
+    assert not any("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES" in env for env in _pod_env(run_jobs, job, "worker"))
+    assert run_jobs.ray("rayjobs", job)["spec"]["entrypoint"] == "python /opt/rlinf-job/train.py cluster.num_nodes=4"
+
+    status = run_jobs.wait_phase(job, "Succeeded", timeout=480)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["BindingVerified"]["status"] == "True", conditions["BindingVerified"]
+    assert conditions["BindingVerified"]["message"] == "verified actor 2/2, rollout 2/2, reward 2/2"
+    assert status["binding"] == [
+        {"name": "actor", "verified": 2, "processes": 2},
+        {"name": "rollout", "verified": 2, "processes": 2},
+        {"name": "reward", "verified": 2, "processes": 2},
+    ]
+    # Both views are in the driver's log, each with every planned process, and agree with the plan.
+    plan = Plan.from_dict(run_jobs.plan(job))
+    observed = observed_in(driver_log(kubeconfig, run_jobs.namespace, job))
+    planned = {(f"{c.name.capitalize()}Group", p.rank) for c, p in plan.processes()}
+    assert set(observed.probes) == set(observed.actors) == planned
+    report = framework_report(plan, observed)
+    assert report is not None and report.ok, report and report.summary()
+    for (group, rank), probe in sorted(observed.probes.items()):
+        print(group, rank, probe.env.get("RLPLACE_KUBE_NODE"), repr(probe.env.get("CUDA_VISIBLE_DEVICES", "")))
+    if "RLPLACE_PROGRESS_URL" in head:
+        # RLinf's MetricLogger.log calls, passed on by the probe in the driver: rollout then actor per step.
+        progress = status.get("progress") or {}
+        assert progress.get("iteration", 0) >= 8, status
+        assert [c["name"] for c in progress["components"]] == ["rollout", "actor"], progress
+
+
+def test_a_component_moved_inside_rlinf_fails_the_job_naming_the_rank(run_jobs: RunJobs, real_nodes: list[str]) -> None:
+    body = example("rljob-rlinf-run.yaml")
+    body["metadata"]["name"] = job = "rlinf-moved"
+    # The program's own config now puts the actor on GPUs 2-3 of the a800 node; the RLJob still plans 0-1.
+    body["spec"]["entrypoint"] += " cluster.component_placement.actor.placement=2-3"
+    run_jobs.create(body)
+    status = run_jobs.wait_phase(job, "Failed", timeout=480)
+    conditions = {c["type"]: c for c in status["conditions"]}
+    verified = conditions["BindingVerified"]
+    print("BindingVerified:", verified["message"])
+    assert verified["status"] == "False" and verified["reason"] == "BindingMismatch", verified
+    assert (
+        "component 'actor' rank 0 on node 'real-a800-0': CUDA_VISIBLE_DEVICES='2', planned '0'" in verified["message"]
+    )
+    assert verified["message"].startswith("verified actor 0/2, rollout 2/2, reward 2/2; component 'actor' rank 0")
+    assert status["message"].startswith("binding check failed: component 'actor' rank 0 on node 'real-a800-0'")
+    assert run_jobs.ray("rayjobs", job) is None  # stopped by the operator: RLinf itself would have run on

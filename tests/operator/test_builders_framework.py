@@ -1,0 +1,81 @@
+"""A framework job's manifests (builders/framework.py): RLinf's node ranks, the probe, the entrypoint."""
+
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from placement_core import contract
+from placement_core.components import component_placement
+from placement_core.plan import build_plan
+from rlplace_operator.builders.configmap import build_placement_configmap
+from rlplace_operator.builders.framework import probe_data, probe_source
+from rlplace_operator.builders.raycluster import WorkerNode
+from rlplace_operator.builders.rayjob import build_rayjob
+from rlplace_operator.models import FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE, RLJobSpec
+
+BODY = {
+    "nodeGroups": ["a800"],
+    "componentPlacement": [{"components": "actor", "placement": "all"}],
+    "entrypoint": "python train.py --config-name grpo",
+}
+NODES = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}, processes=8), WorkerNode(1, "a800-1", 8, processes=8)]
+
+
+def _env(container: dict) -> dict[str, str]:
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def _rayjob(**spec: object) -> dict:
+    return build_rayjob("job", RLJobSpec.model_validate({**BODY, **spec}), NODES)["spec"]
+
+
+def test_rlinf_gets_the_plans_node_ranks_with_the_head_counted_last() -> None:
+    spec = _rayjob(framework="rlinf")
+    assert spec["entrypoint"] == "python train.py --config-name grpo cluster.num_nodes=3"
+    workers = [g["template"]["spec"]["containers"][0] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    assert [_env(c)[contract.RLINF_NODE_RANK_ENV] for c in workers] == ["0", "1"]
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    env = _env(head)
+    assert env[contract.RLINF_NODE_RANK_ENV] == "2"
+    assert env[contract.RAY_RUNTIME_ENV_HOOK_ENV] == "rlplace_probe.runtime_env_hook"
+    assert env["RAY_DEDUP_LOGS"] == "0"
+    for container in [head, *workers]:
+        env = _env(container)
+        # RLinf sets Ray's flag per process, with the GPUs; in the pod it would change other frameworks' choice.
+        assert "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES" not in env
+        assert env["PYTHONPATH"] == contract.PROBE_MOUNT_DIR
+        assert env[contract.RLINF_EXT_MODULE_ENV] == contract.PROBE_MODULE
+        assert {"name": "rlplace-probe", "mountPath": "/opt/rlplace-probe", "readOnly": True} in container[
+            "volumeMounts"
+        ]
+    # Every RLinf actor asks Ray for a CPU: the pods declare the plan's processes and RLinf's own actors.
+    groups = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert [g["rayStartParams"]["num-cpus"] for g in groups] == ["12", "12"]
+    assert spec["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "5"
+
+
+def test_an_rlplace_driver_job_is_as_before() -> None:
+    spec = _rayjob()
+    assert spec["entrypoint"] == BODY["entrypoint"]
+    worker = spec["rayClusterSpec"]["workerGroupSpecs"][0]["template"]["spec"]["containers"][0]
+    env = _env(worker)
+    assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
+    assert contract.RLINF_NODE_RANK_ENV not in env and "PYTHONPATH" not in env
+
+
+def test_the_probe_travels_in_the_jobs_configmap_beside_the_plan() -> None:
+    plan = build_plan(component_placement({"cluster": {"num_nodes": 1, "component_placement": {"actor": "all"}}}))
+    spec = RLJobSpec.model_validate({**BODY, "framework": "rlinf"})
+    configmap = build_placement_configmap("job", plan, probe_data(spec))
+    assert set(configmap["data"]) == {contract.PLAN_KEY, contract.PROBE_FILE}
+    assert configmap["data"][contract.PROBE_FILE] == probe_source()
+    assert probe_data(RLJobSpec.model_validate(BODY)) == {}
+
+
+def test_a_framework_job_needs_an_entrypoint_and_a_known_framework() -> None:
+    without = {k: v for k, v in BODY.items() if k != "entrypoint"}
+    with pytest.raises(ValidationError, match=FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE):
+        RLJobSpec.model_validate({**without, "framework": "rlinf"})
+    with pytest.raises(ValidationError, match="'rlplace' or 'rlinf'"):
+        RLJobSpec.model_validate({**BODY, "framework": "verl"})
