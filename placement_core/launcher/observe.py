@@ -13,8 +13,9 @@ the probe (launcher/probe.py), which the operator ships to the pods:
 `framework_report` matches both against the plan, process by process, into the BindingReport the rlplace
 driver produces (so the RLJob's BindingVerified condition and status.binding read the same): an env value, a
 node, a GPU count or an extra process that differs is a problem of that rank; a planned process seen by
-neither view is missing. Until every planned process is seen in both views, and none differs, the report is
-not final (None), unless `final` (the operator's bound on the start has passed).
+neither view is missing. Until every planned process is seen in both views, and none differs, there is no
+report (None), unless `final` (the driver ended, or the operator's bound on the start passed). A report made
+at the first mismatch, before every process was seen, counts the ones not seen yet as not verified.
 
 A framework names its processes by worker group: RLinf's actor `<group_name>:<rank>` in Ray namespace
 `RLinf`. A group belongs to the component whose name it spells, ignoring case, separators and a trailing
@@ -171,15 +172,18 @@ def framework_report(
     extra: list[ProcessCheck] = []
     complete = True
     for component_plan, process in plan.processes():
-        seen = by_component.get(component_plan.name, {})
-        probe, actor = seen.pop(process.rank, (None, None))
+        of_component = by_component.get(component_plan.name, {})
+        probe, actor = of_component.pop(process.rank, (None, None))
         complete = complete and probe is not None and actor is not None
         binding = Binding(component_plan.name, process, component_plan.world_size, "")
         problems = _problems(binding, probe, actor, final)
+        # Verified needs both views; one not shown yet is no mismatch (unless what is shown already differs).
+        seen = bool(problems) or final or (probe is not None and actor is not None)
+        if not seen:
+            problems = ("not seen in both views yet",)
         uuids = None if probe is None else probe.uuids
-        check = ProcessCheck(
-            component_plan.name, process.rank, process.node_name, problems, uuids, None if uuids is None else "nvml"
-        )
+        source = None if uuids is None else "nvml"
+        check = ProcessCheck(component_plan.name, process.rank, process.node_name, problems, uuids, source, seen)
         pairs.append((check, process))
     for component, left in by_component.items():
         planned = plan.component(component).world_size
@@ -190,7 +194,8 @@ def framework_report(
             )
     report = BindingReport.of(pairs)
     report = BindingReport((*report.checks, *extra), report.components)
-    if report.ok and not complete and not final:
+    mismatch = any(not check.ok and check.seen for check in report.checks)
+    if not complete and not final and not mismatch:
         return None
     return report
 

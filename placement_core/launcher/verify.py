@@ -72,6 +72,9 @@ class ProcessCheck:
     device_uuids: tuple[str, ...] | None = None
     """What a GPU library showed the process; None when neither NVML nor torch is importable."""
     device_source: str | None = None
+    seen: bool = True
+    """False for a process a framework job's check has not seen yet (launcher/observe.py): not verified, but
+    not the mismatch to name either."""
 
     @property
     def ok(self) -> bool:
@@ -275,7 +278,9 @@ class BindingReport:
         return counts
 
     def first_failure(self) -> ProcessCheck | None:
-        return next((check for check in self.checks if not check.ok), None)
+        """The first process that failed its check, preferring one that was seen to one not seen yet."""
+        failed = [check for check in self.checks if not check.ok]
+        return next((check for check in failed if check.seen), failed[0] if failed else None)
 
     def summary(self) -> str:
         """One line: per component verified/total, and the first bad rank."""

@@ -197,3 +197,13 @@ def test_metrics_a_framework_logged_become_an_iteration_report() -> None:
         adapters.from_posted({**body, "framework": "slime"})
     with pytest.raises(ValueError, match="'iteration' \\(an integer\\)"):
         adapters.from_posted({**body, "iteration": "4"})
+
+
+def test_a_mismatch_seen_before_every_process_is_named_and_the_unseen_are_not_counted_verified() -> None:
+    moved = {("actor", 1): {"CUDA_VISIBLE_DEVICES": "3", "VISIBLE_DEVICES": "3", "LOCAL_ACCELERATOR_RANK": "3"}}
+    report = framework_report(PLAN, observed_in(_log(PLAN, moved, skip=frozenset({("actor", 0), ("reward", 1)}))))
+    assert report is not None  # told at once: the job need not wait for the rest
+    assert report.summary() == (
+        "verified actor 0/2, rollout 2/2, reward 1/2; component 'actor' rank 1 on node 'node-0': "
+        "CUDA_VISIBLE_DEVICES='3', planned '1'"
+    )

@@ -376,7 +376,7 @@ class Observer:
         if plan is None:
             return None
         started = parse_time(job.status.get("driverStartTime"))
-        bound_passed = started is not None and (now - started).total_seconds() > self.start_bounds.timeout
+        bound_passed = started is not None and now - started > self.start_bounds.timeout
         final = state.finished or bound_passed
         return driver.read_framework_report(
             self.kube, job.namespace, job.name, job.submission_mode, rayjob, plan, final

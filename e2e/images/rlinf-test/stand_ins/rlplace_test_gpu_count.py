@@ -2,7 +2,8 @@
 
 RLinf counts a node's GPUs with Ray's NvidiaGPUAcceleratorManager.get_current_node_num_accelerators (an NVML
 device count). The local cluster's GPUs are fake: Ray knows them from the pod's `--num-gpus`, NVML finds none.
-This module, imported by the image's sitecustomize, replaces that one function with the GPU count Ray declared
+This module, imported at every Python start by rlplace_test_gpu_count.pth (a .pth line: Debian's python
+has a sitecustomize of its own), replaces that one function with the GPU count Ray declared
 for the node the process runs on. Nothing of RLinf is changed. On a real GPU node the image is not used.
 """
 
