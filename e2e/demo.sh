@@ -136,6 +136,25 @@ if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) &
   echo
   echo "\$ kubectl logs job/heterogeneous-run   # the driver, from inside the pods (last lines)"
   kubectl -n default logs job/heterogeneous-run | grep -v '^rlplace-binding-report: ' | tail -12
+  # A real RLinf program, unchanged (spec.framework: rlinf): RLinf's own scheduler places the processes, the
+  # probe rlplace mounts shows each one from inside, Ray's State API from outside (docs/frameworks.md).
+  log "applying examples/rljob-rlinf-run.yaml (an RLinf program, unchanged, on the same three nodes)"
+  kubectl apply -n default -f examples/rljob-rlinf-run.yaml >/dev/null
+  if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded rljob/rlinf-run --timeout=420s >/dev/null; then
+    kubectl -n default get rljob rlinf-run -o wide
+    die "rlinf-run did not succeed: $(kubectl -n default get rljob rlinf-run -o jsonpath='{.status.message}')"
+  fi
+  echo
+  echo "\$ kubectl get rljob rlinf-run -o wide"
+  kubectl -n default get rljob rlinf-run -o wide
+  echo
+  echo "\$ kubectl logs job/rlinf-run | grep rlplace-probe:   # each RLinf worker, from inside its pod"
+  kubectl -n default logs job/rlinf-run | .venv/bin/python -c '
+import json, sys
+for line in sys.stdin:
+    if "rlplace-probe: " in line:
+        env = json.loads(line.split("rlplace-probe: ", 1)[1])["env"]
+        print(f"  {env[\"WORKER_NAME\"]:<16} node {env.get(\"RLPLACE_KUBE_NODE\", \"?\"):<14} CUDA_VISIBLE_DEVICES={env.get(\"CUDA_VISIBLE_DEVICES\", \"\")}")'
   # A driver that reports its step times (a synthetic workload): ITERATION, STEP and BOTTLENECK fill in.
   log "applying examples/rljob-synthetic-run.yaml (its driver reports each iteration's step times)"
   kubectl apply -n default -f examples/rljob-synthetic-run.yaml >/dev/null

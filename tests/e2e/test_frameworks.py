@@ -45,7 +45,7 @@ def test_an_rlinf_program_runs_unchanged_with_every_process_verified_from_inside
     body = example("rljob-rlinf-run.yaml")
     job = body["metadata"]["name"]
     run_jobs.create(body)
-    wait_for(lambda: _pod_env(run_jobs, job, "worker") or None, 240, "the job's worker pods")
+    wait_for(lambda: len(_pod_env(run_jobs, job, "worker")) == 3 or None, 240, "the job's three worker pods")
     # RLinf's node ranks are the plan's: workers 0..2, the GPU-less head after them, counted by num_nodes.
     workers = sorted(int(env["RLINF_NODE_RANK"]) for env in _pod_env(run_jobs, job, "worker"))
     (head,) = _pod_env(run_jobs, job, "head")
@@ -71,11 +71,26 @@ def test_an_rlinf_program_runs_unchanged_with_every_process_verified_from_inside
     assert report is not None and report.ok, report and report.summary()
     for (group, rank), probe in sorted(observed.probes.items()):
         print(group, rank, probe.env.get("RLPLACE_KUBE_NODE"), repr(probe.env.get("CUDA_VISIBLE_DEVICES", "")))
+        assert probe.env["RLPLACE_ATTEMPT"] == "1"  # the resume contract reaches RLinf's own processes
     if "RLPLACE_PROGRESS_URL" in head:
         # RLinf's MetricLogger.log calls, passed on by the probe in the driver: rollout then actor per step.
         progress = status.get("progress") or {}
         assert progress.get("iteration", 0) >= 8, status
         assert [c["name"] for c in progress["components"]] == ["rollout", "actor"], progress
+
+
+def test_an_image_without_the_framework_fails_the_job_saying_so(run_jobs: RunJobs, real_nodes: list[str]) -> None:
+    body = example("rljob-rlinf-run.yaml")
+    body["metadata"]["name"] = job = "rlinf-missing"
+    body["spec"]["ray"]["image"] = "localhost/rlplace/ray:2.60.0"  # the stock Ray image: no RLinf in it
+    body["spec"]["entrypoint"] = "python -c 'import rlinf.scheduler'"
+    run_jobs.create(body)
+    status = run_jobs.wait_phase(job, "Failed", timeout=300)
+    driver = {c["type"]: c for c in status["conditions"]}["DriverSucceeded"]
+    assert driver["reason"] == "FrameworkMissing", driver
+    assert driver["message"] == (
+        "the job's image cannot import the framework (No module named 'rlinf'; spec.framework rlinf)"
+    )
 
 
 def test_a_component_moved_inside_rlinf_fails_the_job_naming_the_rank(run_jobs: RunJobs, real_nodes: list[str]) -> None:
@@ -94,4 +109,5 @@ def test_a_component_moved_inside_rlinf_fails_the_job_naming_the_rank(run_jobs: 
     )
     assert verified["message"].startswith("verified actor 0/2, ")  # a process not seen yet is not verified
     assert status["message"].startswith("binding check failed: component 'actor' rank 0 on node 'real-a800-0'")
-    assert run_jobs.ray("rayjobs", job) is None  # stopped by the operator: RLinf itself would have run on
+    # Stopped by the operator (RLinf itself would have trained on): its RayJob is deleted after the status says so.
+    wait_for(lambda: run_jobs.ray("rayjobs", job) is None, 60, "the job's RayJob deleted")

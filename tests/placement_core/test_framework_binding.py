@@ -83,6 +83,8 @@ def test_the_probe_and_the_parser_spell_the_contract_the_same_and_the_probe_stan
         contract.NODE_LABEL,
     )
     assert f"{contract.PROBE_MODULE}.py" == contract.PROBE_FILE
+    # The probe reports every variable a placement sets (it cannot import the list: it stands alone).
+    assert set(PLAN.component("actor").processes[0].env) <= set(probe.VARIABLES)
     # Shipped into images without rlplace: nothing but the standard library (and Ray, pynvml, RLinf inside).
     tree = ast.parse(Path(probe.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}

@@ -377,7 +377,9 @@ class Observer:
             return None
         started = parse_time(job.status.get("driverStartTime"))
         bound_passed = started is not None and now - started > self.start_bounds.timeout
-        final = state.finished or bound_passed
+        # A driver that failed is named by its failure (an image without the framework, a lost pod), not by
+        # the workers it never started; one that succeeded without starting them did not run as planned.
+        final = state.phase is JobPhase.SUCCEEDED if state.finished else bound_passed
         return driver.read_framework_report(
             self.kube, job.namespace, job.name, job.submission_mode, rayjob, plan, final
         )

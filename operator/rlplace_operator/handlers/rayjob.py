@@ -182,15 +182,20 @@ def read_report(
     """The binding report the driver printed (see report_in), or None (no log yet, or the driver printed
     none). While the driver runs, only the newest submitter pod is read: after a restart (a lost head pod)
     the pods before it hold the previous attempt's report, and the new attempt must verify its own."""
-    status = rayjob.get("status") or {}
-    selector = driver_log_selector(job, mode, status.get("rayClusterName"))
+    logs, running = _report_logs(kube, namespace, job, mode, rayjob)
+    return report_in(logs, "" if running else (rayjob.get("status") or {}).get("message") or "")
+
+
+def _report_logs(
+    kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any]
+) -> tuple[Iterable[str], bool]:
+    """The heads of the driver's logs where a report is looked for (newest submitter pod first; only it while
+    the driver runs), and whether the driver still runs."""
+    selector = driver_log_selector(job, mode, (rayjob.get("status") or {}).get("rayClusterName"))
     running = not driver_state(rayjob).finished
-    logs = (
-        ()
-        if selector is None
-        else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running)
-    )
-    return report_in(logs, "" if running else status.get("message") or "")
+    if selector is None:
+        return (), running
+    return kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running), running
 
 
 def read_framework_report(
@@ -199,14 +204,7 @@ def read_framework_report(
     """A framework job's binding report, from the probe's lines in the driver's log (launcher/observe.py):
     None while no planned process was seen to differ and some are not seen yet, unless `final` (the driver
     ended, or the bound on its workers' start passed), when a process not seen is a problem too."""
-    status = rayjob.get("status") or {}
-    selector = driver_log_selector(job, mode, status.get("rayClusterName"))
-    running = not driver_state(rayjob).finished
-    logs = (
-        ()
-        if selector is None
-        else kube.container_log_heads(namespace, selector, SUBMITTER_CONTAINER, REPORT_LOG_BYTES, running)
-    )
+    logs, _ = _report_logs(kube, namespace, job, mode, rayjob)
     observed = next((seen for seen in map(observed_in, logs) if not seen.empty), Observed())
     return framework_report(plan, observed, final=final)
 
