@@ -92,7 +92,7 @@ class Job:
         return bool(self.spec.get("entrypoint"))
 
     @property
-    def framework(self) -> bool:
+    def framework_job(self) -> bool:
         """A framework job: the framework's own program starts its processes (models.Framework)."""
         return (self.spec.get("framework") or Framework.RLPLACE) != Framework.RLPLACE
 
@@ -420,13 +420,13 @@ def _with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping
         status["driverStartTime"] = None
         actions.append(Post(True, restart["reason"], restart["message"]))
     report = world.report
-    mismatch_fails = not job.framework or job.stops_on_mismatch
+    mismatch_fails = not job.framework_job or job.stops_on_mismatch
     new = driver_status(
         status, rayjob, report, job.namespace, job.name, job.submission_mode, job.generation, mismatch_fails
     )
     if state.started and not status.get("attempts"):
         new["attempts"] = 1
-    if job.framework and mismatch_fails and not state.finished and report is not None and not report.ok:
+    if job.framework_job and mismatch_fails and not state.finished and report is not None and not report.ok:
         # The framework's own launcher put a process elsewhere than planned: nothing in its program stops it
         # (an rlplace driver exits on its own check), so the operator does; the job is Failed, the rank named.
         actions.append(DeleteChildren())
@@ -469,7 +469,7 @@ def _failure_named(job: Job, world: World, new: dict[str, Any], kuberay_reason: 
     cause = diagnosis.lost_process(
         list(world.pods), list(world.events), world.nodes, world.plan, world.driver_log_tail, since
     )
-    if cause is None and job.framework:
+    if cause is None and job.framework_job:
         cause = diagnosis.framework_missing(str(job.spec.get("framework")), world.driver_log_tail)
     log = new.get("driverLog")
     if cause is None:

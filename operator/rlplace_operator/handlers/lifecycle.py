@@ -370,7 +370,7 @@ class Observer:
         """The binding report of the driver's attempt: the one an rlplace driver printed, or for a framework
         job the one made from its processes' probe lines (final once the driver ended or the bound on its
         workers' start, --pod-start-timeout from the driver's start, passed)."""
-        if not job.framework:
+        if not job.framework_job:
             return driver.read_report(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
         plan = _plan_of(self.kube, job)
         if plan is None:
