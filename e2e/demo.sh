@@ -148,13 +148,14 @@ if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) &
   echo "\$ kubectl get rljob rlinf-run -o wide"
   kubectl -n default get rljob rlinf-run -o wide
   echo
-  echo "\$ kubectl logs job/rlinf-run | grep rlplace-probe:   # each RLinf worker, from inside its pod"
+  echo "\$ kubectl logs job/rlinf-run   # each RLinf worker's rlplace-probe line, from inside its pod (summarised)"
   kubectl -n default logs job/rlinf-run | .venv/bin/python -c '
 import json, sys
 for line in sys.stdin:
     if "rlplace-probe: " in line:
         env = json.loads(line.split("rlplace-probe: ", 1)[1])["env"]
-        print(f"  {env[\"WORKER_NAME\"]:<16} node {env.get(\"RLPLACE_KUBE_NODE\", \"?\"):<14} CUDA_VISIBLE_DEVICES={env.get(\"CUDA_VISIBLE_DEVICES\", \"\")}")'
+        name, node, gpus = env["WORKER_NAME"], env.get("RLPLACE_KUBE_NODE", "?"), env.get("CUDA_VISIBLE_DEVICES", "")
+        print(f"  {name:<16} node {node:<14} CUDA_VISIBLE_DEVICES={gpus}")'
   # A driver that reports its step times (a synthetic workload): ITERATION, STEP and BOTTLENECK fill in.
   log "applying examples/rljob-synthetic-run.yaml (its driver reports each iteration's step times)"
   kubectl apply -n default -f examples/rljob-synthetic-run.yaml >/dev/null
