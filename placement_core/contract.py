@@ -81,8 +81,6 @@ RLINF_NODE_RANK_ENV = "RLINF_NODE_RANK"
 RLINF_EXT_MODULE_ENV = "RLINF_EXT_MODULE"
 #: Ray imports this function in a driver's ray.init (set on the head: the framework's driver runs there).
 RAY_RUNTIME_ENV_HOOK_ENV = "RAY_RUNTIME_ENV_HOOK"
-#: The framework whose driver the probe's hook watches ("rlinf"), set on the head.
-FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
 
 
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:

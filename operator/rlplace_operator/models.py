@@ -1004,9 +1004,14 @@ class RLJobSpec(
             raise ValueError(WORKER_NODE_GROUPS_MESSAGE)
         return self
 
+    @property
+    def framework_job(self) -> bool:
+        """The framework's own program starts the processes (not rlplace's launcher)."""
+        return self.framework is not Framework.RLPLACE
+
     @model_validator(mode="after")
     def _framework_runs_an_entrypoint(self) -> RLJobSpec:
-        if self.framework is not Framework.RLPLACE and not self.entrypoint:
+        if self.framework_job and not self.entrypoint:
             raise ValueError(FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE)
         return self
 

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from placement_core import contract
 from placement_core.launcher import probe
+from rlplace_operator.builders.podtemplate import with_volume
 from rlplace_operator.models import Framework, RLJobSpec
 from rlplace_operator.names import placement_configmap_name
 
@@ -30,10 +31,6 @@ PROBE_VOLUME = "rlplace-probe"
 EXTRA_RAY_CPUS = 4
 
 
-def is_framework(spec: RLJobSpec) -> bool:
-    return spec.framework is not Framework.RLPLACE
-
-
 def probe_source() -> str:
     """The probe module's text, as the ConfigMap carries it."""
     return Path(probe.__file__).read_text()
@@ -41,7 +38,7 @@ def probe_source() -> str:
 
 def probe_data(spec: RLJobSpec) -> dict[str, str]:
     """The ConfigMap keys a framework job adds (none for an rlplace-driver job)."""
-    return {contract.PROBE_FILE: probe_source()} if is_framework(spec) else {}
+    return {contract.PROBE_FILE: probe_source()} if spec.framework_job else {}
 
 
 def _common_env() -> list[dict]:
@@ -54,47 +51,38 @@ def _common_env() -> list[dict]:
 def worker_env(spec: RLJobSpec, rank: int) -> list[dict]:
     """A worker pod's variables: RLinf's node rank and the probe (for an rlplace-driver job, Ray's flag that
     keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher sets)."""
-    if not is_framework(spec):
+    if not spec.framework_job:
         return [{"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"}]
     return [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(rank)}, *_common_env()]
 
 
 def head_env(spec: RLJobSpec, workers: int) -> list[dict]:
     """The head's variables: the rank after the workers, the driver hook, and whole log lines."""
-    if not is_framework(spec):
+    if not spec.framework_job:
         return []
     return [
         {"name": contract.RLINF_NODE_RANK_ENV, "value": str(workers)},
         *_common_env(),
         {"name": contract.RAY_RUNTIME_ENV_HOOK_ENV, "value": f"{contract.PROBE_MODULE}.runtime_env_hook"},
-        {"name": contract.FRAMEWORK_ENV, "value": str(spec.framework)},
         {"name": "RAY_DEDUP_LOGS", "value": "0"},
     ]
 
 
 def with_probe(template: dict, spec: RLJobSpec, job: str, container: str) -> dict:
     """`template` with the probe mounted in `container` (unchanged for an rlplace-driver job)."""
-    if not is_framework(spec):
+    if not spec.framework_job:
         return template
-    pod = dict(template["spec"])
     source = {
         "name": placement_configmap_name(job),
         "items": [{"key": contract.PROBE_FILE, "path": contract.PROBE_FILE}],
     }
-    pod["volumes"] = [*(pod.get("volumes") or []), {"name": PROBE_VOLUME, "configMap": source}]
     mount = {"name": PROBE_VOLUME, "mountPath": contract.PROBE_MOUNT_DIR, "readOnly": True}
-    pod["containers"] = [
-        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]} if c["name"] == container else c
-        for c in pod["containers"]
-    ]
-    return {**template, "spec": pod}
+    return with_volume(template, {"name": PROBE_VOLUME, "configMap": source}, container, mount)
 
 
-def ray_cpus(spec: RLJobSpec, cpus: int, processes: int) -> dict[str, str]:
-    """`num-cpus` for a framework job's pod with `cpus` (the container's, rounded up) and the plan's processes."""
-    if not is_framework(spec):
-        return {}
-    return {"num-cpus": str(max(cpus, processes) + EXTRA_RAY_CPUS)}
+def extra_ray_cpus(spec: RLJobSpec) -> int:
+    """Ray CPUs a pod declares beyond the plan's processes on it (raycluster.worker_start_params)."""
+    return EXTRA_RAY_CPUS if spec.framework_job else 0
 
 
 def entrypoint(spec: RLJobSpec, workers: int) -> str:

@@ -26,6 +26,18 @@ def _keyed(entries: Iterable[Any], key: Callable[[Any], str]) -> list[Any]:
     return list(result.values())
 
 
+def with_volume(template: dict, volume: dict, container: str, mount: dict) -> dict:
+    """`template` with `volume` added to the pod and `mount` to its container `container` (rlplace's own
+    volumes: the checkpoint, a framework job's probe)."""
+    pod = dict(template["spec"])
+    pod["volumes"] = [*(pod.get("volumes") or []), volume]
+    pod["containers"] = [
+        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]} if c["name"] == container else c
+        for c in pod["containers"]
+    ]
+    return {**template, "spec": pod}
+
+
 def merge(levels: Sequence[PodOptions]) -> PodOptions:
     """One pod's settings from the widest to the narrowest level: maps and lists add up (the same volume name,
     mount path, Secret or variable name replaces the wider entry), a single value replaces the wider one."""

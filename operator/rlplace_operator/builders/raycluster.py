@@ -15,7 +15,13 @@ from kubernetes.utils.quantity import parse_quantity
 
 from placement_core import contract
 from rlplace_operator.builders import framework
-from rlplace_operator.builders.podtemplate import apply_pod_options, effective_head, effective_worker, wire
+from rlplace_operator.builders.podtemplate import (
+    apply_pod_options,
+    effective_head,
+    effective_worker,
+    wire,
+    with_volume,
+)
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -82,13 +88,18 @@ def _resources(cpu: str, memory: str, extended: Mapping[str, int] | None = None)
     return {"limits": {"cpu": cpu, "memory": memory, **{k: str(v) for k, v in (extended or {}).items()}}}
 
 
-def worker_start_params(cpu_limit: str, processes: int) -> dict[str, str]:
+def worker_start_params(cpu_limit: str, processes: int, extra_cpus: int = 0) -> dict[str, str]:
     """`num-cpus` of at least the plan's processes on the node, when the pod's CPU limit (Ray's count
     otherwise) is lower: the raylet prestarts as many Python worker processes as it counts CPUs when the pod
     starts, so the driver's actors find their processes already started instead of starting them one after
-    another once the job runs. The launcher's actors ask for no CPU, so the count places nothing of rlplace's."""
+    another once the job runs. The launcher's actors ask for no CPU, so the count places nothing of rlplace's.
+
+    A framework job's actors do ask Ray for a CPU each to be scheduled, and the framework starts actors of its
+    own: its pods (the head too, with no processes of the plan) declare `extra_cpus` more
+    (builders/framework.extra_ray_cpus)."""
     cpus = math.ceil(parse_quantity(cpu_limit))
-    return {"num-cpus": str(processes)} if processes > cpus else {}
+    wanted = max(cpus, processes) + extra_cpus
+    return {"num-cpus": str(wanted)} if wanted > cpus else {}
 
 
 def startup_concurrency_env(processes: int) -> list[dict]:
@@ -112,15 +123,10 @@ def with_checkpoint(template: dict, spec: RLJobSpec, container: str) -> dict:
     """`template` with spec.checkpoint's volume mounted at its path in `container` (unchanged without one)."""
     if spec.checkpoint is None:
         return template
-    source = wire(spec.checkpoint.volume)
-    pod = dict(template["spec"])
-    pod["volumes"] = [*(pod.get("volumes") or []), {**source, "name": CHECKPOINT_VOLUME}]
-    mount = {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
-    pod["containers"] = [
-        {**c, "volumeMounts": [*(c.get("volumeMounts") or []), mount]} if c["name"] == container else c
-        for c in pod["containers"]
-    ]
-    return {**template, "spec": pod}
+    volume = {**wire(spec.checkpoint.volume), "name": CHECKPOINT_VOLUME}
+    return with_volume(
+        template, volume, container, {"name": CHECKPOINT_VOLUME, "mountPath": spec.checkpoint.mount_path}
+    )
 
 
 def on_nodes(names: Sequence[str]) -> dict:
@@ -162,8 +168,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "minReplicas": 1,
         "rayStartParams": {
             **contract.ray_start_params(node.rank, node.gpus),
-            **worker_start_params(spec.ray.worker_resources.cpu, node.processes),
-            **framework.ray_cpus(spec, math.ceil(parse_quantity(spec.ray.worker_resources.cpu)), node.processes),
+            **worker_start_params(spec.ray.worker_resources.cpu, node.processes, framework.extra_ray_cpus(spec)),
         },
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
@@ -216,7 +221,7 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
         "rayStartParams": {
             "dashboard-host": "0.0.0.0",
             "num-gpus": "0",
-            **framework.ray_cpus(spec, math.ceil(parse_quantity(spec.ray.head_resources.cpu)), 0),
+            **worker_start_params(spec.ray.head_resources.cpu, 0, framework.extra_ray_cpus(spec)),
         },
         "template": apply_pod_options(
             framework.with_probe(with_checkpoint(template, spec, "ray-head"), spec, job, "ray-head"),
