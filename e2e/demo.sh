@@ -119,35 +119,32 @@ echo
 echo "\$ kubectl get configmap collocated-placement -o jsonpath='{.data.plan\\.json}' | rlplace show -"
 kubectl -n default get configmap collocated-placement -o jsonpath='{.data.plan\.json}' | .venv/bin/rlplace show -
 
+# Apply examples/rljob-<job>.yaml, wait for the job to succeed (or stop the demo with its message), show it.
+run_to_succeeded() { # run_to_succeeded <job>
+  kubectl apply -n default -f "examples/rljob-$1.yaml" >/dev/null
+  if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded "rljob/$1" --timeout=420s >/dev/null; then
+    kubectl -n default get rljob "$1" -o wide
+    die "$1 did not succeed: $(kubectl -n default get rljob "$1" -o jsonpath='{.status.message}')"
+  fi
+  echo
+  echo "\$ kubectl get rljob $1 -o wide"
+  kubectl -n default get rljob "$1" -o wide
+  echo
+}
+
 # The jobs above stop at Running (kwok nodes run no containers). On real nodes a job with an entrypoint runs
 # its driver to the end: every process checks its own GPUs and node from inside, and the driver's log ends
 # with what each process saw.
 if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) && -f examples/nodegroups-real.yaml ]]; then
   log "applying examples/nodegroups-real.yaml and rljob-heterogeneous-run.yaml (real nodes: the driver runs)"
   kubectl apply -f examples/nodegroups-real.yaml >/dev/null
-  kubectl apply -n default -f examples/rljob-heterogeneous-run.yaml >/dev/null
-  if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded rljob/heterogeneous-run --timeout=420s >/dev/null; then
-    kubectl -n default get rljob heterogeneous-run -o wide
-    die "heterogeneous-run did not succeed: $(kubectl -n default get rljob heterogeneous-run -o jsonpath='{.status.message}')"
-  fi
-  echo
-  echo "\$ kubectl get rljob heterogeneous-run -o wide"
-  kubectl -n default get rljob heterogeneous-run -o wide
-  echo
+  run_to_succeeded heterogeneous-run
   echo "\$ kubectl logs job/heterogeneous-run   # the driver, from inside the pods (last lines)"
   kubectl -n default logs job/heterogeneous-run | grep -v '^rlplace-binding-report: ' | tail -12
   # A real RLinf program, unchanged (spec.framework: rlinf): RLinf's own scheduler places the processes, the
   # probe rlplace mounts shows each one from inside, Ray's State API from outside (docs/frameworks.md).
   log "applying examples/rljob-rlinf-run.yaml (an RLinf program, unchanged, on the same three nodes)"
-  kubectl apply -n default -f examples/rljob-rlinf-run.yaml >/dev/null
-  if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded rljob/rlinf-run --timeout=420s >/dev/null; then
-    kubectl -n default get rljob rlinf-run -o wide
-    die "rlinf-run did not succeed: $(kubectl -n default get rljob rlinf-run -o jsonpath='{.status.message}')"
-  fi
-  echo
-  echo "\$ kubectl get rljob rlinf-run -o wide"
-  kubectl -n default get rljob rlinf-run -o wide
-  echo
+  run_to_succeeded rlinf-run
   echo "\$ kubectl logs job/rlinf-run   # each RLinf worker's rlplace-probe line, from inside its pod (summarised)"
   kubectl -n default logs job/rlinf-run | .venv/bin/python -c '
 import json, sys
