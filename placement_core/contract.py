@@ -81,6 +81,12 @@ RLINF_NODE_RANK_ENV = "RLINF_NODE_RANK"
 RLINF_EXT_MODULE_ENV = "RLINF_EXT_MODULE"
 #: Ray imports this function in a driver's ray.init (set on the head: the framework's driver runs there).
 RAY_RUNTIME_ENV_HOOK_ENV = "RAY_RUNTIME_ENV_HOOK"
+#: The framework, on the head, for the probe's driver hook: `verl` adds the probe's worker setup hook.
+FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
+#: Where veRL's `file` logger writes its step metrics (JSONL); the operator sets it in a veRL job's pods and
+#: the probe tails it (docs/frameworks.md).
+VERL_METRICS_ENV = "VERL_FILE_LOGGER_PATH"
+VERL_METRICS_PATH = "/tmp/rlplace/verl-metrics.jsonl"
 
 
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:

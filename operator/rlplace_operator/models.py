@@ -825,6 +825,9 @@ class Framework(enum.StrEnum):
     """The entrypoint is a driver written against rlplace's launcher (placement_core.launcher.launch_all)."""
     RLINF = "rlinf"
     """The entrypoint is the user's RLinf program, unchanged: RLinf's own scheduler places the processes."""
+    VERL = "verl"
+    """The entrypoint is the user's veRL program, unchanged: Ray assigns the GPU ids of veRL's resource pools;
+    rlplace provisions the plan's nodes and GPUs and observes what each process got (not enforced)."""
 
 
 class OnBindingMismatch(enum.StrEnum):
@@ -832,7 +835,7 @@ class OnBindingMismatch(enum.StrEnum):
     REPORT = "Report"
 
 
-FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE = "framework rlinf runs the framework's own program: it needs an entrypoint"
+FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE = "framework rlinf or verl runs the framework's own program: it needs an entrypoint"
 
 
 #: Default of spec.run.maxRestarts: a few lost nodes in a long run, not a crash loop.
@@ -978,10 +981,12 @@ class RLJobSpec(
     run: RunSpec = RunSpec()
     """How the driver runs (KubeRay RayJob settings); used only with an entrypoint."""
     framework: Framework = Framework.RLPLACE
-    """Whose program the entrypoint runs: rlplace (a driver using rlplace's launcher) or rlinf (the user's RLinf
-    program, unchanged). With rlinf every Ray pod gets RLINF_NODE_RANK (the head after the workers), the
-    entrypoint gets `cluster.num_nodes=<workers + 1>` appended, and each process's binding is checked from the
-    probe rlplace mounts in the pods and Ray's State API (docs/frameworks.md)."""
+    """Whose program the entrypoint runs: rlplace (a driver using rlplace's launcher), rlinf or verl (the user's
+    RLinf or veRL program, unchanged). With rlinf every Ray pod gets RLINF_NODE_RANK (the head after the
+    workers), the entrypoint gets `cluster.num_nodes=<workers + 1>` appended, and each process's binding is
+    checked against the plan from the probe rlplace mounts in the pods and Ray's State API. With verl the Ray
+    cluster has exactly the plan's nodes and GPUs, Ray assigns the GPU ids, and what each process got is
+    observed and checked per pool (status.observedPlacement; docs/frameworks.md)."""
     on_binding_mismatch: OnBindingMismatch = OnBindingMismatch.FAIL
     """A framework job whose process runs elsewhere than planned: Fail stops it (phase Failed, the rank named in
     BindingVerified); Report keeps it running with BindingVerified False."""
@@ -1072,6 +1077,19 @@ class ComponentBinding(_Camel):
     """Processes whose environment, node and GPUs matched their plan entry."""
     processes: int
     """Processes the driver launched."""
+
+
+class ObservedProcesses(_Camel):
+    """The processes of a component on one node and the GPU ids Ray gave each (observed, not enforced)."""
+
+    component: str
+    """Component name."""
+    node: str
+    """Kubernetes node name."""
+    ranks: list[int]
+    """The framework's ranks of the processes."""
+    gpus: list[str]
+    """Per process (in the order of ranks): its GPU ids, comma-separated."""
 
 
 class Restart(_Camel):
@@ -1223,6 +1241,9 @@ class RLJobStatus(_Camel):
     """When the driver ended (RFC 3339)."""
     binding: list[ComponentBinding] = []
     """Per component: processes that verified their own placement from inside, as the driver reported."""
+    observed_placement: list[ObservedProcesses] = []
+    """A framework job whose GPU ids Ray assigns (framework verl): what each process got, per component and
+    node, as observed (not enforced)."""
     attempts: int | None = None
     """Driver submissions of the current spec: 1 once the driver started, +1 each time KubeRay submits it again
     (a lost head pod, a retried driver)."""

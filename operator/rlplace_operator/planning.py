@@ -216,6 +216,9 @@ def worker_nodes(
 ) -> list[WorkerNode]:
     """One worker per node any process uses, requesting every unit the job's groups count on it."""
     per_node = Counter(process.node_rank for _, process in plan.processes())
+    held: dict[int, set[int]] = {}
+    for _, process in plan.processes():
+        held.setdefault(process.node_rank, set()).update(process.held_gpus)
     used = sorted(per_node)
     # Membership as sets: with 1,000 nodes a scan of every group's node list per node would be quadratic.
     members = [(group, {e.name for e in group.status.nodes}) for group in groups]
@@ -236,7 +239,15 @@ def worker_nodes(
                 env.update({v.name: v.value for v in group.spec.env})
         workers.append(
             WorkerNode(
-                rank, node.name, node.num_accelerators, requests, env, tuple(in_groups), info.taints, per_node[rank]
+                rank,
+                node.name,
+                node.num_accelerators,
+                requests,
+                env,
+                tuple(in_groups),
+                info.taints,
+                per_node[rank],
+                tuple(sorted(held[rank])),
             )
         )
     return workers

@@ -92,9 +92,13 @@ class Job:
         return bool(self.spec.get("entrypoint"))
 
     @property
+    def framework(self) -> Framework:
+        return Framework(self.spec.get("framework") or Framework.RLPLACE)
+
+    @property
     def framework_job(self) -> bool:
         """A framework job: the framework's own program starts its processes (models.Framework)."""
-        return (self.spec.get("framework") or Framework.RLPLACE) != Framework.RLPLACE
+        return self.framework is not Framework.RLPLACE
 
     @property
     def stops_on_mismatch(self) -> bool:

@@ -83,7 +83,7 @@ def worker_name(name: str) -> tuple[str, int] | None:
     return (match.group("group"), int(match.group("rank"))) if match else None
 
 
-def _json_after(line: str, prefix: str) -> object | None:
+def json_after(line: str, prefix: str) -> object | None:
     start = line.find(prefix)
     if start < 0:
         return None
@@ -100,12 +100,12 @@ def observed_in(log: str, namespace: str = RLINF_NAMESPACE) -> Observed:
     actors: dict[tuple[str, int], ActorRecord] = {}
     for line in log.splitlines():
         if PROBE_PREFIX in line:
-            raw = _json_after(line, PROBE_PREFIX)
+            raw = json_after(line, PROBE_PREFIX)
             record = _probe(raw) if isinstance(raw, dict) else None
             if record is not None:
                 probes[(record.group, record.rank)] = record
         elif ACTORS_PREFIX in line:
-            raw = _json_after(line, ACTORS_PREFIX)
+            raw = json_after(line, ACTORS_PREFIX)
             for entry in raw if isinstance(raw, list) else ():
                 actor = _actor(entry, namespace) if isinstance(entry, dict) else None
                 if actor is not None:

@@ -9,11 +9,17 @@ directory on PYTHONPATH under the module name `rlplace_probe` (placement_core.co
   runtime_env and before the Worker's __init__, and calls `register()`: the environment RLinf computed for the
   process (RANK, CUDA_VISIBLE_DEVICES, ...) is final then.
 - Ray calls `runtime_env_hook` (RAY_RUNTIME_ENV_HOOK, set on the head) in the framework's driver when it calls
-  ray.init. It changes nothing in the runtime_env; it starts a thread in the driver that reads Ray's State API
-  (every named actor, its Ray node's rlplace node-rank label, its pid and the CUDA_VISIBLE_DEVICES of its
-  runtime_env) and prints it as `rlplace-actors: {json}` whenever it changed: the outside view of the binding.
-  The same thread passes the step times the framework logs (RLinf's MetricLogger.log, its `time/*` keys) to
-  the operator's progress endpoint, raw: the operator maps them (placement_core.launcher.adapters).
+  ray.init. It starts a thread in the driver that reads Ray's State API (every named actor, its Ray node's
+  rlplace node-rank label, its pid and the CUDA_VISIBLE_DEVICES of its runtime_env) and prints it as
+  `rlplace-actors: {json}` whenever it changed: the outside view of the binding. For RLinf it passes the step
+  times RLinf logs (MetricLogger.log, its `time/*` keys) to the operator's progress endpoint, raw: the operator
+  maps them (placement_core.launcher.adapters).
+- For a framework that leaves GPU ids to Ray (veRL: RLPLACE_FRAMEWORK=verl on the head), the same hook adds
+  `worker_setup` as the job's `worker_process_setup_hook`, which Ray runs in every worker process of the job.
+  Ray assigns an actor's GPUs (CUDA_VISIBLE_DEVICES) only after the hook, when the actor's creation task runs,
+  so `worker_setup` starts a thread that waits for that and then prints the record, with the actor's name and
+  the GPU ids Ray gave it. The thread also passes on the step times veRL's `file` logger writes (JSONL at
+  $VERL_FILE_LOGGER_PATH, which the operator sets in the pods): one process per pod tails the file.
 
 `register()` prints one line, `rlplace-probe: {json}`, to the process's stdout. Ray forwards worker output to
 the driver (the head pod sets RAY_DEDUP_LOGS=0 so that no line is folded into another), and the operator reads
@@ -69,7 +75,17 @@ VARIABLES = (
     "MASTER_ADDR",
     "RLPLACE_ATTEMPT",
     "RLPLACE_CHECKPOINT_DIR",
+    "WG_PREFIX",
+    "RAY_LOCAL_WORLD_SIZE",
 )
+#: The head's variable naming the framework (placement_core.contract.FRAMEWORK_ENV).
+FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
+#: Where veRL's `file` logger writes each step's metrics, one JSON object per line (`{"step", "data"}`).
+VERL_METRICS_ENV = "VERL_FILE_LOGGER_PATH"
+#: How long a worker process waits for Ray to make it an actor, and then for its GPU ids (an actor without
+#: GPUs never gets any: its record then says so).
+ACTOR_WAIT_S = 600.0
+GPU_WAIT_S = 5.0
 
 
 def device_uuids(visible: str | None) -> list[str] | None:
@@ -102,24 +118,116 @@ def device_uuids(visible: str | None) -> list[str] | None:
     return chosen
 
 
-def record() -> dict[str, object]:
-    """What this process sees now."""
+def record(**extra: object) -> dict[str, object]:
+    """What this process sees now (and `extra`: what Ray told it)."""
     environ = os.environ
     return {
         "pid": os.getpid(),
         "env": {key: environ[key] for key in VARIABLES if key in environ},
         "uuids": device_uuids(environ.get("CUDA_VISIBLE_DEVICES")),
+        **extra,
     }
 
 
-def register() -> None:
+def register(**extra: object) -> None:
     """RLinf's extension hook (RLINF_EXT_MODULE): print this process's record. Never raises: a probe that
     failed shows as a process without a record, which the operator's check names."""
     try:
-        line = PREFIX + json.dumps(record(), separators=(",", ":"), sort_keys=True)
+        line = PREFIX + json.dumps(record(**extra), separators=(",", ":"), sort_keys=True)
     except Exception as err:  # the framework's process must start whatever the probe hits
         line = PREFIX + json.dumps({"pid": os.getpid(), "error": f"{type(err).__name__}: {err}"})
     print(line, file=sys.stdout, flush=True)
+
+
+# -- in every worker process of a framework that leaves GPU ids to Ray (worker_process_setup_hook) -------------
+
+
+def worker_setup() -> None:
+    """Ray's worker_process_setup_hook: report this process once Ray has made it an actor and given it its
+    GPUs, and (once per pod) pass veRL's logged step times on. Returns at once: Ray runs the hook before the
+    actor's creation task."""
+    threading.Thread(target=_report_when_assigned, name="rlplace-probe", daemon=True).start()
+    if os.environ.get(VERL_METRICS_ENV):
+        threading.Thread(target=_tail_metrics, args=(os.environ[VERL_METRICS_ENV],), daemon=True).start()
+
+
+def _report_when_assigned() -> None:
+    import ray
+
+    context = ray.get_runtime_context()
+    deadline = time.monotonic() + ACTOR_WAIT_S
+    while context.get_actor_id() is None:  # a task worker never becomes an actor: it reports nothing
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+    # Ray sets the actor's CUDA_VISIBLE_DEVICES to its GPU ids just after it assigns them; until then the
+    # variable is the pod's (which lists every GPU Ray was given on the node).
+    gpus: list[str] = []
+    deadline = time.monotonic() + GPU_WAIT_S
+    while time.monotonic() < deadline:
+        gpus = [str(g) for g in context.get_accelerator_ids().get("GPU", [])]
+        if gpus and os.environ.get("CUDA_VISIBLE_DEVICES") == ",".join(gpus):
+            break
+        time.sleep(0.1)
+    register(actor=context.get_actor_name(), gpu_ids=gpus)
+
+
+def _tail_metrics(path: str) -> None:
+    """Post each line veRL's file logger appends to `path`, from one process of the pod: the one that holds
+    the lock beside the file (another takes over when it exits). The offset reached is kept beside the file
+    too, so a takeover does not post a step twice."""
+    import fcntl
+
+    lock_path, offset_path = f"{path}.rlplace-lock", f"{path}.rlplace-offset"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(lock_path, "a") as lock:
+            while True:
+                try:
+                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError:
+                    time.sleep(WATCH_INTERVAL_S)
+            offset = _read_offset(offset_path)
+            while True:
+                offset = _post_new_lines(path, offset)
+                with open(offset_path, "w") as handle:
+                    handle.write(str(offset))
+                time.sleep(WATCH_INTERVAL_S)
+    except Exception:  # progress is best effort: training never waits on it
+        return
+
+
+def _read_offset(path: str) -> int:
+    try:
+        with open(path) as handle:
+            return int(handle.read() or 0)
+    except (OSError, ValueError):
+        return 0
+
+
+def _post_new_lines(path: str, offset: int) -> int:
+    """Post the whole lines of `path` after `offset`; the offset after them."""
+    if not os.path.exists(path):
+        return offset
+    if os.path.getsize(path) < offset:
+        offset = 0  # the driver ran again in the same pods: its logger started the file over
+    with open(path, "rb") as handle:
+        handle.seek(offset)
+        for raw in iter(handle.readline, b""):
+            if not raw.endswith(b"\n"):
+                break  # a line being written: read it whole next time
+            offset += len(raw)
+            _post_logged(raw)
+    return offset
+
+
+def _post_logged(raw: bytes) -> None:
+    try:
+        entry = json.loads(raw)
+        send_metrics("verl", dict(entry["data"]), int(entry["step"]))
+    except (ValueError, KeyError, TypeError):
+        return
 
 
 # -- in the framework's driver (RAY_RUNTIME_ENV_HOOK) ----------------------------------------------------------
@@ -128,12 +236,17 @@ _started = threading.Event()
 
 
 def runtime_env_hook(runtime_env: dict[str, Any] | None) -> dict[str, Any]:
-    """Ray's driver hook: the runtime_env unchanged, and (once per process) the watcher thread started."""
+    """Ray's driver hook: (once per process) the watcher thread started, and the runtime_env unchanged, or
+    for veRL with `worker_setup` as its worker_process_setup_hook. A setup hook of the program's own is kept
+    (Ray runs one): its processes then print no record, which the check names."""
     if not _started.is_set():
         _started.set()
         threading.Thread(target=_watch_actors, name="rlplace-probe", daemon=True).start()
         _observe_metrics()
-    return dict(runtime_env or {})
+    env = dict(runtime_env or {})
+    if os.environ.get(FRAMEWORK_ENV) == "verl":
+        env.setdefault("worker_process_setup_hook", f"{__name__}.worker_setup")
+    return env
 
 
 def actors_now() -> list[dict[str, object]]:

@@ -75,6 +75,8 @@ class ProcessCheck:
     seen: bool = True
     """False for a process a framework job's check has not seen yet (launcher/observe.py): not verified, but
     not the mismatch to name either."""
+    gpu_ids: tuple[str, ...] | None = None
+    """The GPU ids Ray gave the process, where Ray chose them (launcher/observe_pools.py); None otherwise."""
 
     @property
     def ok(self) -> bool:
@@ -251,14 +253,17 @@ class BindingReport:
     checks: tuple[ProcessCheck, ...]
     components: tuple[str, ...] = field(default=())
     """Components in launch order (the keys of `verified`)."""
+    enforced: bool = True
+    """False where the GPU ids were Ray's choice, observed and not set by the plan (launcher/observe_pools.py):
+    the summary says so."""
 
     @classmethod
-    def of(cls, checks: Iterable[tuple[ProcessCheck, ProcessPlan]]) -> BindingReport:
+    def of(cls, checks: Iterable[tuple[ProcessCheck, ProcessPlan]], enforced: bool = True) -> BindingReport:
         """The report over (check, plan entry) pairs, with the device-UUID cross-check added."""
         pairs = list(checks)
         shared = _shared_uuid_problems(pairs)
         merged = tuple(replace(c, problems=c.problems + shared.get((c.component, c.rank), ())) for c, _ in pairs)
-        return cls(merged, tuple(dict.fromkeys(c.component for c in merged)))
+        return cls(merged, tuple(dict.fromkeys(c.component for c in merged)), enforced)
 
     @property
     def ok(self) -> bool:
@@ -287,7 +292,8 @@ class BindingReport:
         totals = self.totals()
         counts = ", ".join(f"{name} {n}/{totals[name]}" for name, n in self.verified().items())
         bad = self.first_failure()
-        return f"verified {counts}" + ("" if bad is None else f"; {bad.describe()}")
+        verb = "verified" if self.enforced else "observed (GPU ids Ray's, not enforced)"
+        return f"{verb} {counts}" + ("" if bad is None else f"; {bad.describe()}")
 
     def to_json(self) -> str:
         return json.dumps(

@@ -8,6 +8,10 @@ WorkerGroup.launch; rlplace only provisions the plan's nodes, sets RLinf's node 
   operator's progress endpoint, status.progress from RLinf's own time/* metrics;
 - with a Hydra override that moves the actor inside RLinf (its own config then disagrees with the RLJob), the
   job fails with BindingVerified False naming the rank, the GPU it got and the GPU planned.
+- a program that leaves GPU ids to Ray the way veRL's resource pools do (e2e/images/rlinf-test/verl_style_job)
+  runs with only the plan's GPUs shown to Ray; every process is observed on its pool's node with distinct GPUs
+  (BindingVerified True, reason Observed), status.observedPlacement lists the GPU ids Ray gave, and
+  status.progress comes from the timing_s/* lines of the `file` logger, posted from whichever pod runs them.
 Skipped, with the reason, on clusters without real nodes (the real_nodes fixture).
 """
 
@@ -18,6 +22,7 @@ from kubernetes import client
 from test_run import RunJobs, driver_log, example
 
 from placement_core.launcher.observe import framework_report, observed_in
+from placement_core.launcher.observe_pools import observed_pools_in
 from placement_core.plan import Plan
 
 from e2e_cluster import wait_for
@@ -111,3 +116,53 @@ def test_a_component_moved_inside_rlinf_fails_the_job_naming_the_rank(run_jobs: 
     assert status["message"].startswith("binding check failed: component 'actor' rank 0 on node 'real-a800-0'")
     # Stopped by the operator (RLinf itself would have trained on): its RayJob is deleted after the status says so.
     wait_for(lambda: run_jobs.ray("rayjobs", job) is None, 60, "the job's RayJob deleted")
+
+
+def test_a_verl_style_program_is_observed_on_the_plans_nodes_with_the_gpu_ids_ray_gave(
+    run_jobs: RunJobs, real_nodes: list[str], kubeconfig: str
+) -> None:
+    body = example("rljob-verl-run.yaml")
+    job = body["metadata"]["name"]
+    run_jobs.create(body)
+    wait_for(lambda: len(_pod_env(run_jobs, job, "worker")) == 2 or None, 240, "the job's two worker pods")
+    # Ray is shown only the plan's GPUs of each node: 4 of the a800 node's 8, 2 of the 4090 node's.
+    shown = sorted(env.get("CUDA_VISIBLE_DEVICES", "") for env in _pod_env(run_jobs, job, "worker"))
+    assert shown == ["0,1", "0,1,2,3"], shown
+    (head,) = _pod_env(run_jobs, job, "head")
+    assert head["RLPLACE_FRAMEWORK"] == "verl" and "RLINF_NODE_RANK" not in head
+
+    status = run_jobs.wait_phase(job, "Succeeded", timeout=480)
+    verified = {c["type"]: c for c in status["conditions"]}["BindingVerified"]
+    assert (verified["status"], verified["reason"]) == ("True", "Observed"), verified
+    assert verified["message"] == "observed (GPU ids Ray's, not enforced) actor 4/4, rollout 4/4, ref 4/4, reward 2/2"
+    observed = {(e["component"], e["node"]): e for e in status["observedPlacement"]}
+    print("observedPlacement:", status["observedPlacement"])
+    actor, reward = observed[("actor", "real-a800-0")], observed[("reward", "real-4090-0")]
+    assert sorted(actor["gpus"]) == ["0", "1", "2", "3"] and sorted(reward["gpus"]) == ["0", "1"]
+    # The processes' own records, as the driver's log has them: one per GPU of each pool, TaskRunner left out.
+    pooled = observed_pools_in(driver_log(kubeconfig, run_jobs.namespace, job))
+    assert sorted(p.kube_node for p in pooled.processes.values()) == ["real-4090-0"] * 2 + ["real-a800-0"] * 4
+    assert all(p.cuda_visible_devices == ",".join(p.gpu_ids) for p in pooled.processes.values())
+    assert set(pooled.processes) <= set(pooled.actors)
+    if "RLPLACE_PROGRESS_URL" in head:
+        # veRL's file logger lines (timing_s/gen, update_actor, reward), passed on from the TaskRunner's pod.
+        progress = status.get("progress") or {}
+        print("progress:", progress)
+        assert progress.get("iteration", 0) >= 4, status
+        assert {c["name"] for c in progress["components"]} >= {"rollout", "actor"}, progress
+
+
+def test_a_program_that_starts_no_worker_is_named_when_its_driver_ends(
+    run_jobs: RunJobs, real_nodes: list[str]
+) -> None:
+    body = example("rljob-verl-run.yaml")
+    body["metadata"]["name"] = job = "verl-no-workers"
+    body["spec"]["entrypoint"] = "python -c 'import ray; ray.init()'"  # connects, starts nothing, exits 0
+    run_jobs.create(body)
+    status = run_jobs.wait_phase(job, "Failed", timeout=300)
+    verified = {c["type"]: c for c in status["conditions"]}["BindingVerified"]
+    assert verified["reason"] == "BindingMismatch", verified
+    assert verified["message"] == (
+        "observed (GPU ids Ray's, not enforced) actor 0/4, rollout 0/4, ref 0/4, reward 0/2; component 'actor' rank "
+        "0 on node 'real-a800-0': no process of the framework on this node (its worker group is smaller than planned)"
+    )

@@ -19,7 +19,11 @@ BODY = {
     "componentPlacement": [{"components": "actor", "placement": "all"}],
     "entrypoint": "python train.py --config-name grpo",
 }
-NODES = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}, processes=8), WorkerNode(1, "a800-1", 8, processes=8)]
+ALL = tuple(range(8))
+NODES = [
+    WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}, processes=8, held_gpus=ALL),
+    WorkerNode(1, "a800-1", 8, processes=8, held_gpus=ALL),
+]
 
 
 def _env(container: dict) -> dict[str, str]:
@@ -55,6 +59,39 @@ def test_rlinf_gets_the_plans_node_ranks_with_the_head_counted_last() -> None:
     assert spec["rayClusterSpec"]["headGroupSpec"]["rayStartParams"]["num-cpus"] == "5"
 
 
+def test_verl_gets_the_probes_setup_hook_its_metrics_file_and_no_node_ranks() -> None:
+    spec = _rayjob(framework="verl")
+    assert spec["entrypoint"] == BODY["entrypoint"]  # veRL's own config says its nodes: nothing is appended
+    head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
+    assert _env(head)[contract.FRAMEWORK_ENV] == "verl"
+    assert _env(head)[contract.RAY_RUNTIME_ENV_HOOK_ENV] == "rlplace_probe.runtime_env_hook"
+    workers = [g["template"]["spec"]["containers"][0] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
+    for container in [head, *workers]:
+        env = _env(container)
+        assert env[contract.VERL_METRICS_ENV] == contract.VERL_METRICS_PATH
+        assert env["PYTHONPATH"] == contract.PROBE_MOUNT_DIR
+        for unwanted in (contract.RLINF_NODE_RANK_ENV, contract.RLINF_EXT_MODULE_ENV,
+                         "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"):  # fmt: skip
+            assert unwanted not in env
+    # veRL's bundles ask for 3 CPUs per GPU, beside the processes of the plan and its own actors.
+    groups = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert [g["rayStartParams"]["num-cpus"] for g in groups] == ["36", "36"]
+    assert [g["rayStartParams"]["num-gpus"] for g in groups] == ["8", "8"]
+    assert "CUDA_VISIBLE_DEVICES" not in _env(workers[0])
+
+
+def test_verl_on_a_node_used_in_part_is_shown_only_the_plans_gpus() -> None:
+    # Ray picks veRL's GPU ids: a node whose GPUs 4-7 the plan holds shows Ray those four, by their own ids.
+    part = [WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}, processes=4, held_gpus=(4, 5, 6, 7))]
+    spec = build_rayjob("job", RLJobSpec.model_validate({**BODY, "framework": "verl"}), part)["spec"]
+    (group,) = spec["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["rayStartParams"]["num-gpus"] == "4"
+    assert _env(group["template"]["spec"]["containers"][0])["CUDA_VISIBLE_DEVICES"] == "4,5,6,7"
+    rlinf = build_rayjob("job", RLJobSpec.model_validate({**BODY, "framework": "rlinf"}), part)["spec"]
+    (group,) = rlinf["rayClusterSpec"]["workerGroupSpecs"]
+    assert group["rayStartParams"]["num-gpus"] == "8"  # RLinf sets every process's GPUs itself
+
+
 def test_an_rlplace_driver_job_is_as_before() -> None:
     spec = _rayjob()
     assert spec["entrypoint"] == BODY["entrypoint"]
@@ -77,5 +114,5 @@ def test_a_framework_job_needs_an_entrypoint_and_a_known_framework() -> None:
     without = {k: v for k, v in BODY.items() if k != "entrypoint"}
     with pytest.raises(ValidationError, match=FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE):
         RLJobSpec.model_validate({**without, "framework": "rlinf"})
-    with pytest.raises(ValidationError, match="'rlplace' or 'rlinf'"):
-        RLJobSpec.model_validate({**BODY, "framework": "verl"})
+    with pytest.raises(ValidationError, match="'rlplace', 'rlinf' or 'verl'"):
+        RLJobSpec.model_validate({**BODY, "framework": "openrlhf"})

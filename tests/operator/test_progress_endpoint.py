@@ -312,6 +312,12 @@ def test_head_pod_gets_an_rlplace_token_and_its_jobs_url(kind: str) -> None:
     for group in cluster["workerGroupSpecs"]:  # the driver runs on the head only
         assert "volumes" not in group["template"]["spec"]
     assert with_progress_reporting(child, "job", None) is child
+    # veRL's metrics are written wherever its TaskRunner actor runs: every pod gets the token and the URL.
+    everywhere = with_progress_reporting(child, "job", "http://op.sys.svc:8081/", workers=True)
+    cluster = everywhere["spec"]["rayClusterSpec"] if kind == "RayJob" else everywhere["spec"]
+    for group in cluster["workerGroupSpecs"]:
+        env = {e["name"] for e in group["template"]["spec"]["containers"][0]["env"]}
+        assert contract.PROGRESS_URL_ENV in env and contract.PROGRESS_TOKEN_FILE_ENV in env
 
 
 # -- KubeIdentify: the real Kubernetes client against a stand-in API server ---------------------------------------

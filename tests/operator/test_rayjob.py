@@ -3,6 +3,7 @@ become the RLJob's status (pure; the e2e suite runs them against KubeRay)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -196,6 +197,27 @@ def test_a_succeeded_driver_with_verified_binding() -> None:
         "train-abcde",
         "2026-11-23T01:00:00Z",
         "2026-11-23T01:05:00Z",
+    )
+
+
+def test_an_observed_report_says_so_and_lists_the_gpu_ids_ray_gave_per_node() -> None:
+    observed = BindingReport(
+        tuple(replace(c, gpu_ids=(str(c.rank % 2),)) for c in report().checks), report().components, enforced=False
+    )
+    status = driver_status({}, rayjob("Running", "RUNNING"), observed, "ns", "train", SubmissionMode.K8S_JOB, 3)
+    binding = condition(status, BINDING_CONDITION)
+    assert (binding["status"], binding["reason"]) == ("True", "Observed")
+    assert binding["message"] == "observed (GPU ids Ray's, not enforced) a 2/2, b 2/2"
+    assert status["observedPlacement"] == [
+        {"component": "a", "node": "node-0", "ranks": [0, 1], "gpus": ["0", "1"]},
+        {"component": "b", "node": "node-0", "ranks": [0, 1], "gpus": ["0", "1"]},
+    ]
+    # A report rlplace's launcher enforced has no observed placement (the field is removed).
+    assert (
+        driver_status({}, rayjob("Running", "RUNNING"), report(), "ns", "t", SubmissionMode.K8S_JOB, 3)[
+            "observedPlacement"
+        ]
+        is None
     )
 
 

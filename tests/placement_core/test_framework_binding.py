@@ -82,6 +82,7 @@ def test_the_probe_and_the_parser_spell_the_contract_the_same_and_the_probe_stan
         contract.ACTORS_PREFIX,
         contract.NODE_LABEL,
     )
+    assert (probe.FRAMEWORK_ENV, probe.VERL_METRICS_ENV) == (contract.FRAMEWORK_ENV, contract.VERL_METRICS_ENV)
     assert f"{contract.PROBE_MODULE}.py" == contract.PROBE_FILE
     # The probe reports every variable a placement sets (it cannot import the list: it stands alone).
     assert set(PLAN.component("actor").processes[0].env) <= set(probe.VARIABLES)
@@ -99,6 +100,7 @@ def test_the_probe_and_the_parser_spell_the_contract_the_same_and_the_probe_stan
         "urllib",
         "collections",
         "typing",
+        "fcntl",
         "ray",
         "pynvml",
         "rlinf",

@@ -13,6 +13,20 @@ node ranks are rlplace's, so:
   (RAY_RUNTIME_ENV_HOOK), and Ray forwards every line to the driver's log whole (RAY_DEDUP_LOGS=0);
 - each pod declares more Ray CPUs than the plan's processes: every RLinf actor asks Ray for one CPU to be
   scheduled, and RLinf adds a node probe per node and a few managers of its own.
+
+veRL leaves GPU ids to Ray (placement groups of one-GPU bundles per node, `num_gpus` per actor), so rlplace
+shapes the Ray cluster to the plan and observes (launcher/observe_pools.py):
+
+- no pod sets RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES (veRL reads it and then picks its GPU itself);
+- a worker pod whose node the plan uses only in part shows Ray only the plan's GPUs: Ray's num-gpus is their
+  count and the pod's CUDA_VISIBLE_DEVICES lists them (Ray's GPU ids then index that list, and each actor's
+  CUDA_VISIBLE_DEVICES names the node's own GPU ids);
+- the head sets RLPLACE_FRAMEWORK=verl, so the probe's driver hook adds the probe's worker setup hook to the
+  job's runtime_env: every worker process reports its actor, node and the GPU ids Ray gave it;
+- every pod sets VERL_FILE_LOGGER_PATH, where veRL's `file` logger writes each step's metrics, which the probe
+  passes on to the operator's progress endpoint;
+- each pod declares VERL_BUNDLE_CPUS Ray CPUs per GPU beyond the plan's processes (veRL's bundles ask for
+  them: `max_colocate_count`, 3 by default).
 """
 
 from __future__ import annotations
@@ -27,8 +41,10 @@ from rlplace_operator.names import placement_configmap_name
 
 #: The pods' volume with the probe (the job's ConfigMap, its probe key only).
 PROBE_VOLUME = "rlplace-probe"
-#: Ray CPUs each pod declares beyond the plan's processes on it (RLinf's node probe and managers).
+#: Ray CPUs each pod declares beyond the plan's processes on it (RLinf's node probe and managers, veRL's
+#: TaskRunner and register center), and per GPU for veRL's bundles.
 EXTRA_RAY_CPUS = 4
+VERL_BUNDLE_CPUS = 3
 
 
 def probe_source() -> str:
@@ -41,28 +57,46 @@ def probe_data(spec: RLJobSpec) -> dict[str, str]:
     return {contract.PROBE_FILE: probe_source()} if spec.framework_job else {}
 
 
-def _common_env() -> list[dict]:
-    return [
-        {"name": "PYTHONPATH", "value": contract.PROBE_MOUNT_DIR},
-        {"name": contract.RLINF_EXT_MODULE_ENV, "value": contract.PROBE_MODULE},
-    ]
+def _common_env(spec: RLJobSpec) -> list[dict]:
+    probe_path = {"name": "PYTHONPATH", "value": contract.PROBE_MOUNT_DIR}
+    if spec.framework is Framework.VERL:
+        return [probe_path, {"name": contract.VERL_METRICS_ENV, "value": contract.VERL_METRICS_PATH}]
+    return [probe_path, {"name": contract.RLINF_EXT_MODULE_ENV, "value": contract.PROBE_MODULE}]
 
 
-def worker_env(spec: RLJobSpec, rank: int) -> list[dict]:
-    """A worker pod's variables: RLinf's node rank and the probe (for an rlplace-driver job, Ray's flag that
-    keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher sets)."""
+def _shaped(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> bool:
+    """Ray is shown only the plan's GPUs of the node (veRL on a node the plan uses in part)."""
+    return spec.framework is Framework.VERL and len(held) < gpus
+
+
+def ray_gpus(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> int:
+    """Ray's num-gpus of a worker on a node with `gpus` GPUs, `held` of them by the plan's processes."""
+    return len(held) if _shaped(spec, gpus, held) else gpus
+
+
+def worker_env(spec: RLJobSpec, rank: int, gpus: int = 0, held: tuple[int, ...] = ()) -> list[dict]:
+    """A worker pod's variables: RLinf's node rank and the probe, or veRL's probe and the plan's GPUs (for an
+    rlplace-driver job, Ray's flag that keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher
+    sets)."""
     if not spec.framework_job:
         return [{"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"}]
-    return [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(rank)}, *_common_env()]
+    if spec.framework is Framework.VERL:
+        shown = (
+            [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(map(str, held))}] if _shaped(spec, gpus, held) else []
+        )
+        return [*_common_env(spec), *shown]
+    return [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(rank)}, *_common_env(spec)]
 
 
 def head_env(spec: RLJobSpec, workers: int) -> list[dict]:
-    """The head's variables: the rank after the workers, the driver hook, and whole log lines."""
+    """The head's variables: (RLinf) the rank after the workers, the driver hook, and whole log lines."""
     if not spec.framework_job:
         return []
+    rank = [] if spec.framework is Framework.VERL else [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(workers)}]
     return [
-        {"name": contract.RLINF_NODE_RANK_ENV, "value": str(workers)},
-        *_common_env(),
+        *rank,
+        *_common_env(spec),
+        {"name": contract.FRAMEWORK_ENV, "value": str(spec.framework)},
         {"name": contract.RAY_RUNTIME_ENV_HOOK_ENV, "value": f"{contract.PROBE_MODULE}.runtime_env_hook"},
         {"name": "RAY_DEDUP_LOGS", "value": "0"},
     ]
@@ -80,9 +114,12 @@ def with_probe(template: dict, spec: RLJobSpec, job: str, container: str) -> dic
     return with_volume(template, {"name": PROBE_VOLUME, "configMap": source}, container, mount)
 
 
-def extra_ray_cpus(spec: RLJobSpec) -> int:
-    """Ray CPUs a pod declares beyond the plan's processes on it (raycluster.worker_start_params)."""
-    return EXTRA_RAY_CPUS if spec.framework_job else 0
+def extra_ray_cpus(spec: RLJobSpec, gpus: int) -> int:
+    """Ray CPUs a pod with `gpus` GPUs declares beyond the plan's processes on it
+    (raycluster.worker_start_params)."""
+    if not spec.framework_job:
+        return 0
+    return EXTRA_RAY_CPUS + (VERL_BUNDLE_CPUS * gpus if spec.framework is Framework.VERL else 0)
 
 
 def entrypoint(spec: RLJobSpec, workers: int) -> str:

@@ -1,4 +1,5 @@
-"""The head pod's means to report progress: a projected ServiceAccount token for rlplace and the endpoint's URL.
+"""A job's means to report progress: a projected ServiceAccount token for rlplace and the endpoint's URL, in
+the head pod (and for veRL in every pod).
 
 Kept apart from the RayCluster builder on purpose: it adds to whatever head pod that builder made (the driver
 runs on the head), and nothing here depends on how the rest of the pod is built.
@@ -40,18 +41,22 @@ def progress_env(job: str, base_url: str) -> list[dict]:
     ]
 
 
-def with_progress_reporting(child: dict, job: str, base_url: str | None) -> dict:
+def with_progress_reporting(child: dict, job: str, base_url: str | None, workers: bool = False) -> dict:
     """`child` (a RayCluster or a RayJob) with the token volume, its mount and the progress variables in the
-    head pod's first container; unchanged when the operator serves no progress endpoint (`base_url` None)."""
+    head pod's first container, and with `workers` in every worker pod's too (a framework whose metrics are
+    written by a process on any pod: veRL's logger runs in its TaskRunner actor); unchanged when the operator
+    serves no progress endpoint (`base_url` None)."""
     if not base_url:
         return child
     body = copy.deepcopy(child)
     spec = body["spec"]
     cluster = spec["rayClusterSpec"] if body.get("kind") == "RayJob" else spec
-    pod = cluster["headGroupSpec"]["template"]["spec"]
-    pod["volumes"] = [*pod.get("volumes", []), progress_volume()]
-    container = pod["containers"][0]
-    container["env"] = [*container.get("env", []), *progress_env(job, base_url)]
-    mount = {"name": _VOLUME, "mountPath": PROGRESS_TOKEN_DIR, "readOnly": True}
-    container["volumeMounts"] = [*container.get("volumeMounts", []), mount]
+    groups = [cluster["headGroupSpec"], *(cluster.get("workerGroupSpecs", []) if workers else [])]
+    for group in groups:
+        pod = group["template"]["spec"]
+        pod["volumes"] = [*pod.get("volumes", []), progress_volume()]
+        container = pod["containers"][0]
+        container["env"] = [*container.get("env", []), *progress_env(job, base_url)]
+        mount = {"name": _VOLUME, "mountPath": PROGRESS_TOKEN_DIR, "readOnly": True}
+        container["volumeMounts"] = [*container.get("volumeMounts", []), mount]
     return body

@@ -61,6 +61,8 @@ class WorkerNode:
     """The node's taints (the head goes to a node it tolerates)."""
     processes: int = 0
     """The plan's processes on the node: the Ray worker processes its raylet starts at once (0: Ray's default)."""
+    held_gpus: tuple[int, ...] = ()
+    """The node's GPUs the plan's processes hold (a framework that lets Ray pick GPU ids gets only these)."""
 
 
 def pod_security_context() -> dict:
@@ -137,6 +139,7 @@ def on_nodes(names: Sequence[str]) -> dict:
 
 
 def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int = 1) -> dict:
+    ray_gpus = framework.ray_gpus(spec, node.gpus, node.held_gpus)
     container = {
         "name": "ray-worker",
         "image": spec.ray.worker_image or spec.ray.image,
@@ -144,7 +147,7 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
         "env": [
             *_env(node.env),
-            *framework.worker_env(spec, node.rank),
+            *framework.worker_env(spec, node.rank, node.gpus, node.held_gpus),
             *startup_concurrency_env(node.processes),
             {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
             # The node the pod really runs on, for the launcher's binding check (downward API).
@@ -167,8 +170,10 @@ def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int
         "replicas": 1,
         "minReplicas": 1,
         "rayStartParams": {
-            **contract.ray_start_params(node.rank, node.gpus),
-            **worker_start_params(spec.ray.worker_resources.cpu, node.processes, framework.extra_ray_cpus(spec)),
+            **contract.ray_start_params(node.rank, ray_gpus),
+            **worker_start_params(
+                spec.ray.worker_resources.cpu, node.processes, framework.extra_ray_cpus(spec, ray_gpus)
+            ),
         },
         # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
         "labels": contract.node_labels(node.rank),
@@ -221,7 +226,7 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
         "rayStartParams": {
             "dashboard-host": "0.0.0.0",
             "num-gpus": "0",
-            **worker_start_params(spec.ray.head_resources.cpu, 0, framework.extra_ray_cpus(spec)),
+            **worker_start_params(spec.ray.head_resources.cpu, 0, framework.extra_ray_cpus(spec, 0)),
         },
         "template": apply_pod_options(
             framework.with_probe(with_checkpoint(template, spec, "ray-head"), spec, job, "ray-head"),

@@ -381,7 +381,7 @@ class Observer:
         # the workers it never started; one that succeeded without starting them did not run as planned.
         final = state.phase is JobPhase.SUCCEEDED if state.finished else bound_passed
         return driver.read_framework_report(
-            self.kube, job.namespace, job.name, job.submission_mode, rayjob, plan, final
+            self.kube, job.namespace, job.name, job.submission_mode, rayjob, plan, final, job.framework
         )
 
 

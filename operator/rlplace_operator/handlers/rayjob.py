@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from placement_core.launcher.observe import Observed, framework_report, observed_in
+from placement_core.launcher.observe_pools import ObservedPools, observed_pools_in, pool_report
 from placement_core.launcher.verify import BindingReport, find_report
 from placement_core.plan import Plan
 from rlplace_operator.conditions import set_condition
 from rlplace_operator.k8s import Kube
-from rlplace_operator.models import ComponentBinding, JobPhase, SubmissionMode, dump
+from rlplace_operator.models import ComponentBinding, Framework, JobPhase, ObservedProcesses, SubmissionMode, dump
 from rlplace_operator.names import (
     SUBMITTER_CONTAINER,
     rayjob_name,
@@ -125,6 +126,7 @@ def driver_status(
     conditions = list(job_status.get("conditions") or [])
     phase, reason, message = state.phase, state.reason, state.message
     binding: list[dict[str, Any]] | None = None
+    observed: list[dict[str, Any]] | None = None
     if not state.started:
         # A driver that has not started yet (again: resumed or retried) has not verified anything.
         conditions = [c for c in conditions if c.get("type") != BINDING_CONDITION]
@@ -133,15 +135,18 @@ def driver_status(
         binding = [
             dump(ComponentBinding(name=n, verified=v, processes=totals[n])) for n, v in report.verified().items()
         ]
+        observed = observed_placement(report) or None
         bad = report.first_failure()
+        verified = "Verified" if report.enforced else "Observed"
         conditions = set_condition(
-            conditions, BINDING_CONDITION, bad is None, "Verified" if bad is None else "BindingMismatch",
+            conditions, BINDING_CONDITION, bad is None, verified if bad is None else "BindingMismatch",
             report.summary(), generation,
         )  # fmt: skip
         if bad is not None and mismatch_fails:
             phase, reason, message = JobPhase.FAILED, "BindingMismatch", f"binding check failed: {bad.describe()}"
     else:
         binding = job_status.get("binding")
+        observed = job_status.get("observedPlacement")
     # The condition follows the driver in every state, not only once it runs: the phase alone cannot tell a
     # job waiting for its Ray cluster (Initializing) from one whose driver KubeRay is submitting (Submitting),
     # and a condition left from before a suspend or a retry would say Running of a driver that is not.
@@ -159,7 +164,21 @@ def driver_status(
         "driverStartTime": info.get("startTime") or job_status.get("driverStartTime"),
         "driverEndTime": info.get("endTime") if state.finished else None,
         "binding": binding,
+        "observedPlacement": observed,
     }
+
+
+def observed_placement(report: BindingReport) -> list[dict[str, Any]]:
+    """Per component and node, the processes seen and the GPU ids Ray gave each (only for a report whose GPU
+    ids were Ray's: launcher/observe_pools.py), in wire form."""
+    by_place: dict[tuple[str, str], list[tuple[int, str]]] = {}
+    for check in report.checks:
+        if check.gpu_ids is not None:
+            by_place.setdefault((check.component, check.node_name), []).append((check.rank, ",".join(check.gpu_ids)))
+    return [
+        dump(ObservedProcesses(component=component, node=node, ranks=[r for r, _ in seen], gpus=[g for _, g in seen]))
+        for (component, node), seen in by_place.items()
+    ]
 
 
 def report_in(logs: Iterable[str], rayjob_message: str) -> BindingReport | None:
@@ -199,12 +218,23 @@ def _report_logs(
 
 
 def read_framework_report(
-    kube: Kube, namespace: str, job: str, mode: SubmissionMode, rayjob: Mapping[str, Any], plan: Plan, final: bool
+    kube: Kube,
+    namespace: str,
+    job: str,
+    mode: SubmissionMode,
+    rayjob: Mapping[str, Any],
+    plan: Plan,
+    final: bool,
+    framework: Framework,
 ) -> BindingReport | None:
-    """A framework job's binding report, from the probe's lines in the driver's log (launcher/observe.py):
-    None while no planned process was seen to differ and some are not seen yet, unless `final` (the driver
-    ended, or the bound on its workers' start passed), when a process not seen is a problem too."""
+    """A framework job's binding report, from the probe's lines in the driver's log (launcher/observe.py; for
+    veRL, whose GPU ids Ray assigns, launcher/observe_pools.py): None while no planned process was seen to
+    differ and some are not seen yet, unless `final` (the driver ended, or the bound on its workers' start
+    passed), when a process not seen is a problem too."""
     logs, _ = _report_logs(kube, namespace, job, mode, rayjob)
+    if framework is Framework.VERL:
+        pooled = next((seen for seen in map(observed_pools_in, logs) if not seen.empty), ObservedPools())
+        return pool_report(plan, pooled, final=final)
     observed = next((seen for seen in map(observed_in, logs) if not seen.empty), Observed())
     return framework_report(plan, observed, final=final)
 

@@ -48,6 +48,7 @@ from rlplace_operator.handlers.queue import (
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import (
+    Framework,
     JobPhase,
     NodeGroupSpec,
     NodeGroupStatus,
@@ -315,7 +316,7 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
         if spec.entrypoint
         else build_raycluster(name, spec, planned.workers)
     )
-    child = with_progress_reporting(child, name, kube.progress_url)
+    child = with_progress_reporting(child, name, kube.progress_url, workers=spec.framework is Framework.VERL)
     kopf.adopt([configmap, child], owner=job.body)
     kube.apply_configmap(namespace, configmap)
     return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
