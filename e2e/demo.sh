@@ -153,6 +153,16 @@ for line in sys.stdin:
         env = json.loads(line.split("rlplace-probe: ", 1)[1])["env"]
         name, node, gpus = env["WORKER_NAME"], env.get("RLPLACE_KUBE_NODE", "?"), env.get("CUDA_VISIBLE_DEVICES", "")
         print(f"  {name:<16} node {node:<14} CUDA_VISIBLE_DEVICES={gpus}")'
+  # A veRL-style program (spec.framework: verl): Ray picks each process's GPU among the plan's; rlplace
+  # observes what each got, per pool (docs/frameworks.md: observed, not enforced).
+  log "applying examples/rljob-verl-run.yaml (a program that leaves GPU ids to Ray, as veRL does)"
+  run_to_succeeded verl-run
+  echo "\$ kubectl get rljob verl-run -o jsonpath='{.status.observedPlacement}'   # the GPU ids Ray gave, per node"
+  kubectl -n default get rljob verl-run -o jsonpath='{.status.observedPlacement}' | .venv/bin/python -c '
+import json, sys
+for entry in json.load(sys.stdin):
+    component, node, ranks, gpus = entry["component"], entry["node"], entry["ranks"], entry["gpus"]
+    print(f"  {component:<8} node {node:<14} ranks {ranks} GPUs {gpus}")'
   # A driver that reports its step times (a synthetic workload): ITERATION, STEP and BOTTLENECK fill in.
   log "applying examples/rljob-synthetic-run.yaml (its driver reports each iteration's step times)"
   kubectl apply -n default -f examples/rljob-synthetic-run.yaml >/dev/null

@@ -1087,7 +1087,8 @@ class ObservedProcesses(_Camel):
     node: str
     """Kubernetes node name."""
     ranks: list[int]
-    """The framework's ranks of the processes."""
+    """The plan's ranks of the component's processes on the node, each matched to a process seen there (in the
+    framework's rank order)."""
     gpus: list[str]
     """Per process (in the order of ranks): its GPU ids, comma-separated."""
 
