@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import base64
 import binascii
-import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from placement_core.errors import PlacementError
@@ -129,12 +128,13 @@ def node_labels(rank: int) -> dict[str, str]:
     return {NODE_LABEL: str(rank)}
 
 
-def node_resource(rank: int) -> str:
-    """The custom resource that pins an actor to the Ray node of cluster node rank `rank`."""
+def node_resource(rank: int | str) -> str:
+    """The custom resource that pins an actor to the Ray node of cluster node rank `rank` (or of a shell
+    placeholder for it: worker_start_command)."""
     return f"rlplace_node_{rank}"
 
 
-def gpu_resource(rank: int, gpu: int) -> str:
+def gpu_resource(rank: int | str, gpu: int) -> str:
     """The custom resource for local GPU `gpu` of node rank `rank`: amount 1, shared out by the plan."""
     return f"rlplace_gpu_{rank}_{gpu}"
 
@@ -146,15 +146,63 @@ def node_resources(rank: int, num_gpus: int) -> dict[str, float]:
     return resources
 
 
-def ray_start_params(rank: int, num_gpus: int) -> dict[str, str]:
-    """`rayStartParams` for a KubeRay worker group of one node: `--num-gpus` and the `--resources` JSON.
+#: The job ConfigMap's key with every worker node's rank (`<node name> <rank>` per line), which each worker
+#: pod mounts at NODE_RANKS_MOUNT_DIR: a worker group holds the pods of many nodes, so a pod finds its rank
+#: from the node it was scheduled to (RLPLACE_KUBE_NODE) before Ray starts.
+NODE_RANKS_KEY = "node-ranks"
+NODE_RANKS_MOUNT_DIR = "/opt/rlplace-nodes"
 
-    KubeRay pastes each value after `--<key>=` into a shell command, so the JSON is wrapped in single quotes.
-    The node labels go in the group's own `labels` field (`node_labels`): KubeRay 1.5+ rejects
-    `rayStartParams['labels']`.
+
+def node_ranks_text(ranks: Mapping[str, int]) -> str:
+    """The NODE_RANKS_KEY file: one `<node name> <rank>` line per node, in rank order."""
+    return "".join(f"{name} {rank}\n" for name, rank in sorted(ranks.items(), key=lambda item: item[1]))
+
+
+def parse_node_ranks(text: str) -> dict[str, int]:
+    """Node name -> rank from a NODE_RANKS_KEY file (malformed lines are skipped)."""
+    ranks: dict[str, int] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].isdigit():
+            ranks[parts[0]] = int(parts[1])
+    return ranks
+
+
+def worker_start_command(
+    num_gpus: int, exports: Sequence[str] = (), ranks_file: str = f"{NODE_RANKS_MOUNT_DIR}/{NODE_RANKS_KEY}"
+) -> str:
+    """The worker container's shell command (KubeRay runs it instead of its own when the pod template says
+    `ray.io/overwrite-container-cmd`, and passes its generated `ray start` in $KUBERAY_GEN_RAY_START_CMD).
+
+    It reads the pod's node rank from the mounted NODE_RANKS_KEY file by the pod's Kubernetes node, exports it
+    as NODE_RANK_ENV (and as each of `exports`, e.g. RLinf's RLINF_NODE_RANK) so the raylet and every process
+    it starts inherit it, and starts Ray with the node's label and custom resources (`node_labels`,
+    `node_resources`) for that rank. A pod on a node the file does not list stops with a one-line reason.
     """
-    resources = json.dumps(node_resources(rank, num_gpus), separators=(",", ":"))
-    return {"num-gpus": str(num_gpus), "resources": f"'{resources}'"}
+    names = " ".join(f"{name}=$rank" for name in (NODE_RANK_ENV, *exports))
+    # The resources JSON as a printf format: `%s` where the rank goes, one argument per place.
+    entries = [
+        f'"{node_resource("%s")}":{NODE_RESOURCE_CAPACITY}',
+        *(f'"{gpu_resource("%s", g)}":1' for g in range(num_gpus)),
+    ]
+    ranks = ' "$rank"' * len(entries)
+    start = f"$KUBERAY_GEN_RAY_START_CMD --resources='$resources' --labels={NODE_LABEL}=$rank"
+    return "\n".join(
+        [
+            "ulimit -n 65536 2>/dev/null  # KubeRay's own command raises the limit too, where the pod may",
+            "rank=",
+            "while read -r node node_rank; do",
+            f'  if [ "$node" = "${KUBE_NODE_ENV}" ]; then rank=$node_rank; break; fi',
+            f"done < {ranks_file}",
+            'if [ -z "$rank" ]; then',
+            f"  echo \"rlplace: node '${KUBE_NODE_ENV}' is not one of this job's nodes ({ranks_file})\" >&2",
+            "  exit 1",
+            "fi",
+            f"export {names}",
+            f"resources=$(printf '{{{','.join(entries)}}}'{ranks})",
+            f'exec /bin/bash -c "{start}"',
+        ]
+    )
 
 
 def parse_node_resource(name: str) -> int | None:

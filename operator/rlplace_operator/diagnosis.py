@@ -182,6 +182,9 @@ def _ranges(ranks: Iterable[int]) -> str:
     return ",".join(parts)
 
 
+#: The worker group of one node that operators before worker groups per node shape made (`node-<rank>`): their
+#: pods, still running after an upgrade, say their node rank by it. Today's groups hold many nodes' pods, whose
+#: rank is their node's in the plan.
 _WORKER_GROUP = re.compile(r"(?:^|-)node-(\d+)(?:-|$)")
 
 
@@ -202,7 +205,10 @@ class _Pod:
         return roles.get(self.role, 3), self.node_rank if self.node_rank is not None else -1, self.name
 
     def describe(self, plan: Plan | None = None) -> str:
-        where = [f"node rank {self.node_rank}"] if self.node_rank is not None and self.role == "worker" else []
+        rank = self.node_rank
+        if rank is None and plan is not None and self.node is not None:
+            rank = next((p.node_rank for _, p in plan.processes() if p.node_name == self.node), None)
+        where = [f"node rank {rank}"] if rank is not None and self.role == "worker" else []
         if self.node:
             where.append(f"node '{self.node}'")
         processes = _processes_on(plan, self) if plan is not None else ""

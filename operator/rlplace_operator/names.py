@@ -2,11 +2,19 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection, Sequence
+
 from rlplace_operator.models import GROUP, VERSION
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rlplace"
 JOB_LABEL = "rlplace.io/job"
+#: The node label with the node's host name: the worker pods' node affinity, and one worker pod per host.
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: KubeRay's pod label with the Ray node type (head, worker).
+KUBERAY_NODE_TYPE_LABEL = "ray.io/node-type"
+#: KubeRay runs a pod template's own container command (its `ray start` in $KUBERAY_GEN_RAY_START_CMD).
+KUBERAY_OVERWRITE_COMMAND = "ray.io/overwrite-container-cmd"
 #: Node label that orders nodes inside a NodeGroup (an integer; nodes without it come last, then by name).
 NODE_RANK_LABEL = "rlplace.io/node-rank"
 #: Annotation with profiled costs (JSON: actor_cost, inference_cost, rollout_cost) that turns on auto placement.
@@ -52,8 +60,18 @@ def worker_pods_selector(job: str) -> str:
     return f"{JOB_LABEL}={job},ray.io/node-type=worker"
 
 
-def worker_group_name(node_rank: int) -> str:
-    return f"node-{node_rank}"
+#: KubeRay puts a group's name in its pods' names and a label value: kept well under 63 characters.
+MAX_WORKER_GROUP_NAME = 40
+
+
+def worker_group_name(node_groups: Sequence[str], taken: Collection[str]) -> str:
+    """A worker group's name: its NodeGroups' names (`nodes` for none), made unique among `taken` with a
+    `-<n>` suffix (one NodeGroup whose nodes differ in shape gives several groups)."""
+    base = ("-".join(node_groups) or "nodes")[:MAX_WORKER_GROUP_NAME].strip("-.") or "nodes"
+    name, n = base, 2
+    while name in taken:
+        name, n = f"{base}-{n}", n + 1
+    return name
 
 
 def child_labels(job: str) -> dict[str, str]:

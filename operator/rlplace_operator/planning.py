@@ -30,7 +30,7 @@ from rlplace_operator.models import (
     RLJobSpec,
 )
 from rlplace_operator.models import PlacementEntry as SpecEntry
-from rlplace_operator.names import PROFILE_ANNOTATION
+from rlplace_operator.names import HOSTNAME_LABEL, PROFILE_ANNOTATION
 from rlplace_operator.selection import JobGroup, NodeInfo, job_cluster, unit_resource
 
 
@@ -247,6 +247,7 @@ def worker_nodes(
                 tuple(in_groups),
                 info.taints,
                 per_node[rank],
+                info.labels.get(HOSTNAME_LABEL, ""),
                 tuple(sorted(held[rank])),
             )
         )

@@ -43,7 +43,7 @@ from rlplace_operator.models import (
     SubmissionMode,
     dump,
 )
-from rlplace_operator.names import ATTEMPT_ANNOTATION, JOB_LABEL
+from rlplace_operator.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_TYPE_LABEL
 
 #: A job with a worker pod still unbound this long after the pod was created (another workload took its node in
 #: between) gives its nodes back and queues again.
@@ -56,8 +56,6 @@ FIRST_BACKOFF_SECONDS = 10.0
 MAX_BACKOFF_SECONDS = 300.0
 #: Messages written into status are cut to this: they say what happened in a line; logs stay in logs.
 MAX_STATUS_MESSAGE = 300
-
-KUBERAY_HEAD_LABEL = "ray.io/node-type"
 
 
 # -- the snapshot ----------------------------------------------------------------------------------------------
@@ -228,7 +226,7 @@ def _worker_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     return [
         p
         for p in pods
-        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_HEAD_LABEL) == "worker"
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "worker"
         and not p.get("metadata", {}).get("deletionTimestamp")
     ]
 
@@ -501,7 +499,7 @@ def _new_attempt(job: Job, world: World, rayjob: Mapping[str, Any]) -> dict[str,
     heads = [
         p
         for p in world.pods
-        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_HEAD_LABEL) == "head"
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"
         and (parse_time(p["metadata"].get("creationTimestamp")) or world.now) > (recorded_at or world.now)
     ]
     if heads:

@@ -51,10 +51,9 @@ def test_an_rlinf_program_runs_unchanged_with_every_process_verified_from_inside
     job = body["metadata"]["name"]
     run_jobs.create(body)
     wait_for(lambda: len(_pod_env(run_jobs, job, "worker")) == 3 or None, 240, "the job's three worker pods")
-    # RLinf's node ranks are the plan's: workers 0..2, the GPU-less head after them, counted by num_nodes.
-    workers = sorted(int(env["RLINF_NODE_RANK"]) for env in _pod_env(run_jobs, job, "worker"))
+    # The GPU-less head is RLinf's last node, counted by num_nodes (the workers' ranks: below, from inside).
     (head,) = _pod_env(run_jobs, job, "head")
-    assert workers == [0, 1, 2] and head["RLINF_NODE_RANK"] == "3"
+    assert head["RLINF_NODE_RANK"] == "3"
     assert not any("RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES" in env for env in _pod_env(run_jobs, job, "worker"))
     assert run_jobs.ray("rayjobs", job)["spec"]["entrypoint"] == "python /opt/rlinf-job/train.py cluster.num_nodes=4"
 
@@ -74,9 +73,13 @@ def test_an_rlinf_program_runs_unchanged_with_every_process_verified_from_inside
     assert set(observed.probes) == set(observed.actors) == planned
     report = framework_report(plan, observed)
     assert report is not None and report.ok, report and report.summary()
+    node_ranks = {p.node_name: p.node_rank for _, p in plan.processes()}
     for (group, rank), probe in sorted(observed.probes.items()):
         print(group, rank, probe.env.get("RLPLACE_KUBE_NODE"), repr(probe.env.get("CUDA_VISIBLE_DEVICES", "")))
         assert probe.env["RLPLACE_ATTEMPT"] == "1"  # the resume contract reaches RLinf's own processes
+        # Each worker pod took its node's rank from the plan before Ray started, for rlplace and for RLinf.
+        expected = str(node_ranks[probe.env["RLPLACE_KUBE_NODE"]])
+        assert probe.env["RLINF_NODE_RANK"] == probe.env["RLPLACE_NODE_RANK"] == expected, probe.env
     if "RLPLACE_PROGRESS_URL" in head:
         # RLinf's MetricLogger.log calls, passed on by the probe in the driver: rollout then actor per step.
         progress = status.get("progress") or {}

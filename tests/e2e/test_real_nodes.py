@@ -189,31 +189,58 @@ def test_nine_gpus_on_an_eight_gpu_real_node_stay_pending(core, namespace, real_
 
 
 # ----------------------------------------------------------------------------------------------------------
-# KubeRay on the real nodes, with the Ray image: head on the robot/CPU node, one worker per GPU node, each
-# worker group shaped like the operator's (rayStartParams num-gpus + the resources JSON, group labels).
+# KubeRay on the real nodes, with the Ray image: head on the robot/CPU node, one worker group of a pod per GPU
+# node shaped like the operator's (num-gpus, and the node rank's Ray label and resources added by the pod's own
+# start command from the node it runs on).
 
 
-def ray_worker_group(rank: int, node: str, gpus: int) -> dict:
+def ray_worker_group(nodes: list[str], gpus: int) -> dict:
+    """One worker group for every GPU node, as the operator builds one per NodeGroup: each pod finds its node
+    rank in the `real-ranks` ConfigMap by the node it runs on, before Ray starts (contract.worker_start_command)."""
     return {
-        "groupName": f"node-{rank}",
-        "replicas": 1,
-        "minReplicas": 1,
-        "maxReplicas": 1,
-        "rayStartParams": contract.ray_start_params(rank, gpus),
-        "labels": contract.node_labels(rank),
+        "groupName": "gpu",
+        "replicas": len(nodes),
+        "minReplicas": len(nodes),
+        "maxReplicas": len(nodes),
+        "rayStartParams": {"num-gpus": str(gpus)},
         "template": {
+            "metadata": {"annotations": {"ray.io/overwrite-container-cmd": "true"}, "labels": {"app": "real"}},
             "spec": {
-                "nodeSelector": {"kubernetes.io/hostname": node},
+                "affinity": {
+                    "nodeAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": {
+                            "nodeSelectorTerms": [
+                                {
+                                    "matchExpressions": [
+                                        {"key": "kubernetes.io/hostname", "operator": "In", "values": nodes}
+                                    ]
+                                }
+                            ]
+                        }
+                    },
+                    "podAntiAffinity": {
+                        "requiredDuringSchedulingIgnoredDuringExecution": [
+                            {"labelSelector": {"matchLabels": {"app": "real"}}, "topologyKey": "kubernetes.io/hostname"}
+                        ]
+                    },
+                },
                 "containers": [
                     {
                         "name": "ray-worker",
                         "image": IMAGES["RAY_IMAGE"],
                         "imagePullPolicy": "Never",
-                        "env": [{"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"}],
+                        "command": ["/bin/bash", "-c", "--"],
+                        "args": [contract.worker_start_command(gpus)],
+                        "env": [
+                            {"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"},
+                            {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                        ],
                         "resources": {"limits": {"cpu": "500m", "memory": "1536Mi", GPU: str(gpus)}},
+                        "volumeMounts": [{"name": "ranks", "mountPath": contract.NODE_RANKS_MOUNT_DIR}],
                     }
                 ],
-            }
+                "volumes": [{"name": "ranks", "configMap": {"name": "real-ranks"}}],
+            },
         },
     }
 
@@ -249,9 +276,12 @@ def raycluster(k8s, namespace, real_nodes) -> Iterator[tuple[str, dict[int, str]
                     }
                 },
             },
-            "workerGroupSpecs": [ray_worker_group(rank, node, 8) for rank, node in gpu_nodes.items()],
+            "workerGroupSpecs": [ray_worker_group(list(gpu_nodes.values()), 8)],
         },
     }
+    ranks = {node: rank for rank, node in gpu_nodes.items()}
+    configmap = {"metadata": {"name": "real-ranks"}, "data": {contract.NODE_RANKS_KEY: contract.node_ranks_text(ranks)}}
+    client.CoreV1Api(k8s).create_namespaced_config_map(namespace, configmap)
     client.CustomObjectsApi(k8s).create_namespaced_custom_object("ray.io", "v1", namespace, "rayclusters", body)
     yield namespace, gpu_nodes
 
@@ -283,7 +313,10 @@ def test_raycluster_on_real_nodes_connects_every_worker_with_its_resources_and_l
         # "Active:"/"Idle:" list " <count> <group>" per connected Ray node (KubeRay's group names).
         node_section = out.split("Resources")[0]
         groups = re.findall(r"^ (\d+) (\S+)$", node_section, re.MULTILINE)
-        return out if sorted(g for _, g in groups) == ["headgroup", "node-0", "node-1"] else ""
+        totals: dict[str, int] = {}
+        for count, group in groups:
+            totals[group] = totals.get(group, 0) + int(count)
+        return out if totals == {"gpu": 2, "headgroup": 1} else ""
 
     try:
         status = wait_for(every_worker_in_ray_status, 120, "3 Ray nodes in `ray status`", interval=2)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
+
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
@@ -17,7 +19,7 @@ from rlplace_operator.builders.raycluster import (
 )
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.models import RLJobSpec
-from rlplace_operator.names import JOB_LABEL, MANAGED_BY_LABEL
+from rlplace_operator.names import HOSTNAME_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 
 SPEC = RLJobSpec.model_validate(
     {
@@ -42,46 +44,93 @@ def test_head_requests_no_gpu_and_cannot_see_gpus() -> None:
     assert head["template"]["spec"]["volumes"][0]["configMap"]["name"] == "job-placement"
 
 
-def test_one_worker_per_node_pinned_with_whole_unit_count() -> None:
-    nodes = [
-        WorkerNode(0, "a800-0", 8, {"nvidia.com/gpu": 8}),
-        WorkerNode(3, "franka-0", 0, {"rlplace.io/franka": 2}, {"ROS_DOMAIN_ID": "7"}),
+def _group_nodes() -> list[WorkerNode]:
+    a800 = [
+        WorkerNode(r, f"a800-{r}", 8, {"nvidia.com/gpu": 8}, groups=("a800",), hostname=f"a800-{r}") for r in (0, 1)
     ]
+    franka = WorkerNode(3, "franka-0", 0, {"rlplace.io/franka": 2}, {"ROS_DOMAIN_ID": "7"}, ("robot",), hostname="")
+    return [*a800, franka]
+
+
+def test_nodes_of_one_shape_share_a_worker_group_pinned_to_them_one_pod_each() -> None:
+    nodes = _group_nodes()
     rc = build_raycluster("job", SPEC, nodes)
     groups = rc["spec"]["workerGroupSpecs"]
-    assert [g["groupName"] for g in groups] == ["node-0", "node-3"]
-    for group, node in zip(groups, nodes, strict=True):
-        assert group["replicas"] == 1
-        pod = group["template"]["spec"]
-        terms = pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}]
-        container = pod["containers"][0]
+    assert [(g["groupName"], g["replicas"], g["minReplicas"], g["maxReplicas"]) for g in groups] == [
+        ("a800", 2, 2, 2),
+        ("robot", 1, 1, 1),
+    ]
+    a800, robot = (g["template"]["spec"] for g in groups)
+    terms = a800["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": ["a800-0", "a800-1"]}]}]
+    # A node without the hostname label is pinned by name (one value per metadata.name term, as the API allows).
+    terms = robot["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+    assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["franka-0"]}]}]
+    (apart,) = a800["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert apart == {
+        "labelSelector": {"matchLabels": {JOB_LABEL: "job", "ray.io/node-type": "worker"}},
+        "topologyKey": HOSTNAME_LABEL,
+    }
+    for group, node in zip(groups, (nodes[0], nodes[2]), strict=True):
+        container = group["template"]["spec"]["containers"][0]
         for resource, count in node.requests.items():
             assert container["resources"]["limits"][resource] == str(count)
         env = {e["name"]: e.get("value") for e in container["env"]}
         assert env["RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES"] == "1"
-        assert env["RLPLACE_NODE_RANK"] == str(node.rank)
+        assert contract.NODE_RANK_ENV not in env  # the pod finds it from its node (test_the_node_rank_...)
         kube_node = next(e for e in container["env"] if e["name"] == contract.KUBE_NODE_ENV)
         assert kube_node["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}
-        assert group["rayStartParams"]["num-gpus"] == str(node.gpus)
-        assert group["labels"] == {contract.NODE_LABEL: str(node.rank)}
-        resources = json.loads(group["rayStartParams"]["resources"].strip("'"))
-        assert resources[contract.node_resource(node.rank)] == contract.NODE_RESOURCE_CAPACITY
-        assert sorted(k for k in resources if k.startswith("rlplace_gpu")) == sorted(
-            contract.gpu_resource(node.rank, g) for g in range(node.gpus)
-        )
-    assert {e["name"]: e.get("value") for e in groups[1]["template"]["spec"]["containers"][0]["env"]}[
-        "ROS_DOMAIN_ID"
-    ] == "7"
+        # KubeRay runs rlplace's start command, which adds the rank's Ray label and resources to its own.
+        assert group["template"]["metadata"]["annotations"] == {"ray.io/overwrite-container-cmd": "true"}
+        assert container["args"] == [contract.worker_start_command(node.gpus)]
+        assert group["rayStartParams"] == {"num-gpus": str(node.gpus)}
+        assert "labels" not in group
+        mount = {"name": "rlplace-node-ranks", "mountPath": contract.NODE_RANKS_MOUNT_DIR, "readOnly": True}
+        assert mount in container["volumeMounts"]
+    assert {e["name"]: e.get("value") for e in robot["containers"][0]["env"]}["ROS_DOMAIN_ID"] == "7"
     assert rc["metadata"]["labels"] == {MANAGED_BY_LABEL: "rlplace", JOB_LABEL: "job"}
 
 
-def test_raycluster_stays_well_under_etcds_limit_at_1000_nodes() -> None:
-    """etcd stores at most 1.5 MiB per object. About 1.1 MiB at 1,000 nodes, of which ~170 bytes a node are the
-    `restricted` securityContext every pod must carry (pod and container level)."""
-    nodes = [WorkerNode(i, f"gpu-node-{i:04d}", 8, {"nvidia.com/gpu": 8}) for i in range(1000)]
-    size = len(json.dumps(build_raycluster("job", SPEC, nodes), separators=(",", ":")))
-    assert size < 1.2 * 1024 * 1024, size
+def test_pods_of_a_group_carry_no_per_node_field() -> None:
+    """Two sets of nodes of one NodeGroup give the same worker group but for the node names it may run on."""
+
+    def group(first: int) -> dict:
+        nodes = [WorkerNode(r, f"gpu-{r}", 8, {"nvidia.com/gpu": 8}, groups=("a800",), hostname=f"gpu-{r}", processes=r % 3)
+                 for r in range(first, first + 32)]  # fmt: skip
+        (built,) = build_raycluster("job", SPEC, nodes)["spec"]["workerGroupSpecs"]
+        affinity = built["template"]["spec"]["affinity"]["nodeAffinity"]
+        names = affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"]
+        assert names[0]["values"] == [f"gpu-{r}" for r in range(first, first + 32)]
+        names[0]["values"] = []
+        return built
+
+    assert group(0) == group(100)
+
+
+def _size(spec: RLJobSpec, count: int) -> int:
+    """Bytes of the RayJob of a job on `count` nodes in three NodeGroups of different shapes."""
+    shapes = [("a800", 8), ("4090", 8), ("robot", 0)]
+    nodes = [
+        WorkerNode(r, f"node-{r:05d}", shapes[r % 3][1], {"nvidia.com/gpu": shapes[r % 3][1]} if shapes[r % 3][1] else {},
+                   groups=(shapes[r % 3][0],), hostname=f"node-{r:05d}", processes=8)
+        for r in range(count)
+    ]  # fmt: skip
+    return len(json.dumps(build_rayjob("job", spec, nodes), separators=(",", ":")))
+
+
+def test_the_rayjob_grows_with_node_groups_not_nodes() -> None:
+    """Per node, only its name (twice: the group's node affinity and the nodes annotation the queue reads); the
+    per-node worker groups this replaced cost 1.2 to 1.6 KiB a node."""
+    rich = RLJobSpec.model_validate(
+        yaml.safe_load((Path(__file__).resolve().parents[2] / "examples" / "rljob-data-run.yaml").read_text())["spec"]
+        | {"nodeGroups": ["a800", "4090", "robot"]}
+    )
+    for spec in (SPEC, rich):
+        sizes = {count: _size(spec, count) for count in (1, 64, 1024)}
+        print({count: f"{size / 1024:.1f} KiB" for count, size in sizes.items()})
+        per_node = (sizes[1024] - sizes[64]) / (1024 - 64)
+        assert per_node < 2 * (len("node-00000") + 4), per_node
+        assert sizes[1024] < 64 * 1024, sizes
 
 
 def _plan(num_nodes: int):
@@ -92,12 +141,14 @@ def test_small_plan_is_readable_json_and_large_plan_is_gzipped() -> None:
     small = _plan(1)
     cm = build_placement_configmap("job", small)
     assert cm["metadata"]["name"] == "job-placement"
-    assert set(cm) == {"apiVersion", "kind", "metadata", "data"} and list(cm["data"]) == ["plan.json"]
+    assert set(cm) == {"apiVersion", "kind", "metadata", "data"} and list(cm["data"]) == ["plan.json", "node-ranks"]
+    assert cm["data"]["node-ranks"] == "node-0 0\n"
     assert json.loads(cm["data"]["plan.json"]) == small.to_dict()
     assert contract.plan_from_configmap(cm) == small
     large = _plan(1000)
     cm = build_placement_configmap("job", large)
-    assert "data" not in cm and list(cm["binaryData"]) == ["plan.json.gz"]
+    assert list(cm["data"]) == ["node-ranks"] and list(cm["binaryData"]) == ["plan.json.gz"]
+    assert contract.parse_node_ranks(cm["data"]["node-ranks"]) == {f"node-{r}": r for r in range(1000)}
     assert len(large.to_json()) > contract.MAX_TEXT_PLAN_BYTES
     assert len(cm["binaryData"]["plan.json.gz"]) < 1024 * 1024
     assert contract.plan_from_configmap(cm) == large
@@ -135,7 +186,7 @@ def test_every_pod_satisfies_the_restricted_pod_security_standard() -> None:
                 assert not own.get("privileged") and own.get("runAsUser", 1) != 0
                 assert "ports" not in container or all("hostPort" not in p for p in container["ports"])
                 checked += 1
-    assert checked == 7  # head + 2 workers, twice, + the submitter
+    assert checked == 5  # head + the workers (one group: one shape), twice, + the submitter
 
 
 def test_the_ray_images_run_as_a_numeric_non_root_user() -> None:

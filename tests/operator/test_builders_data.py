@@ -12,7 +12,13 @@ from placement_core import contract
 from placement_core.placement import Placement, placement_env
 from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.builders.podtemplate import SHM_VOLUME, effective_worker, merge
-from rlplace_operator.builders.raycluster import PLAN_VOLUME, WorkerNode, build_raycluster, pod_security_context
+from rlplace_operator.builders.raycluster import (
+    NODE_RANKS_VOLUME,
+    PLAN_VOLUME,
+    WorkerNode,
+    build_raycluster,
+    pod_security_context,
+)
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.crdgen import build_crds
 from rlplace_operator.models import PLAN_ENV_NAMES, NodeGroupSpec, PodOptions, RLJobSpec
@@ -100,8 +106,12 @@ def test_each_worker_gets_the_workers_settings_and_its_node_groups() -> None:
     )
     assert gpu_meta["labels"] == {"team": "rl", JOB_LABEL: "job"}
     for spec, container in ((gpu, gpu_container), (robot, robot_container)):
-        assert [v["name"] for v in spec["volumes"]] == ["model", "scratch", SHM_VOLUME]
-        assert [m["mountPath"] for m in container["volumeMounts"]] == ["/models", "/dev/shm"]
+        assert [v["name"] for v in spec["volumes"]] == [NODE_RANKS_VOLUME, "model", "scratch", SHM_VOLUME]
+        assert [m["mountPath"] for m in container["volumeMounts"]] == [
+            contract.NODE_RANKS_MOUNT_DIR,
+            "/models",
+            "/dev/shm",
+        ]
         assert spec["serviceAccountName"] == "trainer"  # spec.pods wins over the deprecated spec.ray one
         assert container["resources"]["limits"]["cpu"] == "4"  # rlplace's requests untouched
     assert gpu_container["resources"]["limits"]["nvidia.com/gpu"] == "8"
@@ -110,7 +120,7 @@ def test_each_worker_gets_the_workers_settings_and_its_node_groups() -> None:
     assert robot["tolerations"][1] == {"key": "robot", "value": "franka", "effect": "NoExecute"}
     assert robot_meta["labels"][JOB_LABEL] == "job"
     names = [e["name"] for e in gpu_container["env"]]
-    assert names[0] == "HF_HOME" and contract.NODE_RANK_ENV in names
+    assert names[0] == "HF_HOME" and contract.KUBE_NODE_ENV in names
 
 
 def test_submitter_gets_its_own_settings_and_no_head_settings() -> None:
@@ -129,14 +139,15 @@ def test_without_settings_the_pods_are_as_before() -> None:
     rc = build_raycluster("job", spec, NODES[:1])
     worker = rc["spec"]["workerGroupSpecs"][0]["template"]
     assert worker == {
-        "metadata": {"labels": {JOB_LABEL: "job"}},
+        "metadata": {"labels": {JOB_LABEL: "job"}, "annotations": {"ray.io/overwrite-container-cmd": "true"}},
         "spec": {
             "affinity": worker["spec"]["affinity"],
             "securityContext": pod_security_context(),
             "containers": worker["spec"]["containers"],
+            "volumes": [worker["spec"]["volumes"][0]],  # rlplace's own: the node ranks
         },
     }
-    assert "volumeMounts" not in worker["spec"]["containers"][0]
+    assert [m["name"] for m in worker["spec"]["containers"][0]["volumeMounts"]] == [NODE_RANKS_VOLUME]
 
 
 def test_the_head_goes_to_a_node_it_tolerates() -> None:

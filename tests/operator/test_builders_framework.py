@@ -38,7 +38,10 @@ def test_rlinf_gets_the_plans_node_ranks_with_the_head_counted_last() -> None:
     spec = _rayjob(framework="rlinf")
     assert spec["entrypoint"] == "python train.py --config-name grpo cluster.num_nodes=3"
     workers = [g["template"]["spec"]["containers"][0] for g in spec["rayClusterSpec"]["workerGroupSpecs"]]
-    assert [_env(c)[contract.RLINF_NODE_RANK_ENV] for c in workers] == ["0", "1"]
+    # Each worker pod exports RLinf's node rank, its node's in the plan, before Ray starts.
+    assert workers and all(
+        c["args"] == [contract.worker_start_command(8, (contract.RLINF_NODE_RANK_ENV,))] for c in workers
+    )
     head = spec["rayClusterSpec"]["headGroupSpec"]["template"]["spec"]["containers"][0]
     env = _env(head)
     assert env[contract.RLINF_NODE_RANK_ENV] == "2"
@@ -105,7 +108,7 @@ def test_the_probe_travels_in_the_jobs_configmap_beside_the_plan() -> None:
     plan = build_plan(component_placement({"cluster": {"num_nodes": 1, "component_placement": {"actor": "all"}}}))
     spec = RLJobSpec.model_validate({**BODY, "framework": "rlinf"})
     configmap = build_placement_configmap("job", plan, probe_data(spec))
-    assert set(configmap["data"]) == {contract.PLAN_KEY, contract.PROBE_FILE}
+    assert set(configmap["data"]) == {contract.PLAN_KEY, contract.NODE_RANKS_KEY, contract.PROBE_FILE}
     assert configmap["data"][contract.PROBE_FILE] == probe_source()
     assert probe_data(RLJobSpec.model_validate(BODY)) == {}
 

@@ -59,11 +59,43 @@ def test_names_the_operator_uses() -> None:
     assert node_resource(3) == "rlplace_node_3"
     assert gpu_resource(3, 7) == "rlplace_gpu_3_7"
     assert node_resources(1, 2) == {"rlplace_node_1": 1000, "rlplace_gpu_1_0": 1, "rlplace_gpu_1_1": 1}
-    params = contract.ray_start_params(1, 1)
-    assert params == {"num-gpus": "1", "resources": '\'{"rlplace_node_1":1000,"rlplace_gpu_1_0":1}\''}
     assert contract.parse_node_resource("rlplace_node_12") == 12
     assert contract.parse_gpu_resource("rlplace_gpu_2_5") == (2, 5)
     assert contract.parse_gpu_resource("GPU") is None
+
+
+def _start(tmp_path: Path, node: str, exports: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """The worker start command as KubeRay runs it, with a `ray start` that prints what it was given."""
+    ranks = tmp_path / "node-ranks"
+    ranks.write_text(contract.node_ranks_text({"gpu-a": 0, "gpu-b": 1, "gpu-c": 2}))
+    show = "import json, os, sys; print(json.dumps([sys.argv[1:], {k: os.environ.get(k) for k in sys.argv[1:2]}]))"
+    env = {
+        "PATH": os.environ["PATH"],
+        contract.KUBE_NODE_ENV: node,
+        "KUBERAY_GEN_RAY_START_CMD": f"{sys.executable} -c '{show}' RLPLACE_NODE_RANK RLINF_NODE_RANK",
+    }
+    script = contract.worker_start_command(2, exports, ranks_file=str(ranks))
+    return subprocess.run(["/bin/bash", "-c", "--", script], env=env, capture_output=True, text=True, timeout=30)
+
+
+def test_a_worker_pod_finds_its_node_rank_from_its_node_before_ray_starts(tmp_path: Path) -> None:
+    done = _start(tmp_path, "gpu-b", ("RLINF_NODE_RANK",))
+    assert done.returncode == 0, done.stderr
+    args, env = json.loads(done.stdout)
+    assert env == {"RLPLACE_NODE_RANK": "1"}
+    assert args[2] == '--resources={"rlplace_node_1":1000,"rlplace_gpu_1_0":1,"rlplace_gpu_1_1":1}'
+    assert json.loads(args[2].split("=", 1)[1]) == contract.node_resources(1, 2)
+    assert args[3] == "--labels=rlplace.io/node-rank=1"
+    # RLinf's variable too, where the framework needs it (the command exports both before Ray starts).
+    assert "export RLPLACE_NODE_RANK=$rank RLINF_NODE_RANK=$rank" in contract.worker_start_command(
+        2, ("RLINF_NODE_RANK",)
+    )
+
+
+def test_a_worker_pod_on_a_node_outside_the_plan_stops_saying_so(tmp_path: Path) -> None:
+    done = _start(tmp_path, "cpu-z")
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == f"rlplace: node 'cpu-z' is not one of this job's nodes ({tmp_path / 'node-ranks'})"
 
 
 def test_import_without_ray_connection_needs_no_ray() -> None:

@@ -1,23 +1,25 @@
-"""The `<job>-placement` ConfigMap: the job's whole Plan, under the key the contract names (text, or gzip), and
-for a framework job the probe its pods import (builders/framework.py)."""
+"""The `<job>-placement` ConfigMap: the job's whole Plan, under the key the contract names (text, or gzip), each
+worker node's rank (the worker pods read theirs before Ray starts), and for a framework job the probe its pods
+import (builders/framework.py)."""
 
 from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
 
-from placement_core.contract import plan_payload
+from placement_core.contract import NODE_RANKS_KEY, node_ranks_text, plan_payload
 from placement_core.plan import Plan
 from rlplace_operator.names import child_labels, placement_configmap_name
 
 
 def build_placement_configmap(job: str, plan: Plan, files: Mapping[str, str] | None = None) -> dict:
-    """The ConfigMap with one plan key: `plan.json` in data, or `plan.json.gz` in binaryData when large; and
-    `files` (the probe of a framework job) in data.
+    """The ConfigMap with one plan key: `plan.json` in data, or `plan.json.gz` in binaryData when large; the
+    node ranks; and `files` (the probe of a framework job) in data.
 
     Written by server-side apply, so a re-plan that crosses the size boundary drops the other key.
     """
     key, payload = plan_payload(plan)
+    files = {NODE_RANKS_KEY: node_ranks_text({p.node_name: p.node_rank for _, p in plan.processes()}), **(files or {})}
     body: dict = {
         "apiVersion": "v1",
         "kind": "ConfigMap",
@@ -25,8 +27,7 @@ def build_placement_configmap(job: str, plan: Plan, files: Mapping[str, str] | N
     }
     if isinstance(payload, bytes):
         body["binaryData"] = {key: base64.b64encode(payload).decode()}
-        if files:
-            body["data"] = dict(files)
+        body["data"] = files
     else:
-        body["data"] = {key: payload, **(files or {})}
+        body["data"] = {key: payload, **files}
     return body

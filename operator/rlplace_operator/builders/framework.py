@@ -4,8 +4,9 @@ RLinf places every process itself: one Ray actor per rank, pinned to a Ray node 
 CUDA_VISIBLE_DEVICES RLinf computes from `cluster.component_placement`. The plan and RLinf agree once RLinf's
 node ranks are rlplace's, so:
 
-- every worker pod sets RLINF_NODE_RANK to its plan node rank, and the head (a Ray node too, without GPUs) sets
-  the rank after the last worker; RLinf then needs `cluster.num_nodes` = workers + 1, appended to the
+- every worker pod sets RLINF_NODE_RANK to its plan node rank before Ray starts (the worker start command,
+  placement_core.contract.worker_start_command), and the head (a Ray node too, without GPUs) sets the rank
+  after the last worker; RLinf then needs `cluster.num_nodes` = workers + 1, appended to the
   entrypoint as a Hydra override;
 - no pod sets RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: RLinf sets it per process with the variable;
 - the probe (placement_core/launcher/probe.py) is shipped in the job's ConfigMap and mounted in every pod on
@@ -74,18 +75,25 @@ def ray_gpus(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> int:
     return len(held) if _shaped(spec, gpus, held) else gpus
 
 
-def worker_env(spec: RLJobSpec, rank: int, gpus: int = 0, held: tuple[int, ...] = ()) -> list[dict]:
-    """A worker pod's variables: RLinf's node rank and the probe, or veRL's probe and the plan's GPUs (for an
-    rlplace-driver job, Ray's flag that keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher
-    sets)."""
+def shown_gpus(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> tuple[int, ...] | None:
+    """The GPUs Ray is shown on a worker pod (the pod's CUDA_VISIBLE_DEVICES), None for all of the node's."""
+    return held if _shaped(spec, gpus, held) else None
+
+
+def worker_env(spec: RLJobSpec, gpus: int = 0, held: tuple[int, ...] = ()) -> list[dict]:
+    """A worker pod's variables: the probe, and for veRL the plan's GPUs (for an rlplace-driver job, Ray's flag
+    that keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher sets)."""
     if not spec.framework_job:
         return [{"name": "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES", "value": "1"}]
-    if spec.framework is Framework.VERL:
-        shown = (
-            [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(map(str, held))}] if _shaped(spec, gpus, held) else []
-        )
-        return [*_common_env(spec), *shown]
-    return [{"name": contract.RLINF_NODE_RANK_ENV, "value": str(rank)}, *_common_env(spec)]
+    shown = shown_gpus(spec, gpus, held)
+    visible = [] if shown is None else [{"name": "CUDA_VISIBLE_DEVICES", "value": ",".join(map(str, shown))}]
+    return [*_common_env(spec), *visible]
+
+
+def node_rank_exports(spec: RLJobSpec) -> tuple[str, ...]:
+    """Variables a worker pod sets to its node rank before Ray starts, beside rlplace's (RLinf's node rank:
+    RLinf orders its nodes by it)."""
+    return (contract.RLINF_NODE_RANK_ENV,) if spec.framework is Framework.RLINF else ()
 
 
 def head_env(spec: RLJobSpec, workers: int) -> list[dict]:

@@ -1,8 +1,11 @@
 """The job's KubeRay RayCluster (`ray.io/v1`): a GPU-blind head and one worker pod per planned node.
 
-Each worker pod is pinned to its node, requests the node's whole unit count (so GPU numbers inside the
-container equal the plan's local ranks), and declares Ray resources that let the launcher target node rank i
-and hold GPU j exclusively.
+The worker pods of nodes with one shape (in practice one NodeGroup's) are one KubeRay worker group, so the
+RayCluster grows with the job's NodeGroups, not its nodes: the group's pods may run on its planned nodes only,
+one per node, each requesting the node's whole unit count (so GPU numbers inside the container equal the plan's
+local ranks). Before Ray starts, each pod reads its node rank from the job's ConfigMap by the node it was
+scheduled to, and declares the Ray label and resources that let the launcher target node rank i and hold GPU j
+exclusively (placement_core.contract.worker_start_command).
 """
 
 from __future__ import annotations
@@ -24,7 +27,10 @@ from rlplace_operator.builders.podtemplate import (
 )
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
+    HOSTNAME_LABEL,
     JOB_LABEL,
+    KUBERAY_NODE_TYPE_LABEL,
+    KUBERAY_OVERWRITE_COMMAND,
     NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
@@ -35,8 +41,11 @@ from rlplace_operator.names import (
 )
 from rlplace_operator.taints import Taint, untolerated
 
-#: The head's volume with the plan (spec.pods volumes cannot start with `rlplace-`).
+#: The head's volume with the plan, the workers' with the node ranks (spec.pods volumes cannot start with
+#: `rlplace-`).
 PLAN_VOLUME = "rlplace-plan"
+NODE_RANKS_VOLUME = "rlplace-node-ranks"
+
 #: spec.checkpoint's volume in every Ray pod (under rlplace's name, so it never collides with spec.pods volumes).
 CHECKPOINT_VOLUME = "rlplace-checkpoint"
 
@@ -61,6 +70,8 @@ class WorkerNode:
     """The node's taints (the head goes to a node it tolerates)."""
     processes: int = 0
     """The plan's processes on the node: the Ray worker processes its raylet starts at once (0: Ray's default)."""
+    hostname: str = ""
+    """The node's kubernetes.io/hostname label (empty: none; the pod is then pinned by node name)."""
     held_gpus: tuple[int, ...] = ()
     """The node's GPUs the plan's processes hold (a framework that lets Ray pick GPU ids gets only these)."""
 
@@ -138,52 +149,111 @@ def on_nodes(names: Sequence[str]) -> dict:
     return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
 
 
-def build_worker_group(job: str, spec: RLJobSpec, node: WorkerNode, attempt: int = 1) -> dict:
-    ray_gpus = framework.ray_gpus(spec, node.gpus, node.held_gpus)
+def on_hosts(nodes: Sequence[WorkerNode]) -> dict:
+    """A pod affinity that requires one of `nodes`: by their hostname label in one term (one value each, so a
+    group of a thousand nodes carries a thousand names and nothing else per node), by name for a node without
+    the label."""
+    named = [node.hostname for node in nodes if node.hostname]
+    terms = [{"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": named}]}] if named else []
+    terms += [
+        {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node.name]}]}
+        for node in nodes
+        if not node.hostname
+    ]
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+
+
+def one_worker_per_node(job: str) -> dict:
+    """No two worker pods of the job on one node (a group of CPU-only nodes requests no unit that would keep
+    them apart)."""
+    selector = {"matchLabels": {JOB_LABEL: job, KUBERAY_NODE_TYPE_LABEL: "worker"}}
+    term = {"labelSelector": selector, "topologyKey": HOSTNAME_LABEL}
+    return {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [term]}}
+
+
+def _shape(spec: RLJobSpec, node: WorkerNode) -> tuple:
+    """What a worker pod's template depends on: nodes with the same shape share one worker group."""
+    return (
+        node.groups,
+        node.gpus,
+        tuple(sorted(node.requests.items())),
+        tuple(sorted(node.env.items())),
+        framework.shown_gpus(spec, node.gpus, node.held_gpus),
+    )
+
+
+def worker_shapes(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> list[list[WorkerNode]]:
+    """The job's nodes by pod shape (in practice by NodeGroup), each in rank order, in the order of their
+    first node."""
+    shapes: dict[tuple, list[WorkerNode]] = {}
+    for node in nodes:
+        shapes.setdefault(_shape(spec, node), []).append(node)
+    return list(shapes.values())
+
+
+def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
+    """One KubeRay worker group for `nodes` (one shape): a pod per node, pinned to them as a set, each pod
+    learning its node rank from its node before Ray starts (contract.worker_start_command), so the group holds
+    nothing per node but the node's name."""
+    first = nodes[0]
+    ray_gpus = framework.ray_gpus(spec, first.gpus, first.held_gpus)
+    processes = max(node.processes for node in nodes)
     container = {
         "name": "ray-worker",
         "image": spec.ray.worker_image or spec.ray.image,
         "securityContext": container_security_context(),
-        "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, node.requests),
+        "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, first.requests),
+        "command": ["/bin/bash", "-c", "--"],
+        "args": [contract.worker_start_command(ray_gpus, framework.node_rank_exports(spec))],
         "env": [
-            *_env(node.env),
-            *framework.worker_env(spec, node.rank, node.gpus, node.held_gpus),
-            *startup_concurrency_env(node.processes),
-            {"name": contract.NODE_RANK_ENV, "value": str(node.rank)},
-            # The node the pod really runs on, for the launcher's binding check (downward API).
+            *_env(first.env),
+            *framework.worker_env(spec, first.gpus, first.held_gpus),
+            *startup_concurrency_env(processes),
+            # The node the pod really runs on: its rank's key, and the launcher's binding check (downward API).
             {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
             *restart_env(spec, attempt),
         ],
     }
     # The job's labels find its worker pods whether KubeRay names the cluster after the job or its RayJob.
     template = {
-        "metadata": {"labels": {JOB_LABEL: job}},
+        "metadata": {"labels": {JOB_LABEL: job}, "annotations": {KUBERAY_OVERWRITE_COMMAND: "true"}},
         "spec": {
-            "affinity": on_nodes([node.name]),
+            "affinity": {**on_hosts(nodes), **one_worker_per_node(job)},
             "securityContext": pod_security_context(),
             "containers": [container],
         },
     }
-    options = effective_worker(spec, node.groups)
+    ranks = {
+        "name": placement_configmap_name(job),
+        "items": [{"key": contract.NODE_RANKS_KEY, "path": contract.NODE_RANKS_KEY}],
+    }
+    mount = {"name": NODE_RANKS_VOLUME, "mountPath": contract.NODE_RANKS_MOUNT_DIR, "readOnly": True}
+    template = with_volume(template, {"name": NODE_RANKS_VOLUME, "configMap": ranks}, "ray-worker", mount)
     return {
-        "groupName": worker_group_name(node.rank),
-        "replicas": 1,
-        "minReplicas": 1,
+        "groupName": name,
+        "replicas": len(nodes),
+        "minReplicas": len(nodes),
+        "maxReplicas": len(nodes),
         "rayStartParams": {
-            **contract.ray_start_params(node.rank, ray_gpus),
-            **worker_start_params(
-                spec.ray.worker_resources.cpu, node.processes, framework.extra_ray_cpus(spec, ray_gpus)
-            ),
+            "num-gpus": str(ray_gpus),
+            **worker_start_params(spec.ray.worker_resources.cpu, processes, framework.extra_ray_cpus(spec, ray_gpus)),
         },
-        # KubeRay (>= 1.5) takes Ray node labels from the group's own field, not from rayStartParams.
-        "labels": contract.node_labels(node.rank),
         "template": apply_pod_options(
             framework.with_probe(with_checkpoint(template, spec, "ray-worker"), spec, job, "ray-worker"),
-            options,
+            effective_worker(spec, first.groups),
             "ray-worker",
             spec.ray.service_account_name,
         ),
     }
+
+
+def build_worker_groups(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> list[dict]:
+    """The job's worker groups: one per pod shape (worker_shapes), named after its NodeGroups."""
+    groups: list[dict] = []
+    for shape in worker_shapes(spec, nodes):
+        name = worker_group_name(shape[0].groups, {g["groupName"] for g in groups})
+        groups.append(build_worker_group(job, spec, name, shape, attempt))
+    return groups
 
 
 #: The head may run on any of the job's first nodes (in rank order): enough choice for its CPU and memory, and
@@ -243,7 +313,7 @@ def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]
     return {
         "rayVersion": spec.ray.ray_version,
         "headGroupSpec": build_head_group(job, spec, nodes, attempt),
-        "workerGroupSpecs": [build_worker_group(job, spec, node, attempt) for node in nodes],
+        "workerGroupSpecs": build_worker_groups(job, spec, nodes, attempt),
     }
 
 
