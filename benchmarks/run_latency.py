@@ -161,9 +161,9 @@ def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:
             node = node_name(prefix, i)
             for worker in spec["rayClusterSpec"]["workerGroupSpecs"]:
                 terms = worker["template"]["spec"]["affinity"]["nodeAffinity"]
-                terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchFields"][0][
-                    "values"
-                ] = [node]
+                (term,) = terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+                (requirement,) = [*term.get("matchExpressions", []), *term.get("matchFields", [])]
+                requirement["values"] = [node]
             body = {"apiVersion": "ray.io/v1", "kind": "RayJob", "metadata": {"name": f"kr-{i:03d}"}, "spec": spec}
             custom.create_namespaced_custom_object("ray.io", "v1", prefix, "rayjobs", body)
             return body["metadata"]["name"]

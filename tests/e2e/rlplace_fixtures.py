@@ -347,6 +347,18 @@ def load_example(name: str) -> list[dict]:
     return [doc for doc in yaml.safe_load_all((EXAMPLES / name).read_text()) if doc]
 
 
+def pinned_nodes(cluster_spec: dict) -> list[str]:
+    """The nodes a RayCluster spec's worker groups may run on, in group order: the values of each group's
+    `kubernetes.io/hostname In` term, and the names of its `metadata.name` terms (a node without the label)."""
+    nodes: list[str] = []
+    for group in cluster_spec["workerGroupSpecs"]:
+        affinity = group["template"]["spec"]["affinity"]["nodeAffinity"]
+        for term in affinity["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]:
+            for requirement in [*term.get("matchExpressions", []), *term.get("matchFields", [])]:
+                nodes += requirement["values"]
+    return nodes
+
+
 class Jobs:
     """RLJob helpers bound to one namespace."""
 

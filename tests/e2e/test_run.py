@@ -24,7 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from placement_core.launcher.verify import find_report
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import Jobs, kubectl, run_tool
+from rlplace_fixtures import Jobs, kubectl, pinned_nodes, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -128,12 +128,7 @@ def test_entrypoint_runs_as_a_rayjob_on_the_planned_cluster(run_jobs: RunJobs) -
     workers = spec["rayClusterSpec"]["workerGroupSpecs"]
     plan = run_jobs.plan("driven")
     planned_nodes = sorted({p["node_name"] for c in plan["components"].values() for p in c["processes"]})
-    pinned = sorted(
-        g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
-            "nodeSelectorTerms"
-        ][0]["matchFields"][0]["values"][0]
-        for g in workers
-    )
+    pinned = sorted(pinned_nodes(spec["rayClusterSpec"]))
     assert pinned == planned_nodes == ["a800-0", "a800-1"]
     env = workers[0]["template"]["spec"]["containers"][0]["env"]
     assert {"name": "RLPLACE_KUBE_NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}} in env
