@@ -66,7 +66,13 @@ def test_nodes_of_one_shape_share_a_worker_group_pinned_to_them_one_pod_each() -
     # A node without the hostname label is pinned by name (one value per metadata.name term, as the API allows).
     terms = robot["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
     assert terms == [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["franka-0"]}]}]
-    (apart,) = a800["affinity"]["podAntiAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    # Pods that request all of a node's units cannot share it; pods that request none are kept apart.
+    assert "podAntiAffinity" not in a800["affinity"] and "podAntiAffinity" not in robot["affinity"]
+    cpu = WorkerNode(4, "cpu-0", 0, {}, groups=("cpu",), hostname="cpu-0")
+    (cpu_group,) = build_raycluster("job", SPEC, [cpu])["spec"]["workerGroupSpecs"]
+    (apart,) = cpu_group["template"]["spec"]["affinity"]["podAntiAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
     assert apart == {
         "labelSelector": {"matchLabels": {JOB_LABEL: "job", "ray.io/node-type": "worker"}},
         "topologyKey": HOSTNAME_LABEL,
