@@ -14,6 +14,7 @@ Two tiers:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -330,6 +331,51 @@ def test_example_job_succeeds_with_every_process_verified_as_planned(
     ]
     assert [(r[0], r[1], r[5] if len(r) == 9 else "", r[-2]) for r in rows] == expected
     assert "ran concurrently: overlap" in log
+
+
+@pytest.fixture
+def two_node_group(k8s: client.ApiClient, real_nodes: list[str]) -> Iterator[str]:
+    """A NodeGroup of both real GPU nodes (a800 and 4090: one shape, 8 GPUs each), removed afterwards."""
+    custom = client.CustomObjectsApi(k8s)
+    selector = {"matchExpressions": [{"key": "rlplace.io/real-gpu-type", "operator": "Exists"}]}
+    body = {
+        "apiVersion": "rlplace.io/v1alpha1",
+        "kind": "NodeGroup",
+        "metadata": {"name": "real-gpu"},
+        "spec": {"nodeSelector": selector},
+    }
+    custom.create_cluster_custom_object("rlplace.io", "v1alpha1", "nodegroups", body)
+    try:
+        yield "real-gpu"
+    finally:
+        custom.delete_cluster_custom_object("rlplace.io", "v1alpha1", "nodegroups", "real-gpu")
+
+
+def test_a_node_group_of_two_nodes_is_one_worker_group_each_pod_on_its_rank(
+    run_jobs: RunJobs, two_node_group: str, kubeconfig: str
+) -> None:
+    """Both pods of one worker group take their node's rank from the plan before Ray starts: every process,
+    checking its node rank, Ray node label and Kubernetes node from inside, verifies as planned."""
+    body = example("rljob-heterogeneous-run.yaml")
+    body["metadata"]["name"] = job = "one-group"
+    body["spec"]["nodeGroups"] = [two_node_group, "real-cpu"]
+    body["spec"]["componentPlacement"] = [
+        {"components": "actor", "nodeGroup": two_node_group, "placement": "0-1,8-9"},
+        {"components": "reward", "nodeGroup": "real-cpu", "placement": "0:0-1"},
+    ]
+    run_jobs.create(body)
+    rayjob = wait_for(lambda: run_jobs.ray("rayjobs", job), 120, "the job's RayJob")
+    groups = rayjob["spec"]["rayClusterSpec"]["workerGroupSpecs"]
+    assert [(g["groupName"], g["replicas"]) for g in groups] == [(two_node_group, 2), ("real-cpu", 1)]
+    status = run_jobs.wait_phase(job, "Succeeded", timeout=420)
+    verified = {c["type"]: c for c in status["conditions"]}["BindingVerified"]
+    assert verified["status"] == "True" and verified["message"] == "verified actor 4/4, reward 2/2", verified
+    plan = run_jobs.plan(job)
+    actor_nodes = [p["node_name"] for p in plan["components"]["actor"]["processes"]]
+    assert len(set(actor_nodes)) == 2  # actor ranks 0-1 on the group's node 0, 2-3 on its node 1
+    report = find_report(driver_log(kubeconfig, run_jobs.namespace, job))
+    assert report is not None and report.ok
+    assert [c.node_name for c in report.checks if c.component == "actor"] == actor_nodes
 
 
 def test_verified_while_running_and_an_operator_restart_loses_and_duplicates_nothing(
