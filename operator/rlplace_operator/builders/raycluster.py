@@ -218,8 +218,8 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     template = {
         "metadata": {"labels": {JOB_LABEL: job}, "annotations": {KUBERAY_OVERWRITE_COMMAND: "true"}},
         "spec": {
-            # A pod that requests all of a node's units already keeps others off it; the scheduler's pod
-            # anti-affinity costs time (a 1,024-node job bound 1.5x slower with it), so only unit-less pods get it.
+            # A pod that requests all of a node's units already keeps others off it: only unit-less pods need the
+            # scheduler's pod anti-affinity (an inter-pod check per pod and node).
             "affinity": {**on_hosts(nodes), **({} if first.requests else one_worker_per_node(job))},
             "securityContext": pod_security_context(),
             "containers": [container],
