@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from placement_core.contract import ACTORS_PREFIX, KUBE_NODE_ENV, NODE_RANK_ENV, PROBE_PREFIX
@@ -93,23 +93,33 @@ def json_after(line: str, prefix: str) -> object | None:
         return None  # a line cut short by the log limit
 
 
-def observed_in(log: str, namespace: str = RLINF_NAMESPACE) -> Observed:
-    """The probe records and State API views in a driver's log (Ray prefixes forwarded worker lines with
-    `(pid=...)`; the prefix is found anywhere in the line)."""
-    probes: dict[tuple[str, int], ProbeRecord] = {}
-    actors: dict[tuple[str, int], ActorRecord] = {}
+def probe_lines(log: str) -> Iterator[tuple[dict | None, list[dict]]]:
+    """Each probe line of a driver's log, parsed: (a process's own record, None) for `rlplace-probe:`, (None,
+    the State API's actor entries) for `rlplace-actors:`. Ray prefixes forwarded worker lines with
+    `(pid=...)`, so the prefix is found anywhere in the line; a line cut short or not JSON is skipped."""
     for line in log.splitlines():
         if PROBE_PREFIX in line:
             raw = json_after(line, PROBE_PREFIX)
-            record = _probe(raw) if isinstance(raw, dict) else None
-            if record is not None:
-                probes[(record.group, record.rank)] = record
+            if isinstance(raw, dict):
+                yield raw, []
         elif ACTORS_PREFIX in line:
             raw = json_after(line, ACTORS_PREFIX)
-            for entry in raw if isinstance(raw, list) else ():
-                actor = _actor(entry, namespace) if isinstance(entry, dict) else None
-                if actor is not None:
-                    actors[(actor.group, actor.rank)] = actor
+            if isinstance(raw, list):
+                yield None, [entry for entry in raw if isinstance(entry, dict)]
+
+
+def observed_in(log: str, namespace: str = RLINF_NAMESPACE) -> Observed:
+    """The probe records and State API views in a driver's log (probe_lines)."""
+    probes: dict[tuple[str, int], ProbeRecord] = {}
+    actors: dict[tuple[str, int], ActorRecord] = {}
+    for record, entries in probe_lines(log):
+        probe = None if record is None else _probe(record)
+        if probe is not None:
+            probes[(probe.group, probe.rank)] = probe
+        for entry in entries:
+            actor = _actor(entry, namespace)
+            if actor is not None:
+                actors[(actor.group, actor.rank)] = actor
     return Observed(probes, actors)
 
 

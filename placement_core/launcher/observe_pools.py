@@ -26,11 +26,13 @@ was seen in both views, unless one seen already differs or `final`.
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from itertools import combinations
 
-from placement_core.contract import ACTORS_PREFIX, KUBE_NODE_ENV, NODE_RANK_ENV, PROBE_PREFIX
-from placement_core.launcher.observe import json_after
+from placement_core.contract import KUBE_NODE_ENV, NODE_RANK_ENV
+from placement_core.launcher.observe import probe_lines
 from placement_core.launcher.verify import BindingReport, ProcessCheck
 from placement_core.plan import Plan, ProcessPlan
 
@@ -115,50 +117,39 @@ def _process(raw: dict) -> PoolProcess | None:
 
 
 def observed_pools_in(log: str) -> ObservedPools:
-    """The worker setup hook's records and the State API's views in a driver's log."""
+    """The worker setup hook's records and the State API's views in a driver's log (observe.probe_lines)."""
     processes: dict[str, PoolProcess] = {}
     actors: dict[str, int | None] = {}
-    for line in log.splitlines():
-        if PROBE_PREFIX in line:
-            raw = json_after(line, PROBE_PREFIX)
-            process = _process(raw) if isinstance(raw, dict) else None
-            if process is not None:
-                processes[process.actor] = process
-        elif ACTORS_PREFIX in line:
-            raw = json_after(line, ACTORS_PREFIX)
-            for entry in raw if isinstance(raw, list) else ():
-                if isinstance(entry, dict) and isinstance(entry.get("name"), str):
-                    node_rank = entry.get("node_rank")
-                    actors[entry["name"]] = node_rank if isinstance(node_rank, int) else None
+    for record, entries in probe_lines(log):
+        process = None if record is None else _process(record)
+        if process is not None:
+            processes[process.actor] = process
+        for entry in entries:
+            if isinstance(entry.get("name"), str):
+                node_rank = entry.get("node_rank")
+                actors[entry["name"]] = node_rank if isinstance(node_rank, int) else None
     return ObservedPools(processes, actors)
 
 
 def _matched(plan_pools: list[Pool], groups: dict[str, list[PoolProcess]]) -> dict[str, Pool | None]:
     """Each worker group's pool: the one whose planned nodes hold most of its processes (larger groups
     choose first; a pool goes to one group)."""
+    planned = {pool.name: Counter(p.node_rank for p in pool.processes) for pool in plan_pools}
     taken: set[str] = set()
     matched: dict[str, Pool | None] = {}
     for group in sorted(groups, key=lambda g: (-len(groups[g]), g)):
+        seen = Counter(p.node_rank for p in groups[group])
         best, best_overlap = None, -1
         for pool in plan_pools:
             if pool.name in taken:
                 continue
-            planned = _per_node(p.node_rank for p in pool.processes)
-            seen = _per_node(p.node_rank for p in groups[group])
-            overlap = sum(min(n, planned.get(node, 0)) for node, n in seen.items())
+            overlap = sum((seen & planned[pool.name]).values())
             if overlap > best_overlap:
                 best, best_overlap = pool, overlap
         matched[group] = best
         if best is not None:
             taken.add(best.name)
     return matched
-
-
-def _per_node(ranks: object) -> dict[int | None, int]:
-    counts: dict[int | None, int] = {}
-    for rank in ranks:  # type: ignore[attr-defined]
-        counts[rank] = counts.get(rank, 0) + 1
-    return counts
 
 
 def pool_report(plan: Plan, observed: ObservedPools, *, final: bool = False) -> BindingReport | None:
@@ -243,22 +234,24 @@ def _problems(
 def _shared_gpus(
     plan_pools: list[Pool], paired: Mapping[tuple[str, int], PoolProcess]
 ) -> dict[tuple[str, int], tuple[str, ...]]:
-    """Processes on one node given a GPU in common while their planned GPUs are disjoint."""
+    """Processes on one node given a GPU in common while their planned GPUs are disjoint (compared within each
+    node only: a job of thousands of processes has a few per node)."""
     planned = {(pool.name, p.rank): p for pool in plan_pools for p in pool.processes}
     problems: dict[tuple[str, int], tuple[str, ...]] = {}
-    keys = sorted(paired)
-    for i, one in enumerate(keys):
-        for other in keys[i + 1 :]:
-            a, b = paired[one], paired[other]
-            if a.node_rank != b.node_rank or a.actor == b.actor:
-                continue
-            common = sorted(set(a.gpu_ids) & set(b.gpu_ids))
-            if common and not set(planned[one].held_gpus) & set(planned[other].held_gpus):
-                problems[one] = (
-                    *problems.get(one, ()),
-                    f"shares GPU {common[0]} with actor '{b.actor}' ({other[0]} rank {other[1]}); the plan gives "
-                    "them different GPUs",
-                )
+    by_node: dict[int | None, list[tuple[str, int]]] = {}
+    for key in sorted(paired):
+        by_node.setdefault(paired[key].node_rank, []).append(key)
+    for one, other in (pair for keys in by_node.values() for pair in combinations(keys, 2)):
+        a, b = paired[one], paired[other]
+        if a.actor == b.actor:
+            continue
+        common = sorted(set(a.gpu_ids) & set(b.gpu_ids))
+        if common and not set(planned[one].held_gpus) & set(planned[other].held_gpus):
+            problems[one] = (
+                *problems.get(one, ()),
+                f"shares GPU {common[0]} with actor '{b.actor}' ({other[0]} rank {other[1]}); the plan gives "
+                "them different GPUs",
+            )
     return problems
 
 
