@@ -38,13 +38,14 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 from operator_scale import (  # noqa: E402
-    BENCH_LABEL,
     GROUP,
     VERSION,
     Operator,
     add_nodes,
     bench_cluster,
+    bench_nodegroup,
     delete_nodes,
+    exists,
     wait_for,
     wait_group_ready,
 )
@@ -80,13 +81,7 @@ def three_groups(api: client.ApiClient, kubeconfig: str, nodes: int, namespace: 
         for (gpu, _, _), size in zip(GROUPS, sizes, strict=True):
             group = f"{namespace}-{gpu}"
             names += add_nodes(core, size, group)
-            body = {
-                "apiVersion": f"{GROUP}/{VERSION}",
-                "kind": "NodeGroup",
-                "metadata": {"name": group},
-                "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: group}}},
-            }
-            custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", body)
+            custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", bench_nodegroup(group))
             stack.callback(
                 lambda g=group: _ignore_missing(custom.delete_cluster_custom_object, GROUP, VERSION, "nodegroups", g)
             )
@@ -103,17 +98,7 @@ def _ignore_missing(call, *args: object) -> None:  # type: ignore[no-untyped-def
 def _delete_namespace(core: client.CoreV1Api, namespace: str) -> None:
     _ignore_missing(core.delete_namespace, namespace)
     with contextlib.suppress(TimeoutError):
-        wait_for(lambda: not _namespace_exists(core, namespace), 300, f"namespace {namespace} gone")
-
-
-def _namespace_exists(core: client.CoreV1Api, namespace: str) -> bool:
-    try:
-        core.read_namespace(namespace)
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
+        wait_for(lambda: not exists(lambda: core.read_namespace(namespace)), 300, f"namespace {namespace} gone")
 
 
 def _created(core: client.CoreV1Api, namespace: str, selector: str) -> int:
@@ -204,7 +189,11 @@ def rlplace_job(api: client.ApiClient, namespace: str, nodes: int) -> dict[str, 
 
     wait_for(lambda: condition("Admitted"), 600, "Admitted")
     times["admitted_s"] = time.perf_counter() - started
-    wait_for(lambda: _exists_rayjob(custom, namespace), 600, "the RayJob")
+
+    def read_rayjob() -> dict:
+        return custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "large")
+
+    wait_for(lambda: exists(read_rayjob), 600, "the RayJob")
     times["rayjob_s"] = time.perf_counter() - started
     wait_for(lambda: _created(core, namespace, "rlplace.io/job=large") >= nodes, 900, f"{nodes} pods created")
     times["created_s"] = time.perf_counter() - started
@@ -221,7 +210,7 @@ def rlplace_job(api: client.ApiClient, namespace: str, nodes: int) -> dict[str, 
     planned = contract.parse_node_ranks(configmap.data[contract.NODE_RANKS_KEY])
     on = list(bound.values())
     assert len(on) == nodes and set(on) == set(planned), (len(on), len(set(on)), len(planned))
-    rayjob = custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "large")
+    rayjob = read_rayjob()
     with contextlib.suppress(TimeoutError):
         # kwok runs no Ray: KubeRay may call the cluster ready, or end the RayJob, whose driver never ran.
         wait_for(lambda: condition("RayClusterReady"), 120, "RayClusterReady")
@@ -237,16 +226,6 @@ def rlplace_job(api: client.ApiClient, namespace: str, nodes: int) -> dict[str, 
         "rljob_status_bytes": _json_size(status),
         "phase": f"{status.get('phase')} ({status.get('message')})",
     }
-
-
-def _exists_rayjob(custom: client.CustomObjectsApi, namespace: str) -> bool:
-    try:
-        custom.get_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs", "large")
-    except ApiException as err:
-        if err.status == 404:
-            return False
-        raise
-    return True
 
 
 def configmap_at(nodes: int) -> tuple[int, int]:

@@ -153,6 +153,16 @@ def node_name(prefix: str, index: int) -> str:
     return f"{prefix}-{index:04d}"
 
 
+def bench_nodegroup(prefix: str) -> dict:
+    """The NodeGroup `prefix` over the nodes `add_nodes` made with that prefix."""
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeGroup",
+        "metadata": {"name": prefix},
+        "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: prefix}}},
+    }
+
+
 @contextlib.contextmanager
 def bench_nodes(api: client.ApiClient, nodes: int, prefix: str) -> Iterator[list[str]]:
     """A namespace and a NodeGroup named `prefix` over `nodes` new 8-GPU kwok nodes (yields their names);
@@ -161,13 +171,7 @@ def bench_nodes(api: client.ApiClient, nodes: int, prefix: str) -> Iterator[list
     core.create_namespace({"metadata": {"name": prefix}})
     wait_for(lambda: core.list_namespaced_service_account(prefix).items, 60, "default ServiceAccount")
     node_names = add_nodes(core, nodes, prefix)
-    group = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "NodeGroup",
-        "metadata": {"name": prefix},
-        "spec": {"nodeSelector": {"matchLabels": {BENCH_LABEL: prefix}}},
-    }
-    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", bench_nodegroup(prefix))
     try:
         yield node_names
     finally:
@@ -175,7 +179,7 @@ def bench_nodes(api: client.ApiClient, nodes: int, prefix: str) -> Iterator[list
             core.delete_namespace(prefix)
             custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", prefix)
         with contextlib.suppress(TimeoutError):
-            wait_for(lambda: not _exists(lambda: core.read_namespace(prefix)), 120, f"namespace {prefix} gone")
+            wait_for(lambda: not exists(lambda: core.read_namespace(prefix)), 120, f"namespace {prefix} gone")
         delete_nodes(core, node_names)
 
 
@@ -201,7 +205,8 @@ def bench_group(api: client.ApiClient, kubeconfig: str, nodes: int, prefix: str)
         yield operator
 
 
-def _exists(read: Callable[[], object]) -> bool:
+def exists(read: Callable[[], object]) -> bool:
+    """Whether `read` finds its object (False on 404)."""
     try:
         read()
     except ApiException as err:

@@ -215,9 +215,10 @@ def worker_nodes(
     plan: Plan, cluster: Cluster, groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
 ) -> list[WorkerNode]:
     """One worker per node any process uses, requesting every unit the job's groups count on it."""
-    per_node = Counter(process.node_rank for _, process in plan.processes())
+    per_node: Counter[int] = Counter()
     held: dict[int, set[int]] = {}
     for _, process in plan.processes():
+        per_node[process.node_rank] += 1
         held.setdefault(process.node_rank, set()).update(process.held_gpus)
     used = sorted(per_node)
     # Membership as sets: with 1,000 nodes a scan of every group's node list per node would be quadratic.

@@ -190,9 +190,11 @@ def _tail_metrics(path: str) -> None:
                     time.sleep(WATCH_INTERVAL_S)
             offset = _read_offset(offset_path)
             while True:
-                offset = _post_new_lines(path, offset)
-                with open(offset_path, "w") as handle:
-                    handle.write(str(offset))
+                posted = _post_new_lines(path, offset)
+                if posted != offset:
+                    with open(offset_path, "w") as handle:
+                        handle.write(str(posted))
+                    offset = posted
                 time.sleep(WATCH_INTERVAL_S)
     except Exception:  # progress is best effort: training never waits on it
         return

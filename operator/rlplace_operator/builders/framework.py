@@ -80,7 +80,7 @@ def shown_gpus(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> tuple[int, 
     return held if _shaped(spec, gpus, held) else None
 
 
-def worker_env(spec: RLJobSpec, gpus: int = 0, held: tuple[int, ...] = ()) -> list[dict]:
+def worker_env(spec: RLJobSpec, gpus: int, held: tuple[int, ...]) -> list[dict]:
     """A worker pod's variables: the probe, and for veRL the plan's GPUs (for an rlplace-driver job, Ray's flag
     that keeps it from overwriting the CUDA_VISIBLE_DEVICES rlplace's launcher sets)."""
     if not spec.framework_job:
