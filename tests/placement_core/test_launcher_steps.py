@@ -167,7 +167,9 @@ def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path
         seconds = report.seconds()
         assert seconds["actor"] == pytest.approx(expected["actor"], abs=0.15)
         assert seconds["rollout"] == pytest.approx(expected["rollout"], abs=0.15)
-        assert report.iteration_seconds == pytest.approx(expected["iteration"], abs=0.2)
+        # Ray's call overhead adds to a step's wall time (0.4 s more on a loaded 2-core CI machine): the floor
+        # is exact (collocated components run one after the other), the ceiling leaves room for the load.
+        assert expected["iteration"] - 0.05 <= report.iteration_seconds <= expected["iteration"] + 0.5
 
 
 @pytest.mark.ray
