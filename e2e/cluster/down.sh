@@ -64,9 +64,31 @@ else
   # Then their containers (CoreDNS, test pods: clients of the apiserver, which otherwise waits for their
   # watches to end before it exits).
   teardown_real_nodes say
-  stop ray-operator kwok kube-scheduler kube-controller-manager
+  stop kueue ray-operator kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
+fi
+
+# Kueue: also one whose PID was not recorded or that had not yet become kueue (a cluster-up interrupted while
+# starting it), found by the config file on its command line. Its /etc overlay lives in its own mount
+# namespace, so it goes with the process; the overlay's layers are in the state dir, removed below.
+kueue_pids() {
+  local f argv
+  for f in /proc/[0-9]*/cmdline; do
+    mapfile -d '' -t argv 2>/dev/null <"$f" || continue
+    if [[ " ${argv[*]} " == *" --config=$STATE/kueue/config.yaml "* ]]; then f=${f#/proc/} && echo "${f%/cmdline}"; fi
+  done
+}
+mapfile -t kueue_left < <(kueue_pids)
+if ((${#kueue_left[@]})); then
+  log "stopping Kueue processes left from a cluster-up that did not finish (pid ${kueue_left[*]})"
+  kill -TERM "${kueue_left[@]}" 2>/dev/null || true
+  for _ in $(seq $((TIMEOUT * 10))); do
+    mapfile -t kueue_left < <(kueue_pids)
+    ((${#kueue_left[@]})) || break
+    sleep 0.1
+  done
+  ((${#kueue_left[@]} == 0)) || kill -KILL "${kueue_left[@]}" 2>/dev/null || true
 fi
 
 # Real nodes: containers, shims, mounts, network namespaces, bridge, iptables chain, cgroups. Always, by the

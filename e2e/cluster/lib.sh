@@ -23,6 +23,7 @@ tool_version() {
     kwok) echo "$KWOK_VERSION" ;;
     ray-operator) echo "$KUBERAY_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
+    kueue) echo "$KUEUE_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -39,9 +40,10 @@ tool_dir() {
 }
 tool_bin() { echo "$(tool_dir "$1")/$1"; }
 kuberay_crd_dir() { echo "$(tool_dir ray-operator)/crds"; }
+kueue_crd_dir() { echo "$(tool_dir kueue)/crds"; }
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
-E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm
+E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm kueue
   kubelet kube-proxy containerd ctr containerd-shim-runc-v2 runc bridge host-local loopback portmap coredns pause)
 # The CNI plugins the real nodes use (one directory: tool_dir bridge).
 # shellcheck disable=SC2034
@@ -60,7 +62,7 @@ real_nodes_on() {
 
 # Cluster components in start order; down.sh stops them in reverse. A real node's are <binary>@<node>.
 # shellcheck disable=SC2034
-E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator)
+E2E_COMPONENTS=(etcd kube-apiserver kube-controller-manager kube-scheduler kwok ray-operator kueue)
 # shellcheck source=nodes.sh
 source "$E2E_REPO/e2e/cluster/nodes.sh"
 if real_nodes_on; then

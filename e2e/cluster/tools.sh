@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the local control plane's binaries from the Go module proxy, once per version.
 #
-#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, ray-operator (+ CRDs), helm
+#   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, ray-operator (+ CRDs), helm,
+#   kueue (+ CRDs)
 #   and for the real nodes: kubelet, kube-proxy, containerd (+ ctr, containerd-shim-runc-v2), runc,
 #   the CNI plugins bridge/host-local/loopback/portmap, coredns, and the pod sandbox binary pause
 #
@@ -35,7 +36,7 @@ check_args() { # the arguments that make a tool print its version
   case "$1" in
     kubectl) echo "version --client" ;;
     helm) echo "version --short" ;;
-    ray-operator) echo "-help" ;; # no version flag; -help exits 0 once its flags parse
+    ray-operator | kueue) echo "-help" ;; # no version flag; -help exits 0 once its flags parse
     containerd-shim-runc-v2 | pause) echo "-v" ;;
     coredns) echo "-version" ;;
     bridge | host-local | loopback | portmap) echo "" ;; # without CNI_COMMAND a plugin prints its version
@@ -65,8 +66,12 @@ check_tool() { # prints nothing on success, a reason on failure
   fi
   local ver
   ver=$(tool_version "$tool")
-  if [[ $tool != ray-operator && $out != *"${ver#v}"* ]]; then
+  if [[ $tool != ray-operator && $tool != kueue && $out != *"${ver#v}"* ]]; then
     echo "reports a different version (want $ver): $(head -1 <<<"$out")"
+    return 1
+  fi
+  if [[ $tool == kueue ]] && ! [[ -f $(kueue_crd_dir)/kueue.x-k8s.io_workloads.yaml && -f $(tool_dir kueue)/webhooks/manifests.yaml ]]; then
+    echo "its CRDs or webhook manifests are missing"
     return 1
   fi
   if [[ $tool == ray-operator ]] && ! compgen -G "$(kuberay_crd_dir)/ray.io_rayclusters.yaml" >/dev/null; then
@@ -219,6 +224,23 @@ build_ray_operator() {
   log "  KubeRay CRDs: $(cd "$crds" && echo *.yaml)"
 }
 
+# Kueue: its manager binary (version stamped as upstream's Makefile does) and the CRD bases of the same module.
+build_kueue() {
+  local mod=sigs.k8s.io/kueue crds moddir
+  wrapper_build kueue "$mod" "$mod/cmd/kueue" \
+    "-s -w -X $mod/pkg/version.GitVersion=$KUEUE_VERSION -X $mod/pkg/version.GitCommit=$KUEUE_VERSION"
+  moddir=$(cd "$E2E_CACHE/src/kueue-$KUEUE_VERSION" && go list -m -f '{{.Dir}}' "$mod")
+  crds=$(kueue_crd_dir)
+  rm -rf "$crds" && mkdir -p "$crds"
+  cp "$moddir"/config/components/crd/bases/*.yaml "$crds/"
+  chmod u+w "$crds"/*.yaml
+  # Its admission webhooks, from which up.sh registers Kueue's own (kueue.x-k8s.io) ones.
+  mkdir -p "$(tool_dir kueue)/webhooks"
+  cp "$moddir/config/components/webhook/manifests.yaml" "$(tool_dir kueue)/webhooks/manifests.yaml"
+  chmod u+w "$(tool_dir kueue)/webhooks/manifests.yaml"
+  log "  Kueue CRDs: $(cd "$crds" && echo *.yaml)"
+}
+
 build_helm() {
   wrapper_build helm helm.sh/helm/v3 helm.sh/helm/v3/cmd/helm \
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
@@ -332,6 +354,7 @@ if ((${#reason[@]})); then
     [[ -z ${reason[kwok]:-} ]] || build_kwok
     [[ -z ${reason[ray-operator]:-} ]] || build_ray_operator
     [[ -z ${reason[helm]:-} ]] || build_helm
+    [[ -z ${reason[kueue]:-} ]] || build_kueue
     [[ -z ${reason[containerd]:-}${reason[ctr]:-}${reason[containerd-shim-runc-v2]:-} ]] || build_containerd
     [[ -z ${reason[runc]:-} ]] || build_runc
     [[ -z ${reason[bridge]:-}${reason[host-local]:-}${reason[loopback]:-}${reason[portmap]:-} ]] || build_cni_plugins

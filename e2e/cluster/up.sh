@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Start a real Kubernetes control plane as local processes, with kwok simulating the kubelets of the fake
-# nodes in e2e/nodes.yaml, and the KubeRay operator running out of cluster.
+# nodes in e2e/nodes.yaml, and the KubeRay operator and Kueue running out of cluster.
 #
-#   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler -> kwok -> KubeRay CRDs + operator
-#   -> fake nodes Ready, default ServiceAccount present
+#   etcd -> kube-apiserver -> kube-controller-manager, kube-scheduler -> kwok -> KubeRay CRDs + operator,
+#   Kueue CRDs + webhooks + Kueue -> fake nodes Ready, default ServiceAccount present
 #
 # Returns once everything is healthy. Admin kubeconfig: $RLPLACE_E2E_DIR/kubeconfig (default .e2e/kubeconfig).
 # Every port is picked free at start, so two clusters (two state dirs) can run side by side.
@@ -15,6 +15,7 @@ set -euo pipefail
 E2E_LOG_PREFIX=cluster-up
 # shellcheck source=lib.sh
 source "$(dirname "$0")/lib.sh"
+# Kueue runs next to the KubeRay operator (started and stopped like the other components).
 
 STATE="$E2E_DIR/cluster"
 PKI="$STATE/pki"
@@ -45,13 +46,21 @@ fi
 # ---------------------------------------------------------------------------------------------------------
 # Binaries (built by tools.sh, cached by version).
 declare -A BIN
-for t in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator; do
+for t in etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator kueue; do
   BIN[$t]=$(tool_bin "$t")
   [[ -x ${BIN[$t]} ]] || die "$t $(tool_version "$t") is not built (${BIN[$t]} missing); run 'make tools' first"
 done
 CRDS=$(kuberay_crd_dir)
 [[ -f $CRDS/ray.io_rayclusters.yaml ]] || die "KubeRay CRDs missing in $CRDS; run 'make tools' first"
-for cmd in openssl curl python3; do command -v "$cmd" >/dev/null || die "$cmd is required"; done
+KUEUE_CRDS=$(kueue_crd_dir)
+[[ -f $KUEUE_CRDS/kueue.x-k8s.io_workloads.yaml ]] || die "Kueue CRDs missing in $KUEUE_CRDS; run 'make tools' first"
+# Kueue's webhook list (config/components/webhook/manifests.yaml of the module tools.sh built it from).
+KUEUE_WEBHOOKS=$(tool_dir kueue)/webhooks/manifests.yaml
+[[ -f $KUEUE_WEBHOOKS ]] || die "Kueue's webhook manifests are missing ($KUEUE_WEBHOOKS); run 'make tools' first"
+for cmd in openssl curl python3 unshare; do command -v "$cmd" >/dev/null || die "$cmd is required"; done
+PY=python3 # PyYAML: the repo's venv has it (make setup)
+[[ -x $E2E_REPO/.venv/bin/python ]] && PY=$E2E_REPO/.venv/bin/python
+"$PY" -c 'import yaml' 2>/dev/null || die "$PY cannot import yaml (PyYAML); run 'make setup' first"
 
 mkdir -p "$PKI" "$LOGS" "$PIDS"
 mkdir -m 700 "$STATE/etcd"
@@ -119,10 +128,11 @@ fi
 # Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now.
 # Each candidate is bound once to make sure it is free; if another process grabs it before the component
 # binds, the component fails to start and the message says which port.
-read -r P_ETCD P_ETCD_PEER P_API P_KCM P_SCHED P_KWOK P_RAY_METRICS P_RAY_PROBE < <(python3 - <<'EOF'
+read -r P_ETCD P_ETCD_PEER P_API P_KCM P_SCHED P_KWOK P_RAY_METRICS P_RAY_PROBE \
+  P_KUEUE_WEBHOOK P_KUEUE_METRICS P_KUEUE_PROBE < <(python3 - <<'EOF'
 import random, socket
 ports = set()
-while len(ports) < 8:
+while len(ports) < 11:
     p = random.randint(20000, 32000)
     if p in ports:
         continue
@@ -144,6 +154,9 @@ KUBE_SCHEDULER=$P_SCHED
 KWOK=$P_KWOK
 RAY_OPERATOR_METRICS=$P_RAY_METRICS
 RAY_OPERATOR_PROBE=$P_RAY_PROBE
+KUEUE_WEBHOOK=$P_KUEUE_WEBHOOK
+KUEUE_METRICS=$P_KUEUE_METRICS
+KUEUE_PROBE=$P_KUEUE_PROBE
 EOF
 log "state in $STATE; apiserver will listen on https://127.0.0.1:$P_API"
 
@@ -226,6 +239,10 @@ subjectAltName=$API_SANS,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS
   sign kube-controller-manager "/CN=system:kube-controller-manager" "$client"
   sign kube-scheduler "/CN=system:kube-scheduler" "$client"
   sign front-proxy-client "/CN=front-proxy-client" "$client" # apiserver -> aggregated APIs
+  sign kueue "/CN=kueue" "basicConstraints=CA:FALSE
+keyUsage=critical,digitalSignature,keyEncipherment
+extendedKeyUsage=serverAuth
+subjectAltName=IP:127.0.0.1,DNS:localhost" # Kueue's webhook and metrics servers
   if ((${#REAL_NODES[@]})); then
     sign apiserver-kubelet-client "/O=system:masters/CN=kube-apiserver-kubelet-client" "$client" # logs, exec
     sign kube-proxy "/CN=system:kube-proxy" "$client"
@@ -334,10 +351,54 @@ start kwok "${BIN[kwok]}" \
   --node-lease-duration-seconds 40 \
   --cidr 10.244.0.0/16 \
   --server-address "127.0.0.1:$P_KWOK"
-# While those start: KubeRay's CRDs and the fake nodes (both need only the apiserver). The CRDs are large
-# (4 MB): too big for client-side apply's annotation, and `create` is faster than server-side apply.
+# While those start: KubeRay's and Kueue's CRDs, Kueue's namespace and webhooks, and the fake nodes (all need
+# only the apiserver). KubeRay's CRDs are large (4 MB): too big for client-side apply's annotation, and
+# `create` is faster than server-side apply.
 "${KC[@]}" create -f "$CRDS" >"$LOGS/crds.log" 2>&1 8>&- &
 crds_job=$!
+
+# Kueue: its configuration (e2e/cluster/kueue-config.yaml with this cluster's ports and paths), its serving
+# certificate (webhooks and metrics), namespace kueue-system and its admission webhooks: only Kueue's own
+# kueue.x-k8s.io ones from the module's webhook manifests (never the pod, Job or Ray ones: rlplace creates its
+# Workloads itself, and those would gate every pod), renamed kueue-*, called by URL on 127.0.0.1 with this
+# cluster's CA, failurePolicy as upstream. Registered before Kueue listens, so that the apiserver knows them
+# by the time cluster-up returns; nothing creates Kueue objects before that.
+KUEUE_STATE="$STATE/kueue"
+mkdir -p "$KUEUE_STATE/certs" "$KUEUE_STATE/etc-upper/kueue/metrics/certs" "$KUEUE_STATE/etc-work"
+for dir in "$KUEUE_STATE/certs" "$KUEUE_STATE/etc-upper/kueue/metrics/certs"; do
+  cp "$PKI/kueue.crt" "$dir/tls.crt" && cp "$PKI/kueue.key" "$dir/tls.key"
+done
+kueue_config=$(<"$E2E_REPO/e2e/cluster/kueue-config.yaml")
+kueue_config=${kueue_config//@KUEUE_PROBE_PORT@/$P_KUEUE_PROBE}
+kueue_config=${kueue_config//@KUEUE_METRICS_PORT@/$P_KUEUE_METRICS}
+kueue_config=${kueue_config//@KUEUE_WEBHOOK_PORT@/$P_KUEUE_WEBHOOK}
+kueue_config=${kueue_config//@KUEUE_CERT_DIR@/$KUEUE_STATE/certs}
+printf '%s\n' "$kueue_config" >"$KUEUE_STATE/config.yaml"
+"$PY" - "$KUEUE_WEBHOOKS" "https://127.0.0.1:$P_KUEUE_WEBHOOK" "$(base64 -w0 "$PKI/ca.crt")" \
+  >"$KUEUE_STATE/objects.json" 2>"$LOGS/kueue-objects.log" <<'PY' ||
+import json, sys, yaml
+
+manifests, base_url, ca_bundle = sys.argv[1:]
+items = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}]
+with open(manifests) as f:
+    for doc in yaml.safe_load_all(f):
+        if not doc:
+            continue
+        hooks = [w for w in doc["webhooks"] if all(r["apiGroups"] == ["kueue.x-k8s.io"] for r in w["rules"])]
+        for w in hooks:
+            w["clientConfig"] = {"url": base_url + w["clientConfig"]["service"]["path"], "caBundle": ca_bundle}
+        if hooks:
+            meta = {"name": "kueue-" + doc["metadata"]["name"]}
+            items.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": meta, "webhooks": hooks})
+if {i["kind"] for i in items[1:]} != {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}:
+    sys.exit(f"no kueue.x-k8s.io mutating and validating webhooks found in {manifests}")
+json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
+PY
+  { cat "$LOGS/kueue-objects.log" >&2; die "reading Kueue's webhooks from $KUEUE_WEBHOOKS failed"; }
+# Server-side: the Workload CRD alone is 1.4 MB. The trailing / also reads a CRD directory that is a symlink.
+"${KC[@]}" apply --server-side --field-manager rlplace-e2e -f "$KUEUE_CRDS/" -f "$KUEUE_STATE/objects.json" \
+  >"$LOGS/kueue-crds.log" 2>&1 8>&- &
+kueue_crds_job=$!
 "${KC[@]}" apply -f "$E2E_REPO/e2e/nodes.yaml" >"$LOGS/nodes.log" 2>&1 ||
   { cat "$LOGS/nodes.log" >&2; die "creating the fake nodes from e2e/nodes.yaml failed"; }
 
@@ -347,12 +408,12 @@ wait_for kwok healthy curl -fsS "http://127.0.0.1:$P_KWOK/healthz"
 
 wait "$crds_job" || { cat "$LOGS/crds.log" >&2; die "creating the KubeRay CRDs failed"; }
 log "KubeRay CRDs created ($((SECONDS - T0)) s)"
-crds_established() {
+crds_established() { # crds_established <dir>: every CRD in the files of <dir> is Established
   local got
-  got=$("${KC[@]}" get -f "$CRDS" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{" "}{end}')
-  [[ $got == "$(for _ in "$CRDS"/*.yaml; do printf 'True '; done)" ]]
+  got=$("${KC[@]}" get -f "$1" -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Established")].status}{" "}{end}')
+  [[ $got == "$(for _ in "$1"/*.yaml; do printf 'True '; done)" ]]
 }
-wait_for kube-apiserver "serving the KubeRay CRDs (Established)" crds_established
+wait_for kube-apiserver "serving the KubeRay CRDs (Established)" crds_established "$CRDS"
 
 # KubeRay learns how a RayJob ended from the Ray dashboard of its head pod, by the head Service's cluster DNS
 # name: with real nodes it runs in the first node's network namespace (the pod network) with the cluster's
@@ -379,7 +440,35 @@ probe_ray_operator() {
     curl -fsS "http://127.0.0.1:$P_RAY_PROBE/readyz"
   fi
 }
+
+wait "$kueue_crds_job" || { cat "$LOGS/kueue-crds.log" >&2; die "creating Kueue's CRDs, namespace and webhooks failed"; }
+log "Kueue CRDs, namespace and webhooks created ($((SECONDS - T0)) s)"
+wait_for kube-apiserver "serving the Kueue CRDs (Established)" crds_established "$KUEUE_CRDS/"
+# Kueue (host network: the apiserver calls its webhooks on 127.0.0.1). With internal cert management off it
+# insists on /etc/kueue/metrics/certs/tls.{crt,key} (a hard-coded path). It gets them in a mount namespace of
+# its own: an overlay over /etc whose upper layer (holding just those two files) is in the state dir. The
+# host's /etc stays as it is and the mount goes away with the process: nothing to unmount or remove outside
+# the state dir, and clusters side by side do not share the files.
+KUEUE_SANDBOX=(unshare --mount --propagation private)
+kueue_overlay="lowerdir=/etc,upperdir=$KUEUE_STATE/etc-upper,workdir=$KUEUE_STATE/etc-work"
+if ((EUID != 0)); then # kwok-only cluster without root: a user namespace in which this user is root
+  KUEUE_SANDBOX=(unshare --user --map-root-user --mount --propagation private)
+  kueue_overlay+=",userxattr"
+fi
+# shellcheck disable=SC2016 # $0 and $@ belong to the inner shell
+start kueue "${KUEUE_SANDBOX[@]}" -- sh -c 'mount -t overlay rlplace-kueue-etc -o "$0" /etc && exec "$@"' \
+  "$kueue_overlay" "${BIN[kueue]}" --config="$KUEUE_STATE/config.yaml" --kubeconfig="$STATE/admin.kubeconfig" \
+  --zap-encoder=console
+
 wait_for ray-operator ready probe_ray_operator
+wait_for kueue ready curl -fsS "http://127.0.0.1:$P_KUEUE_PROBE/readyz"
+kueue_webhooks_answer() { # a ResourceFlavor created as a dry run: Kueue's defaulting webhook adds its finalizer
+  local got
+  got=$("${KC[@]}" create --dry-run=server -o 'jsonpath={.metadata.finalizers}' -f - \
+    <<<'{"apiVersion":"kueue.x-k8s.io/v1beta2","kind":"ResourceFlavor","metadata":{"name":"rlplace-e2e-webhook-check"}}') &&
+    [[ $got == *kueue.x-k8s.io/resource-in-use* ]]
+}
+wait_for kueue "answering its admission webhooks" kueue_webhooks_answer
 exec 8>&- # every port is bound now: let another cluster-up choose its own
 
 # kwok reports the nodes Ready; pods can be created once the namespace's "default" ServiceAccount exists.

@@ -248,7 +248,7 @@ def test_up_twice_says_already_running_and_changes_nothing(local_cluster, tmp_pa
 def test_component_crash_at_start_is_reported_and_cleaned_up(local_cluster, tmp_path):
     """A kube-scheduler that exits at once: up.sh names it, shows its log, stops the rest, exits 1."""
     cache = tmp_path / "cache"
-    tools = "etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator"
+    tools = "etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator kueue"
     dirs = subprocess.run(
         ["bash", "-c", f'source "$0"; for t in {tools}; do tool_dir $t; done', str(CLUSTER_SCRIPTS / "lib.sh")],
         capture_output=True,
