@@ -116,6 +116,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.kube = Kube(_api_client(), progress_url=progress_url)
     # One ledger of node reservations for every handler thread (its lock makes admissions one at a time).
     memo.ledger = Ledger()
+    # Jobs whose driver is asked to checkpoint now (a preempted job), read by the progress endpoint's answers.
+    memo.checkpoint_requests = set()
     # The threads a queue pass reconciles its jobs on (handlers/lifecycle.py, nodegroup_jobs_recheck).
     memo.pass_pool = ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="rlplace-pass")
 
@@ -129,7 +131,11 @@ async def serve_progress(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> N
     if serving.progress_port is None and serving.metrics_port is None:
         return
     api_client = _api_client()
-    service = progress.ProgressService(progress.KubeIdentify(api_client), progress.kube_write_progress(api_client))
+    service = progress.ProgressService(
+        progress.KubeIdentify(api_client),
+        progress.kube_write_progress(api_client),
+        checkpoint_wanted=lambda key: key in memo.checkpoint_requests,
+    )
     memo.progress = service
     if serving.progress_port is not None:
         memo.servers.append(await progress.serve(service.app(), "0.0.0.0", serving.progress_port))

@@ -11,7 +11,10 @@ ServiceAccount token with the audience `PROGRESS_AUDIENCE` and the URL of this e
    (RayCluster, then RayJob) lead to that RLJob's uid, so a pod of another owner cannot claim a job by label;
 3. refuses (403) a report for any job but that one, and accepts (202) the rest into a per-job window;
 4. writes `status.progress` at most once per `WRITE_INTERVAL_S` per job (the latest report wins) as a merge
-   patch of `status.progress` alone.
+   patch of `status.progress` alone; a report with a new checkpoint step is written at once (the operator
+   waits for it before it stops a preempted job);
+5. answers an accepted report with `ProgressAnswer`, which asks the driver to checkpoint now while
+   `checkpoint_wanted(job)` says so (a preempted job: docs/driver.md).
 
 The user needs no RBAC grant: the token is the pod's own ServiceAccount's, and only the operator's
 ServiceAccount creates TokenReviews. A review (and the pod and owner reads behind it) is cached per token until
@@ -48,7 +51,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from placement_core.launcher import adapters
-from placement_core.launcher.progress import IterationReport
+from placement_core.launcher.progress import IterationReport, ProgressAnswer
 from rlplace_operator.models import ComponentSeconds, Progress, dump
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -120,6 +123,7 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
         components=components,
         bottleneck=bottleneck,
         weight_sync_seconds=latest.weight_sync_seconds,
+        checkpoint_step=latest.checkpoint_step,
         updated_at=rfc3339(latest.time),
     )
 
@@ -156,31 +160,41 @@ class Window:
     def progress(self) -> Progress | None:
         return summarize(self.reports)
 
+    def checkpoint_step(self) -> int | None:
+        """The checkpoint step of the latest report."""
+        return self.reports[-1].checkpoint_step if self.reports else None
+
 
 class Throttle:
-    """When each job's next status write may go: at most one per `interval` seconds per job.
+    """When each job's next status write may go: at most one per `interval` seconds per job, but at once for a
+    report that must not wait (a new checkpoint, which a preemption waits for).
 
     `due(key, now)` answers the delay before the write of a report that arrived `now`, or None when a write
-    is already planned (it will carry this report: the latest wins). `wrote(key, now)` records a write."""
+    is already planned (it will carry this report: the latest wins); `due(key, now, at_once=True)` answers 0.0
+    even then (the planned write still goes). `wrote(key, now)` records a write."""
 
     def __init__(self, interval: float = WRITE_INTERVAL_S) -> None:
         self.interval = interval
         self._last: dict[JobKey, float] = {}
-        self._planned: set[JobKey] = set()
+        self._planned: dict[JobKey, int] = {}
+        """Writes planned and not yet done, per job."""
 
-    def due(self, key: JobKey, now: float) -> float | None:
-        if key in self._planned:
+    def due(self, key: JobKey, now: float, at_once: bool = False) -> float | None:
+        planned = self._planned.get(key, 0)
+        if planned and not at_once:
             return None
-        self._planned.add(key)
+        self._planned[key] = planned + 1
         last = self._last.get(key)
-        return 0.0 if last is None else max(0.0, last + self.interval - now)
+        return 0.0 if last is None or at_once else max(0.0, last + self.interval - now)
 
     def wrote(self, key: JobKey, now: float) -> None:
-        self._planned.discard(key)
+        planned = self._planned.pop(key, 0) - 1
+        if planned > 0:
+            self._planned[key] = planned
         self._last[key] = now
 
     def forget(self, key: JobKey) -> None:
-        self._planned.discard(key)
+        self._planned.pop(key, None)
         self._last.pop(key, None)
 
 
@@ -387,8 +401,16 @@ class Stats:
     """Seconds from a report's arrival to the status write that carried it (the latest ones)."""
 
 
+def no_checkpoint_wanted(_key: JobKey) -> bool:
+    return False
+
+
 class ProgressService:
-    """The reports of every job: the endpoint that takes them, their windows, and the throttled writes."""
+    """The reports of every job: the endpoint that takes them, their windows, and the throttled writes.
+
+    `checkpoint_wanted(job)` says whether the operator wants the job's driver to checkpoint now (it is about to
+    stop the job); the answer to each of that job's accepted reports then asks for it. Called in the event
+    loop: it must not block."""
 
     def __init__(
         self,
@@ -397,9 +419,12 @@ class ProgressService:
         interval: float = WRITE_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
         threads: int = API_THREADS,
+        *,
+        checkpoint_wanted: Callable[[JobKey], bool] = no_checkpoint_wanted,
     ) -> None:
         self.identities = IdentityCache(identify, clock)
         self.write = write
+        self.checkpoint_wanted = checkpoint_wanted
         self.throttle = Throttle(interval)
         self.clock = clock
         self.windows: dict[JobKey, Window] = {}
@@ -441,14 +466,18 @@ class ProgressService:
         except ValueError as err:
             return self._refuse(400, str(err))
         self.accept(key, report)
-        return web.json_response({"accepted": report.iteration}, status=202)
+        answer = ProgressAnswer(report.iteration, checkpoint=self.checkpoint_wanted(key))
+        return web.json_response(text=answer.to_json(), status=202)
 
     def accept(self, key: JobKey, report: IterationReport) -> None:
-        """Take a report into its job's window and plan the job's next write."""
+        """Take a report into its job's window and plan the job's next write (at once for a new checkpoint)."""
         now = self.clock()
-        self.windows.setdefault(key, Window()).add(report, now)
+        window = self.windows.setdefault(key, Window())
+        previous = window.checkpoint_step()
+        new_checkpoint = report.checkpoint_step is not None and (previous is None or report.checkpoint_step > previous)
+        window.add(report, now)
         self.stats.accepted += 1
-        delay = self.throttle.due(key, now)
+        delay = self.throttle.due(key, now, at_once=new_checkpoint)
         if delay is not None:
             task = asyncio.get_running_loop().create_task(self._write_later(key, delay))
             self._tasks.add(task)

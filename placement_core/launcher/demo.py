@@ -14,9 +14,11 @@ bound as planned (the report names it); 2: the plan or the Ray cluster is unusab
 With `--steps N` it runs N training steps instead (see `run_steps`): each step exercises the components, prints
 one line, and reports its per-component times (`rlplace-progress: ...`, launcher.progress); with
 `--checkpoint-every K` it saves a checkpoint every K steps in $RLPLACE_CHECKPOINT_DIR (or --checkpoint-dir)
-and, on a new attempt ($RLPLACE_ATTEMPT), resumes after the last one (launcher.checkpoint). `--workload
-synthetic --law actor=120/g ...` makes each component's step time follow a declared law in its GPU count
-(launcher.synthetic; a synthetic workload, not a measurement).
+and, on a new attempt ($RLPLACE_ATTEMPT), resumes after the last one (launcher.checkpoint). When the operator
+asks for a checkpoint (before it stops the job: Kueue preemption) it saves one after the step it is in; every
+report carries the newest checkpoint's step. `--workload synthetic --law actor=120/g ...` makes each
+component's step time follow a declared law in its GPU count (launcher.synthetic; a synthetic workload, not a
+measurement).
 """
 
 from __future__ import annotations
@@ -250,9 +252,10 @@ def weights_of(step: int) -> bytes:
 
 def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: StepOptions) -> int:
     """Steps from just after the last checkpoint to `options.steps`: each exercised, timed per component,
-    printed on one line and reported; a checkpoint every `checkpoint_every` steps; a summary line at the end
-    (steps run in this attempt, the step resumed from, steps repeated from an earlier attempt). Returns the
-    number of steps run."""
+    printed on one line and reported; a checkpoint every `checkpoint_every` steps, and after a step in which the
+    reporter says the operator asked for one (the steps go on: the operator stops the job); a summary line at
+    the end (steps run in this attempt, the step resumed from, steps repeated from an earlier attempt). Returns
+    the number of steps run."""
     store = options.store
     last = store.latest() if store else None
     done_before = (store.last_step() if store else None) or 0
@@ -265,19 +268,27 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     this_attempt = store.attempt if store else 1
     first = resumed_from + 1
     gpus = {name: component_gpus(plan, name) for name in groups}
+    # The newest checkpoint (this attempt's, or the one it resumed from): every report carries it.
+    checkpoint_step = last.step if last is not None else None
     for step in range(first, options.steps + 1):
         timer = StepTimer(order=list(groups))
         if options.laws is None:
             total_score += demo_step(groups, timer)
         else:
             synthetic_step(groups, options.laws, gpus, timer)
-        report = timer.report(step)
+        measured = timer.report(step)  # before a save: the step's time is the step's
         if store is not None:
             # Saved and noted before the step's line, so a printed step is a recorded one.
-            if options.checkpoint_every and step % options.checkpoint_every == 0:
+            regular = bool(options.checkpoint_every) and step % options.checkpoint_every == 0
+            # The operator asks before it stops the job (Kueue preemption); the steps go on until it does.
+            requested = not regular and options.reporter.checkpoint_requested()
+            if regular or requested:
                 store.save(step, {"total_score": total_score}, {"weights": weights_of(step)})
-                print(f"checkpoint: step {step} saved in {store.directory}", flush=True)
+                checkpoint_step = step
+                why = " on request" if requested else ""
+                print(f"checkpoint: step {step} saved in {store.directory}{why}", flush=True)
             store.record_step(step)
+        report = dataclasses.replace(measured, checkpoint_step=checkpoint_step)
         times = ", ".join(f"{c.name} {c.seconds:.2f} s" for c in report.components)
         line = (
             f"step {step}/{options.steps} (attempt {this_attempt}): {times}; iteration {report.iteration_seconds:.2f} s"

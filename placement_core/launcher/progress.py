@@ -19,6 +19,9 @@ iteration; `HttpReporter` POSTs the JSON to $RLPLACE_PROGRESS_URL with the beare
 $RLPLACE_PROGRESS_TOKEN_FILE, at most one POST per `min_interval_s` (the latest report wins), from a background
 thread, so `report()` never waits on the network. The operator writes them to the job's status.progress
 (docs/progress.md).
+The operator asks a driver to checkpoint now (before it stops the job: Kueue preemption) in the answer to a POST
+(`ProgressAnswer.checkpoint`); `Reporter.checkpoint_requested()` says so, and a report carries the step of the
+driver's newest checkpoint (`IterationReport.checkpoint_step`), sent at once when it is new (docs/driver.md).
 Frameworks that already time their phases (RLinf, veRL, NeMo-RL, OpenRLHF) can turn their metric dicts into a
 report with `launcher.adapters`.
 """
@@ -62,10 +65,14 @@ class IterationReport:
     """Wall-clock seconds of the whole iteration (components may overlap, so not their sum)."""
     time: float = field(default_factory=time.time)
     """When the iteration ended (Unix seconds)."""
+    checkpoint_step: int | None = None
+    """The step of the newest checkpoint the driver has (a restart resumes after it), when it has one."""
 
     def __post_init__(self) -> None:
         if self.iteration < 0:
             raise ValueError(f"iteration must be 0 or more, got {self.iteration}")
+        if self.checkpoint_step is not None and self.checkpoint_step < 0:
+            raise ValueError(f"checkpoint step must be 0 or more, got {self.checkpoint_step}")
         names = [c.name for c in self.components]
         if len(set(names)) != len(names):
             raise ValueError(f"a component is reported twice: {names}")
@@ -91,6 +98,8 @@ class IterationReport:
             raw["weightSyncSeconds"] = round(self.weight_sync_seconds, 6)
         if self.iteration_seconds is not None:
             raw["iterationSeconds"] = round(self.iteration_seconds, 6)
+        if self.checkpoint_step is not None:
+            raw["checkpointStep"] = self.checkpoint_step
         return json.dumps(raw, separators=(",", ":"))
 
     @classmethod
@@ -99,18 +108,53 @@ class IterationReport:
         try:
             raw = json.loads(text)
             components = tuple(ComponentTime(str(c["name"]), _number(c["seconds"])) for c in raw["components"])
-            iteration = raw["iteration"]
-            if not isinstance(iteration, int) or isinstance(iteration, bool):
-                raise ValueError(f"iteration {iteration!r} is not an integer")
+            checkpoint_step = raw.get("checkpointStep")
             return cls(
-                iteration,
+                _integer("iteration", raw["iteration"]),
                 components,
                 _optional(raw.get("weightSyncSeconds")),
                 _optional(raw.get("iterationSeconds")),
                 _number(raw["time"]),
+                None if checkpoint_step is None else _integer("checkpointStep", checkpoint_step),
             )
         except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
             raise ValueError(f"not an iteration report: {type(err).__name__}: {err}") from None
+
+
+@dataclass(frozen=True)
+class ProgressAnswer:
+    """The operator's answer to an accepted report (HTTP 202), in one wire form for both sides."""
+
+    accepted: int
+    """The iteration accepted."""
+    checkpoint: bool = False
+    """The operator asks the driver to save a checkpoint now and report its step (it is about to stop the job:
+    Kueue preempted it). Answered to every report until the job stops or the request is withdrawn; it is one
+    request."""
+
+    def to_json(self) -> str:
+        raw: dict[str, object] = {"accepted": self.accepted}
+        if self.checkpoint:
+            raw["checkpoint"] = True
+        return json.dumps(raw, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ProgressAnswer:
+        """The answer back from `to_json`; anything else is a one-line ValueError."""
+        try:
+            raw = json.loads(text)
+            checkpoint = raw.get("checkpoint", False)
+            if not isinstance(checkpoint, bool):
+                raise ValueError(f"checkpoint {checkpoint!r} is not a boolean")
+            return cls(_integer("accepted", raw["accepted"]), checkpoint)
+        except (json.JSONDecodeError, AttributeError, KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"not a progress answer: {type(err).__name__}: {err}") from None
+
+
+def _integer(name: str, value: object) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} {value!r} is not an integer")
+    return value
 
 
 def _number(value: object) -> float:
@@ -152,13 +196,19 @@ class StepTimer:
             else:
                 self._seconds[component] = self._seconds.get(component, 0.0) + seconds
 
-    def report(self, iteration: int) -> IterationReport:
-        """The iteration's report, its wall-clock time measured from when the timer was made."""
+    def report(self, iteration: int, checkpoint_step: int | None = None) -> IterationReport:
+        """The iteration's report, its wall-clock time measured from when the timer was made; `checkpoint_step`:
+        the driver's newest checkpoint, when it has one."""
         with self._lock:
             names = sorted(self._seconds, key=lambda name: self._order.get(name, len(self._order)))
             components = tuple(ComponentTime(name, self._seconds[name]) for name in names)
             return IterationReport(
-                iteration, components, self._weight_sync, time.perf_counter() - self._started, time.time()
+                iteration,
+                components,
+                self._weight_sync,
+                time.perf_counter() - self._started,
+                time.time(),
+                checkpoint_step,
             )
 
 
@@ -166,9 +216,12 @@ class StepTimer:
 
 
 class Reporter(Protocol):
-    """Where iteration reports go. `report` must return at once; `close` flushes what is pending."""
+    """Where iteration reports go. `report` must return at once; `close` flushes what is pending;
+    `checkpoint_requested` says whether the operator asked for a checkpoint that no report has carried since."""
 
     def report(self, report: IterationReport) -> None: ...
+
+    def checkpoint_requested(self) -> bool: ...
 
     def close(self) -> None: ...
 
@@ -199,6 +252,9 @@ class LogReporter:
     def report(self, report: IterationReport) -> None:
         print(progress_line(report), file=self._stream or sys.stdout, flush=True)
 
+    def checkpoint_requested(self) -> bool:
+        return False  # a log line gets no answer
+
     def close(self) -> None:
         pass
 
@@ -211,6 +267,12 @@ class HttpReporter:
     `Authorization: Bearer <token>` read from `token_file` before each POST (projected tokens are rotated).
     A failed POST is counted in `failures` and noted once on stderr; it never reaches the driver, and the
     next report is tried as usual. `close()` sends what is pending (waiting up to `close_timeout_s`).
+
+    Checkpoints: a report whose `checkpoint_step` is newer than any before is sent at once, not held back by
+    `min_interval_s`, so the operator learns of a checkpoint within a POST. The answer of each POST is read
+    (`ProgressAnswer`); `checkpoint_requested()` is True from an answer that asks for a checkpoint until a
+    report carries a checkpoint newer than the one the answered report carried. The operator asks in every
+    answer until it stops the job, so those answers are one request; an answer that does not ask ends it.
     """
 
     def __init__(
@@ -232,6 +294,14 @@ class HttpReporter:
         self.failures = 0
         self.last_error: str | None = None
         self._pending: IterationReport | None = None
+        self._send_now = False
+        """The pending report carries a new checkpoint: the interval is not waited out."""
+        self._newest_checkpoint: int | None = None
+        """The newest checkpoint step any report carried."""
+        self._asked = False
+        """The latest answer asked for a checkpoint."""
+        self._requested = False
+        """A checkpoint was asked for and no report carried one since."""
         self._closing = False
         self._wake = threading.Condition()
         self._thread = threading.Thread(target=self._run, name="rlplace-progress", daemon=True)
@@ -239,8 +309,16 @@ class HttpReporter:
 
     def report(self, report: IterationReport) -> None:
         with self._wake:
+            if _newer(report.checkpoint_step, self._newest_checkpoint):
+                self._newest_checkpoint = report.checkpoint_step
+                self._send_now = True
+                self._requested = False  # newer than any answered report carried: the request is met
             self._pending = report
             self._wake.notify()
+
+    def checkpoint_requested(self) -> bool:
+        with self._wake:
+            return self._requested
 
     def close(self) -> None:
         with self._wake:
@@ -256,23 +334,26 @@ class HttpReporter:
                     self._wake.wait()
                 if self._pending is None:
                     return
-                # Throttle: wait out the interval (a close cuts the wait short); reports arriving meanwhile
-                # replace the pending one, so the POST carries the latest.
-                while not self._closing:
+                # Throttle: wait out the interval (a close or a new checkpoint cuts the wait short); reports
+                # arriving meanwhile replace the pending one, so the POST carries the latest.
+                while not self._closing and not self._send_now:
                     remaining = last_post + self.min_interval_s - time.monotonic()
                     if remaining <= 0:
                         break
                     self._wake.wait(remaining)
-                report, self._pending = self._pending, None
+                report, self._pending, self._send_now = self._pending, None, False
                 closing = self._closing
             last_post = time.monotonic()
-            self._post(report)
+            answer = self._post(report)
+            if answer is not None:
+                self._heard(report, answer)
             if closing:
                 with self._wake:
                     if self._pending is None:
                         return
 
-    def _post(self, report: IterationReport) -> None:
+    def _post(self, report: IterationReport) -> bytes | None:
+        """POST the report; the answer's body, or None when the POST failed."""
         headers = {"Content-Type": "application/json"}
         try:
             if self.token_file:
@@ -280,8 +361,9 @@ class HttpReporter:
                     headers["Authorization"] = f"Bearer {file.read().strip()}"
             request = urllib.request.Request(self.url, report.to_json().encode(), headers, method="POST")
             with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                response.read()
+                body = response.read()
             self.sent += 1
+            return body
         except (OSError, urllib.error.URLError, ValueError) as err:
             self.failures += 1
             if self.last_error is None:
@@ -290,6 +372,26 @@ class HttpReporter:
                     file=sys.stderr,
                 )
             self.last_error = str(err)
+            return None
+
+    def _heard(self, report: IterationReport, body: bytes) -> None:
+        """Take the operator's answer to `report`: a request for a checkpoint starts when an answer first asks."""
+        try:
+            answer = ProgressAnswer.from_json(body)
+        except ValueError:
+            return  # an endpoint that answers something else asks for nothing
+        with self._wake:
+            if answer.checkpoint and not self._asked:
+                # A checkpoint reported after the answered one (sent meanwhile) already meets the request.
+                self._requested = not _newer(self._newest_checkpoint, report.checkpoint_step)
+            elif not answer.checkpoint:
+                self._requested = False  # withdrawn
+            self._asked = answer.checkpoint
+
+
+def _newer(step: int | None, than: int | None) -> bool:
+    """Whether checkpoint `step` is newer than `than` (None: no checkpoint)."""
+    return step is not None and (than is None or step > than)
 
 
 class Reporters:
@@ -301,6 +403,9 @@ class Reporters:
     def report(self, report: IterationReport) -> None:
         for reporter in self.reporters:
             reporter.report(report)
+
+    def checkpoint_requested(self) -> bool:
+        return any(reporter.checkpoint_requested() for reporter in self.reporters)
 
     def close(self) -> None:
         for reporter in self.reporters:

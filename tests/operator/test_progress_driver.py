@@ -1,16 +1,19 @@
 """The reference driver reports to the operator's progress endpoint: `python -m placement_core.launcher.demo
 --steps --workload synthetic` on a simulated Ray cluster, with $RLPLACE_PROGRESS_URL and the token file set as
 the head pod has them, POSTs to a real ProgressService on localhost (its TokenReview injected: no API server
-here), and the status it writes carries the synthetic laws' times (a synthetic workload, not a measurement)."""
+here), and the status it writes carries the synthetic laws' times (a synthetic workload, not a measurement).
+Asked in the endpoint's answer, the driver saves a checkpoint, and the status carries its step."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +21,53 @@ import pytest
 from aiohttp import web
 
 from placement_core.components import component_placement
+from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.plan import build_plan
 from rlplace_operator.names import progress_path
 from rlplace_operator.progress import Caller, JobKey, ProgressService, Refused
 
+Writes = list[tuple[JobKey, dict[str, Any]]]
 
-@pytest.mark.ray
-def test_the_reference_driver_fills_in_its_jobs_progress(tmp_path: Path) -> None:
+
+def identify(presented: str) -> Caller:
+    if presented != "head-token":
+        raise Refused(401, "token not valid")
+    return Caller(("ns", "job"), "job-head", time.monotonic() + 600)
+
+
+@contextlib.contextmanager
+def progress_endpoint(
+    write: Callable[[JobKey, dict[str, Any]], bool], checkpoint_wanted: Callable[[JobKey], bool] = lambda _: False
+) -> Iterator[int]:
+    """A ProgressService served on localhost from its own event loop thread; yields its port, and drains its
+    writes when the block ends."""
+    loop = asyncio.new_event_loop()
+    started = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def serve() -> None:
+        service = ProgressService(identify, write, interval=1.0, checkpoint_wanted=checkpoint_wanted)
+        runner = web.AppRunner(service.app())
+        await runner.setup()
+        await web.TCPSite(runner, "127.0.0.1", 0).start()
+        box.update(service=service, runner=runner, port=runner.addresses[0][1])
+        started.set()
+
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    asyncio.run_coroutine_threadsafe(serve(), loop)
+    assert started.wait(10)
+    try:
+        yield box["port"]
+        asyncio.run_coroutine_threadsafe(box["service"].drain(), loop).result(10)
+    finally:
+        if "runner" in box:
+            asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+
+
+def run_driver(tmp_path: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """The reference driver on a simulated node of 8 GPUs (actor 0-1, rollout 2-3), reporting as a head pod."""
     config = {
         "cluster": {
             "num_nodes": 1,
@@ -36,56 +79,68 @@ def test_the_reference_driver_fills_in_its_jobs_progress(tmp_path: Path) -> None
     plan.write_text(build_plan(component_placement(config)).to_json())
     token = tmp_path / "token"
     token.write_text("head-token\n")
-    writes: list[tuple[JobKey, dict[str, Any]]] = []
+    env = {
+        **os.environ,
+        "RLPLACE_PROGRESS_URL": f"http://127.0.0.1:{port}{progress_path('ns', 'job')}",
+        "RLPLACE_PROGRESS_TOKEN_FILE": str(token),
+    }
+    command = [sys.executable, "-m", "placement_core.launcher.demo", "--plan", str(plan), "--simulate"]
+    command += ["--components", "actor", "rollout", "--workload", "synthetic", *args]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "progress POST" not in result.stderr, result.stderr[-2000:]
+    return result
 
-    def identify(presented: str) -> Caller:
-        if presented != "head-token":
-            raise Refused(401, "token not valid")
-        return Caller(("ns", "job"), "job-head", time.monotonic() + 600)
+
+@pytest.mark.ray
+def test_the_reference_driver_fills_in_its_jobs_progress(tmp_path: Path) -> None:
+    writes: Writes = []
 
     def write(key: JobKey, progress: dict[str, Any]) -> bool:
         writes.append((key, progress))
         return True
 
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    box: dict[str, Any] = {}
-
-    async def serve() -> None:
-        service = ProgressService(identify, write, interval=1.0)
-        runner = web.AppRunner(service.app())
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", 0).start()
-        box.update(service=service, runner=runner, port=runner.addresses[0][1])
-        started.set()
-
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    asyncio.run_coroutine_threadsafe(serve(), loop)
-    assert started.wait(10)
-    env = {
-        **os.environ,
-        "RLPLACE_PROGRESS_URL": f"http://127.0.0.1:{box['port']}{progress_path('ns', 'job')}",
-        "RLPLACE_PROGRESS_TOKEN_FILE": str(token),
-    }
     laws = ["--law", "actor=1.6/g", "--law", "rollout=0.8/g+0.2"]  # actor 0.8 s, rollout 0.6 s, side by side
-    command = [sys.executable, "-m", "placement_core.launcher.demo", "--plan", str(plan), "--simulate"]
-    command += ["--components", "actor", "rollout", "--steps", "8", "--workload", "synthetic", *laws]
-    try:
-        result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-        assert result.returncode == 0, result.stderr[-2000:]
-        assert "progress POST" not in result.stderr, result.stderr[-2000:]
-        asyncio.run_coroutine_threadsafe(box["service"].drain(), loop).result(10)
-    finally:
-        if "runner" in box:
-            asyncio.run_coroutine_threadsafe(box["runner"].cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
+    with progress_endpoint(write) as port:
+        run_driver(tmp_path, port, "--steps", "8", *laws)
     # The driver throttles to one POST per 5 s and sends its last report when it ends: the status ends at step 8.
     assert writes and {key for key, _ in writes} == {("ns", "job")}
     final = writes[-1][1]
     assert final["iteration"] == 8 and final["bottleneck"] == "actor", final
+    assert "checkpointStep" not in final  # no checkpoint directory: none saved
     seconds = {c["name"]: c["seconds"] for c in final["components"]}
     assert seconds["actor"] == pytest.approx(0.8, abs=0.2) and seconds["rollout"] == pytest.approx(0.6, abs=0.2)
     # A step's wall time is the slowest component's plus Ray's call overhead: 0.44 s more on a loaded 2-core CI
     # machine, so only the floor is exact.
     assert seconds["actor"] - 0.05 <= final["iterationSeconds"] <= seconds["actor"] + 2.0, final
+
+
+@pytest.mark.ray
+def test_asked_by_the_operator_the_reference_driver_checkpoints_and_reports_it(tmp_path: Path) -> None:
+    """As before a preemption: the operator wants a checkpoint from its first status write on. The driver
+    learns it from the answer to its next POST (5 s after the first), saves after that step, sends that report at
+    once, and runs its steps to the end (the operator, not the driver, stops the job)."""
+    writes: Writes = []
+    wanted = threading.Event()
+
+    def write(key: JobKey, progress: dict[str, Any]) -> bool:
+        writes.append((key, progress))
+        wanted.set()
+        return True
+
+    checkpoints = tmp_path / "checkpoints"
+    steps = ["--steps", "14", "--checkpoint-every", "100", "--checkpoint-dir", str(checkpoints)]
+    laws = ["--law", "actor=0.5", "--law", "rollout=0.3"]  # 0.5 s a step or more: asked by step 12
+    with progress_endpoint(write, lambda key: wanted.is_set()) as port:
+        result = run_driver(tmp_path, port, *steps, *laws)
+    on_request = [line for line in result.stdout.splitlines() if line.endswith(" on request")]
+    assert len(on_request) == 1, result.stdout  # one request, one checkpoint, though every answer asks
+    saved = CheckpointStore(checkpoints).steps()
+    assert len(saved) == 1 and 1 < saved[0] < 14 and on_request[0].startswith(f"checkpoint: step {saved[0]} saved")
+    # The report of the step that saved it was sent at once (not held back by the driver's 5 s) and written at
+    # once; every report from then on carries it, up to the last step.
+    progress = [w for _, w in writes]
+    first = next(w for w in progress if "checkpointStep" in w)
+    assert (first["iteration"], first["checkpointStep"]) == (saved[0], saved[0]), progress
+    assert progress[-1]["iteration"] == 14 and progress[-1]["checkpointStep"] == saved[0], progress
+    assert "summary: attempt 1 ran 14 steps (1-14)" in result.stdout

@@ -1,5 +1,6 @@
 """The progress endpoint (a real HTTP server on localhost; the TokenReview behind it injected as a function), its
-throttle, the figures it writes (medians, bottleneck), the head pod's token volume and the metrics."""
+throttle, the figures it writes (medians, bottleneck, the driver's checkpoint), its request for a checkpoint,
+the head pod's token volume and the metrics."""
 
 from __future__ import annotations
 
@@ -37,8 +38,16 @@ from rlplace_operator.progress import (
 from rlplace_operator.reconcile import _status, status_wire
 
 
-def report(iteration: int, at: float = 1_700_000_000.0, wall: float | None = None, **seconds: float) -> IterationReport:
-    return IterationReport(iteration, tuple(ComponentTime(k, v) for k, v in seconds.items()), None, wall, at)
+def report(
+    iteration: int,
+    at: float = 1_700_000_000.0,
+    wall: float | None = None,
+    checkpoint: int | None = None,
+    **seconds: float,
+) -> IterationReport:
+    return IterationReport(
+        iteration, tuple(ComponentTime(k, v) for k, v in seconds.items()), None, wall, at, checkpoint
+    )
 
 
 # -- figures ----------------------------------------------------------------------------------------------------
@@ -56,6 +65,12 @@ def test_progress_is_the_median_of_the_window_and_names_the_slowest_component() 
     assert [(c.name, c.seconds) for c in progress.components] == [("rollout", 6.0), ("actor", 3.5)]
     assert progress.bottleneck == "rollout"
     assert progress.updated_at == "2023-11-14T22:13:20Z"
+    assert progress.checkpoint_step is None
+
+
+def test_progress_carries_the_latest_reports_checkpoint() -> None:
+    progress = summarize([report(4, wall=1.0, checkpoint=2, a=1.0), report(5, wall=1.0, checkpoint=5, a=1.0)])
+    assert progress is not None and progress.checkpoint_step == 5
 
 
 def test_iteration_time_without_a_wall_clock_is_the_phases_in_a_row() -> None:
@@ -99,6 +114,18 @@ def test_throttle_writes_at_once_then_at_most_once_per_interval() -> None:
     assert throttle.due(("ns", "b"), 101.2) == 0.0  # per job
     throttle.wrote(job, 105.2)
     assert throttle.due(job, 111.0) == 0.0
+
+
+def test_a_write_that_must_not_wait_goes_at_once_and_the_planned_one_still_goes() -> None:
+    throttle, job = Throttle(5.0), ("ns", "a")
+    throttle.due(job, 100.0)
+    throttle.wrote(job, 100.0)
+    assert throttle.due(job, 101.0) == pytest.approx(4.0)
+    assert throttle.due(job, 102.0, at_once=True) == 0.0
+    throttle.wrote(job, 102.0)  # the write at once; the planned one is still to come and carries what comes
+    assert throttle.due(job, 103.0) is None
+    throttle.wrote(job, 105.0)
+    assert throttle.due(job, 106.0) == pytest.approx(4.0)
 
 
 def test_identity_cache_reviews_a_token_once_until_it_expires() -> None:
@@ -161,7 +188,9 @@ def identify(token: str) -> Caller:
 Scenario = Callable[[str, ProgressService, list[tuple[JobKey, dict[str, Any]]]], Awaitable[None]]
 
 
-def serve_and(scenario: Scenario, interval: float = 0.3) -> None:
+def serve_and(
+    scenario: Scenario, interval: float = 0.3, checkpoint_wanted: Callable[[JobKey], bool] = lambda _: False
+) -> None:
     writes: list[tuple[JobKey, dict[str, Any]]] = []
 
     def write(key: JobKey, progress: dict[str, Any]) -> bool:
@@ -169,7 +198,7 @@ def serve_and(scenario: Scenario, interval: float = 0.3) -> None:
         return key != ("ns", "deleted")
 
     async def main() -> None:
-        service = ProgressService(identify, write, interval=interval)
+        service = ProgressService(identify, write, interval=interval, checkpoint_wanted=checkpoint_wanted)
         runner = web.AppRunner(service.app())
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
@@ -221,6 +250,38 @@ def test_reports_are_throttled_per_job_and_the_latest_wins() -> None:
         assert max(service.stats.staleness) < 0.3 + 0.2
 
     serve_and(scenario, interval=0.3)
+
+
+def test_only_the_job_the_operator_wants_a_checkpoint_of_is_asked_for_one() -> None:
+    wanted: set[JobKey] = set()  # as memo.checkpoint_requests
+
+    async def scenario(base: str, service: ProgressService, writes: list) -> None:
+        body = report(1, wall=1.0, a=1.0).to_json()
+        assert await post(base, ("ns", "a"), body, "token-a") == (202, {"accepted": 1})
+        wanted.add(("ns", "a"))
+        assert await post(base, ("ns", "a"), body, "token-a") == (202, {"accepted": 1, "checkpoint": True})
+        assert await post(base, ("ns", "b"), body, "token-b") == (202, {"accepted": 1})
+        assert (await post(base, ("ns", "a"), body, "token-b"))[0] == 403  # another job's pod is asked nothing
+        wanted.clear()
+        assert await post(base, ("ns", "a"), body, "token-a") == (202, {"accepted": 1})
+
+    serve_and(scenario, checkpoint_wanted=lambda key: key in wanted)
+
+
+def test_a_new_checkpoint_is_written_at_once_and_reaches_the_status() -> None:
+    async def scenario(base: str, service: ProgressService, writes: list) -> None:
+        for i in (1, 2):  # 1 is written at once, 2 waits for the interval
+            await post(base, ("ns", "a"), report(i, wall=1.0, a=1.0).to_json(), "token-a")
+        await post(base, ("ns", "a"), report(3, wall=1.0, checkpoint=3, a=1.0).to_json(), "token-a")
+        await asyncio.sleep(0.3)
+        assert [(w["iteration"], w.get("checkpointStep")) for _, w in writes] == [(1, None), (3, 3)]
+        await post(base, ("ns", "a"), report(4, wall=1.0, checkpoint=3, a=1.0).to_json(), "token-a")  # not new
+        await asyncio.sleep(0.3)
+        assert len(writes) == 2
+        await service.drain()  # the write planned for 2 carries the latest
+        assert [(w["iteration"], w.get("checkpointStep")) for _, w in writes] == [(1, None), (3, 3), (4, 3)]
+
+    serve_and(scenario, interval=2.0)
 
 
 def test_without_tokenreview_rights_progress_is_refused_and_logged(caplog: pytest.LogCaptureFixture) -> None:

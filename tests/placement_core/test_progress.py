@@ -1,5 +1,6 @@
 """Per-component step times: the timer, the report's wire form, the log and HTTP reporters (a real local HTTP
-server), and the adapters over metric dicts written from what RLinf, veRL, NeMo-RL and OpenRLHF log."""
+server; the operator's request for a checkpoint in its answers), and the adapters over metric dicts written from
+what RLinf, veRL, NeMo-RL and OpenRLHF log."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import io
 import json
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -19,6 +20,7 @@ from placement_core.launcher.progress import (
     HttpReporter,
     IterationReport,
     LogReporter,
+    ProgressAnswer,
     Reporters,
     StepTimer,
     find_progress,
@@ -81,6 +83,21 @@ def test_wire_form_round_trips_and_bad_text_is_one_line() -> None:
     for bad in ("{", '{"iteration": "1", "components": [], "time": 1}', '{"iteration": 1, "components": [{}]}'):
         with pytest.raises(ValueError, match=r"^not an iteration report: "):
             IterationReport.from_json(bad)
+    saved = IterationReport(9, (ComponentTime("a", 1.0),), time=5.0, checkpoint_step=8)
+    assert json.loads(saved.to_json())["checkpointStep"] == 8 and "checkpointStep" not in bare.to_json()
+    assert IterationReport.from_json(saved.to_json()) == saved
+    with pytest.raises(ValueError, match=r"^not an iteration report: .*checkpointStep '8' is not an integer"):
+        IterationReport.from_json(saved.to_json().replace('"checkpointStep":8', '"checkpointStep":"8"'))
+
+
+def test_the_operators_answer_round_trips_and_asks_for_a_checkpoint_only_when_it_says_so() -> None:
+    assert ProgressAnswer(4).to_json() == '{"accepted":4}'
+    assert ProgressAnswer(4, checkpoint=True).to_json() == '{"accepted":4,"checkpoint":true}'
+    for answer in (ProgressAnswer(4), ProgressAnswer(4, checkpoint=True)):
+        assert ProgressAnswer.from_json(answer.to_json()) == answer
+    for bad in (b"", b"[]", b'{"accepted": 4, "checkpoint": "yes"}', b'{"checkpoint": true}'):
+        with pytest.raises(ValueError, match=r"^not a progress answer: "):
+            ProgressAnswer.from_json(bad)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +107,7 @@ def test_wire_form_round_trips_and_bad_text_is_one_line() -> None:
         ({"components": (ComponentTime("a", 1), ComponentTime("a", 2))}, "a component is reported twice"),
         ({"components": (ComponentTime("a", float("nan")),)}, "seconds must be finite"),
         ({"weight_sync_seconds": -1.0}, "seconds must be finite and 0 or more, got -1.0"),
+        ({"checkpoint_step": -1}, "checkpoint step must be 0 or more, got -1"),
     ],
 )
 def test_impossible_reports_are_refused(kwargs: dict, message: str) -> None:
@@ -117,13 +135,19 @@ class Recorder(BaseHTTPRequestHandler):
     received: list[tuple[dict, str | None]]
     delay_s = 0.0
     status = 200
+    checkpoint = False
+    """Answer as the operator does when it wants the job's driver to checkpoint."""
 
     def do_POST(self) -> None:
         body = self.rfile.read(int(self.headers["Content-Length"]))
         time.sleep(self.delay_s)
-        type(self).received.append((json.loads(body), self.headers.get("Authorization")))
+        report = json.loads(body)
+        type(self).received.append((report, self.headers.get("Authorization")))
+        answer = ProgressAnswer(report["iteration"], self.checkpoint).to_json().encode()
         self.send_response(self.status)
+        self.send_header("Content-Length", str(len(answer)))
         self.end_headers()
+        self.wfile.write(answer)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -131,7 +155,7 @@ class Recorder(BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[tuple[str, type[Recorder]]]:
-    handler = type("Handler", (Recorder,), {"received": [], "delay_s": 0.0, "status": 200})
+    handler = type("Handler", (Recorder,), {"received": [], "delay_s": 0.0, "status": 200, "checkpoint": False})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -182,6 +206,43 @@ def test_report_never_waits_on_a_slow_or_dead_server(server, capsys) -> None:
     dead.close()
     assert dead.failures >= 1 and dead.sent == 0
     assert capsys.readouterr().err.count("rlplace: progress POST to http://127.0.0.1:9/nothing failed") == 1
+
+
+def until(condition: Callable[[], bool], timeout_s: float = 3.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def test_a_checkpoint_request_is_seen_and_the_checkpoint_is_reported_at_once(server) -> None:
+    url, handler = server
+    handler.checkpoint = True
+    reporter = HttpReporter(url, min_interval_s=60.0, close_timeout_s=3)  # after the first POST, only
+    start = time.monotonic()  # a new checkpoint is sent before close
+    reporter.report(report_of(1))
+    assert until(reporter.checkpoint_requested), "the answer's request was not seen"
+    reporter.report(report_of(2))  # held back: the interval
+    reporter.report(IterationReport(3, (ComponentTime("actor", 1.0),), checkpoint_step=3))
+    assert until(lambda: reporter.sent == 2)
+    assert time.monotonic() - start < 5
+    assert [(body["iteration"], body.get("checkpointStep")) for body, _ in handler.received] == [(1, None), (3, 3)]
+    # The answer to the checkpoint's report asks again: the same request, met by that checkpoint.
+    assert not reporter.checkpoint_requested()
+    handler.checkpoint = False  # withdrawn ...
+    reporter.report(IterationReport(4, (ComponentTime("actor", 1.0),), checkpoint_step=4))
+    assert until(lambda: reporter.sent == 3) and not reporter.checkpoint_requested()
+    handler.checkpoint = True  # ... and asked again: a new request
+    reporter.report(IterationReport(5, (ComponentTime("actor", 1.0),), checkpoint_step=5))
+    assert until(reporter.checkpoint_requested)
+    reporter.report(IterationReport(6, (ComponentTime("actor", 1.0),), checkpoint_step=5))  # not new: held back
+    time.sleep(0.2)
+    assert reporter.sent == 4 and reporter.checkpoint_requested()
+    reporter.close()
+    assert [body["iteration"] for body, _ in handler.received] == [1, 3, 4, 5, 6] and reporter.failures == 0
+    assert not LogReporter().checkpoint_requested() and Reporters(LogReporter(), reporter).checkpoint_requested()
 
 
 def test_reporter_from_env(server, tmp_path, capsys) -> None:
