@@ -45,6 +45,14 @@ QUEUED = "Queued"
 BIND_TIMEOUT = "BindTimeout"
 NODES_DIFFER = "NodesDiffer"
 NO_READY_NODES = "NoReadyNodes"
+# Kueue admission (docs/kueue.md)
+WAITING_FOR_KUEUE = "WaitingForKueue"
+ADMITTED_BY_KUEUE = "AdmittedByKueue"
+KUEUE_MISSING = "KueueMissing"
+LOCALQUEUE_NOT_FOUND = "LocalQueueNotFound"
+PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
+KUEUE_UNSUPPORTED = "KueueUnsupported"
+PREEMPTED = "Preempted"
 
 #: Messages longer than this are cut: they quote user input, and a status must stay small.
 MAX_MESSAGE_CHARS = 1024

@@ -17,9 +17,18 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
+from rlplace_operator.kueue import (
+    CLUSTERQUEUE_PLURAL,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    LOCALQUEUE_PLURAL,
+    PRIORITY_CLASS_PLURAL,
+    WORKLOAD_PLURAL,
+)
 from rlplace_operator.models import GROUP, VERSION
 from rlplace_operator.names import (
     API_VERSION,
+    JOB_LABEL,
     RAY_GROUP,
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
@@ -184,24 +193,107 @@ class Kube:
         return self._ray_kind_served(RAYCLUSTER_PLURAL)
 
     def _ray_kind_served(self, plural: str) -> bool:
-        """Whether the API serves ray.io/v1 `plural`.
+        return self._kind_served(RAY_GROUP, RAY_VERSION, plural)
+
+    def _kind_served(self, group: str, version: str, plural: str) -> bool:
+        """Whether the API serves `group`/`version` `plural`.
 
         Asked through API discovery, which needs no RBAC rule and is a few hundred bytes (KubeRay's CRD
         object is megabytes of schema). A yes is remembered for a minute: under a burst of new jobs the
         answer does not change, and a KubeRay uninstall is still noticed soon.
         """
-        if time.monotonic() < self._served_until.get(plural, 0.0):
+        key = f"{plural}.{group}/{version}"
+        if time.monotonic() < self._served_until.get(key, 0.0):
             return True
         try:
-            resources = self.custom.get_api_resources(RAY_GROUP, RAY_VERSION)
+            resources = self.custom.get_api_resources(group, version)
         except ApiException as err:
             if err.status == 404:
                 return False
             raise
         served = any(r.name == plural for r in resources.resources or [])
         if served:
-            self._served_until[plural] = time.monotonic() + DISCOVERY_TTL_SECONDS
+            self._served_until[key] = time.monotonic() + DISCOVERY_TTL_SECONDS
         return served
+
+    # -- Kueue ------------------------------------------------------------------------------------------------
+
+    def kueue_installed(self) -> bool:
+        """Whether the API serves kueue.x-k8s.io/v1beta2 Workloads (API discovery, remembered for a minute)."""
+        return self._kind_served(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)
+
+    def _get_kueue(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+        try:
+            if namespace is None:
+                return self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
+            return self.custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def get_workload(self, namespace: str, name: str) -> dict | None:
+        return self._get_kueue(WORKLOAD_PLURAL, name, namespace)
+
+    def get_localqueue(self, namespace: str, name: str) -> dict | None:
+        return self._get_kueue(LOCALQUEUE_PLURAL, name, namespace)
+
+    def get_clusterqueue(self, name: str) -> dict | None:
+        return self._get_kueue(CLUSTERQUEUE_PLURAL, name)
+
+    def get_workload_priority_class(self, name: str) -> dict | None:
+        return self._get_kueue(PRIORITY_CLASS_PLURAL, name)
+
+    def create_workload(self, namespace: str, body: dict) -> dict:
+        """Create the job's Workload (an existing one of that name is the same demand: read it instead)."""
+        try:
+            return self.custom.create_namespaced_custom_object(
+                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, body
+            )
+        except ApiException as err:
+            if err.status != 409:
+                raise
+        return self.get_workload(namespace, body["metadata"]["name"]) or body
+
+    def job_workloads(self, namespace: str, job: str) -> list[dict]:
+        """The Workloads rlplace made for `job` (its job label)."""
+        listed = self.custom.list_namespaced_custom_object(
+            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, label_selector=f"{JOB_LABEL}={job}"
+        )
+        return list(listed.get("items") or [])
+
+    def delete_workload(self, namespace: str, name: str) -> None:
+        try:
+            self.custom.delete_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, name)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def replace_workload_status(self, workload: Mapping, status: Mapping) -> None:
+        """Write a Workload's whole status, conditional on the resourceVersion it was read at (Kueue writes the
+        same status by server-side apply; a merge patch would replace its conditions list): a 409 means Kueue
+        wrote in between, and the caller reads it again."""
+        metadata = workload["metadata"]
+        body = {
+            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "kind": "Workload",
+            "metadata": {
+                "name": metadata["name"],
+                "namespace": metadata["namespace"],
+                "resourceVersion": metadata["resourceVersion"],
+            },
+            "spec": workload["spec"],
+            "status": dict(status),
+        }
+        try:
+            self.custom.replace_namespaced_custom_object_status(
+                KUEUE_GROUP, KUEUE_VERSION, metadata["namespace"], WORKLOAD_PLURAL, metadata["name"], body
+            )
+        except ApiException as err:
+            if err.status == 409:
+                raise StatusConflict(metadata["name"]) from None
+            if err.status != 404:
+                raise
 
     # -- RLJobs ----------------------------------------------------------------------------------------------
 

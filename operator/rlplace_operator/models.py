@@ -885,6 +885,10 @@ class RunSpec(
         return self
 
 
+#: spec.checkpoint.preemptionGraceSeconds when not set.
+DEFAULT_PREEMPTION_GRACE_SECONDS = 60
+
+
 class Checkpoint(_Camel):
     """A volume that outlives the job's attempts, mounted at the same path on the head and every worker; its
     path is given to the driver as RLPLACE_CHECKPOINT_DIR (placement_core.launcher.checkpoint)."""
@@ -906,6 +910,9 @@ class Checkpoint(_Camel):
         AfterValidator(_mount_path_allowed),
     ] = "/rlplace/checkpoint"
     """Where it is mounted in the Ray containers."""
+    preemption_grace_seconds: int = Field(DEFAULT_PREEMPTION_GRACE_SECONDS, ge=0, le=3600)
+    """When Kueue preempts the job: how long its driver may take to save a checkpoint on request (docs/driver.md)
+    before its Ray pods are deleted; it resumes from that checkpoint when admitted again."""
 
 
 WORKER_NODE_GROUPS_MESSAGE = "pods.workerNodeGroups[].nodeGroup must be one of spec.nodeGroups"
@@ -1146,6 +1153,8 @@ class Progress(_Camel):
     """The component with the largest median busy seconds."""
     weight_sync_seconds: float | None = None
     """Seconds of the latest iteration's weight sync, when the driver timed it."""
+    checkpoint_step: int | None = None
+    """The step of the newest checkpoint the driver reported (a new attempt resumes after it), when it has one."""
     updated_at: str
     """When the latest reported iteration ended (RFC 3339)."""
 
@@ -1203,6 +1212,30 @@ class Replacement(_Camel):
 
 #: Re-placements kept in status (the oldest go first).
 MAX_REPLACEMENTS_KEPT = 10
+
+
+class KueueAdmission(_Camel):
+    """How Kueue admitted a job that names a LocalQueue (label kueue.x-k8s.io/queue-name; docs/kueue.md)."""
+
+    workload: str
+    """The Workload rlplace made for the job (owned by it)."""
+    cluster_queue: str | None = None
+    """The ClusterQueue whose quota admitted it."""
+    flavors: dict[str, str] = {}
+    """NodeGroup -> the ResourceFlavor its nodes were granted from."""
+
+
+class Preemption(_Camel):
+    """Kueue evicted the running job: rlplace asks its driver to checkpoint, then stops it and queues it again."""
+
+    reason: str
+    """Kueue's reason (Preempted, PodsReadyTimeout, Deactivated, ...)."""
+    message: str = ""
+    """Kueue's message."""
+    since: str
+    """When rlplace saw the eviction (RFC 3339): the checkpoint grace counts from here."""
+    checkpoint_step: int | None = None
+    """The driver's newest checkpoint then (status.progress.checkpointStep): a newer one ends the grace."""
 
 
 class RLJobStatus(_Camel):
@@ -1270,6 +1303,12 @@ class RLJobStatus(_Camel):
     replacements: list[Replacement] = []
     """Re-placements from recommendations for the current spec, oldest first (the last one is what the job
     runs)."""
+    kueue: KueueAdmission | None = None
+    """How Kueue admitted the job (a job that names a LocalQueue)."""
+    preemption: Preemption | None = None
+    """Kueue's eviction being carried out: the checkpoint asked for, the job's Ray pods stopping."""
+    preemptions: int | None = None
+    """How often Kueue preempted the job for its current spec (not counted against run.maxRestarts)."""
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

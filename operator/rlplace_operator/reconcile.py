@@ -16,6 +16,7 @@ queue, under the reservation ledger's lock, then the children are applied.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,12 +26,13 @@ from placement_core.cluster import Cluster
 from placement_core.launcher.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
-from rlplace_operator import diagnosis, recommend
+from rlplace_operator import diagnosis, kueue, recommend
 from rlplace_operator.admission import Admitted, Decision, Waiting
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
 from rlplace_operator.models import (
     DEFAULT_MAX_RESTARTS,
+    DEFAULT_PREEMPTION_GRACE_SECONDS,
     MAX_RESTARTS_KEPT,
     Condition,
     Framework,
@@ -103,6 +105,11 @@ class Job:
         return (self.spec.get("onBindingMismatch") or OnBindingMismatch.FAIL) == OnBindingMismatch.FAIL
 
     @property
+    def kueue_queue(self) -> str | None:
+        """The LocalQueue the job names: Kueue admits it (docs/kueue.md)."""
+        return kueue.queue_name(self.labels)
+
+    @property
     def submission_mode(self) -> SubmissionMode:
         run = self.spec.get("run") or {}
         return SubmissionMode(run.get("submissionMode") or SubmissionMode.K8S_JOB)
@@ -137,6 +144,8 @@ class World:
     """What this queue pass decided for a waiting job whose demand is known (None: not decided here)."""
     cluster: Cluster | None = None
     """The running job's nodes as placement_core sees them, when its recommendation is due (recommend.py)."""
+    workload: kueue.WorkloadState | None = None
+    """The job's Kueue Workload as Kueue left it (a job that names a LocalQueue, once rlplace made it)."""
 
 
 # -- actions ---------------------------------------------------------------------------------------------------
@@ -166,7 +175,31 @@ class Post:
     message: str
 
 
-Action = Provision | DeleteChildren | ReleaseNodes | Post
+@dataclass(frozen=True)
+class RequestCheckpoint:
+    """Ask the job's driver to save a checkpoint now (the answer to its next progress report)."""
+
+
+@dataclass(frozen=True)
+class MarkWorkload:
+    """Set a condition on the job's Kueue Workload (PodsReady, Finished), as a Kueue job reconciler would."""
+
+    workload: str
+    condition: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class ReleaseWorkload:
+    """Give the evicted Workload's quota back to Kueue (every pod of the job is gone): `requeue` unless it was
+    deactivated."""
+
+    workload: str
+    requeue: bool
+
+
+Action = Provision | DeleteChildren | ReleaseNodes | Post | RequestCheckpoint | MarkWorkload | ReleaseWorkload
 
 
 @dataclass(frozen=True)
@@ -247,6 +280,8 @@ def reconcile(job: Job, world: World) -> Outcome:
         if status.get("phase") == JobPhase.SUSPENDED and status.get("observedGeneration") == job.generation:
             return Outcome((), _status(status))
         return Outcome((Provision(),), _status(status))
+    if world.workload is not None and world.workload.evicted and world.workload.holds_quota:
+        return _evicted(job, world, status, world.workload)
     if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
         return _waiting(job, world, status)
     child = world.rayjob if job.entrypoint else world.raycluster
@@ -290,6 +325,120 @@ def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
     if isinstance(world.queue, Admitted) or world.queue is None:
         return Outcome((Provision(),), _status(status))
     return Outcome((), _status(status))
+
+
+def _grace_seconds(job: Job, status: Mapping[str, Any]) -> int:
+    """How long an evicted job's driver may take to checkpoint on request: spec.checkpoint's grace for a running
+    driver that can checkpoint, else none."""
+    checkpoint = job.spec.get("checkpoint")
+    if not checkpoint or not job.entrypoint or status.get("phase") != JobPhase.RUNNING:
+        return 0
+    return int(checkpoint.get("preemptionGraceSeconds", DEFAULT_PREEMPTION_GRACE_SECONDS))
+
+
+def _evicted(job: Job, world: World, status: dict[str, Any], workload: kueue.WorkloadState) -> Outcome:
+    """Kueue evicted the job (preempted by a job of higher priority, its PodsReady timeout, deactivated): a
+    checkpointed move, not a kill. The driver is asked to checkpoint and given spec.checkpoint's grace, then the
+    job's Ray children are deleted; once none of its pods is left the Workload's quota is released (Kueue waits
+    for that before it admits the preemptor) and the job is Queued again as its next attempt, which resumes from
+    the checkpoint wherever Kueue admits it next. A deactivated Workload suspends the job instead."""
+    said = f"Kueue evicted the job ({workload.evicted_reason}: {brief(workload.evicted_message, 200)})"
+    child = world.rayjob if job.entrypoint else world.raycluster
+    stopping = child is not None and not (child.get("metadata") or {}).get("deletionTimestamp")
+    progress = status.get("progress") or {}
+    preemption = status.get("preemption")
+    if stopping:
+        if preemption is None:
+            preemption = {
+                "reason": workload.evicted_reason or "Evicted",
+                "message": brief(workload.evicted_message),
+                "since": cond.timestamp(world.now),
+                "checkpointStep": progress.get("checkpointStep"),
+            }
+            status["preemption"] = {k: v for k, v in preemption.items() if v is not None}
+            grace = _grace_seconds(job, status)
+            if grace:
+                message = f"{said}; asking its driver to checkpoint (up to {grace} s)"
+                status["message"] = message
+                return Outcome((RequestCheckpoint(), Post(True, cond.PREEMPTED, message)), _status(status), 1.0)
+        grace = _grace_seconds(job, status)
+        since = parse_time(preemption.get("since")) or world.now
+        saved = progress.get("checkpointStep")
+        checkpointed = saved is not None and saved != preemption.get("checkpointStep")
+        left = grace - (world.now - since).total_seconds()
+        if left > 0 and not checkpointed:
+            return Outcome((), _status(status), min(2.0, left))
+        how = (
+            f"checkpointed at step {saved}"
+            if checkpointed
+            else "no checkpoint asked for"
+            if not grace
+            else (f"no checkpoint within {grace} s")
+        )
+        message = f"{said}; {how}: stopping its Ray pods"
+        status["message"] = message
+        return Outcome((DeleteChildren(), Post(False, cond.PREEMPTED, message)), _status(status), RECHECK_SECONDS)
+    if world.pods:
+        status["message"] = f"{said}; waiting for its {len(world.pods)} Ray pods to stop"
+        return Outcome((), _status(status), 2.0)
+    deactivated = workload.evicted_reason == kueue.DEACTIVATED or not workload.active
+    attempt = attempt_of(status) + 1 if holds_nodes(status) and job.entrypoint else attempt_of(status)
+    preemptions = int(status.get("preemptions") or 0) + (1 if holds_nodes(status) else 0)
+    if deactivated:
+        message = f"{said}; its Workload was deactivated: suspended until it is active again"
+        phase, reason = JobPhase.SUSPENDED, cond.SUSPENDED
+    else:
+        message = f"{said}; its quota is released and it is queued again as attempt {attempt}"
+        phase, reason = JobPhase.QUEUED, cond.PREEMPTED
+    restarts = list(status.get("restarts") or [])
+    if holds_nodes(status):
+        record = {"attempt": attempt, "time": cond.timestamp(world.now), "reason": reason, "message": brief(message)}
+        restarts = [*restarts, record][-MAX_RESTARTS_KEPT:]
+    status["conditions"] = cond.set_condition(
+        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
+        cond.ADMITTED,
+        False,
+        reason,
+        message,
+        job.generation,
+    )
+    status.update(
+        phase=str(phase),
+        message=brief(message),
+        attempts=attempt if job.entrypoint and attempt > 1 else status.get("attempts"),
+        preemptions=preemptions or None,
+        restarts=restarts or None,
+        preemption=None,
+        kueue=None,
+        rayCluster=None,
+        rayJob=None,
+        binding=None,
+        driverStartTime=None,
+        driverEndTime=None,
+        progress=None,
+        queuePosition=None,
+        waitingFor=None,
+        observedGeneration=job.generation,
+    )
+    actions = (ReleaseWorkload(workload.name, not deactivated), ReleaseNodes(), Post(True, reason, message))
+    return Outcome(actions, _status(status), RECHECK_SECONDS)
+
+
+def with_kueue(job: Job, world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with what the job's Kueue Workload must be told, as Kueue's own job reconciler would: PodsReady
+    once the job runs (an admin's waitForPodsReady evicts a Workload without it), Finished when it ends (the
+    quota frees at once)."""
+    workload = world.workload
+    if workload is None or not workload.admitted or workload.evicted or workload.finished:
+        return outcome
+    phase = outcome.status.phase
+    if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        mark = MarkWorkload(workload.name, kueue.FINISHED, str(phase), f"the RLJob {phase.lower()}")
+    elif phase == JobPhase.RUNNING and not workload.pods_ready:
+        mark = MarkWorkload(workload.name, kueue.PODS_READY, "Started", "every Ray pod of the RLJob runs")
+    else:
+        return outcome
+    return dataclasses.replace(outcome, actions=(*outcome.actions, mark))
 
 
 def _bind_timeout(job: Job, world: World) -> str | None:
@@ -548,7 +697,7 @@ def attempt_for_new_child(status: Mapping[str, Any], generation: int | None) -> 
     re-placement, a RayJob deleted under a running job), else 1. Anything lower reads as a stale attempt and is
     deleted again (`stale_attempt`)."""
     same_spec = status.get("observedGeneration") == generation
-    continuing = holds_nodes(status) or bool(status.get("restartCount"))
+    continuing = holds_nodes(status) or bool(status.get("restartCount")) or bool(status.get("preemptions"))
     return attempt_of(status) if same_spec and continuing else 1
 
 

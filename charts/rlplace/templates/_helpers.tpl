@@ -44,6 +44,18 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [ray.io]
   resources: [rayjobs]
   verbs: [get, list, watch, create, patch, delete]
+# A job labelled kueue.x-k8s.io/queue-name is admitted by Kueue through a Workload rlplace makes for it; rlplace
+# writes its PodsReady and Finished conditions and, after an eviction, releases its quota (docs/kueue.md).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [get, update, patch]
+# Why a job waits: its LocalQueue (and whether it exists).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [localqueues]
+  verbs: [get]
 # The driver's binding report is read from its log (the RayJob submitter's pod); the Ray pods get no rights.
 - apiGroups: [""]
   resources: [pods]

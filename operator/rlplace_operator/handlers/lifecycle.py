@@ -20,7 +20,7 @@ import dataclasses
 import datetime as dt
 import logging
 import re
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -32,6 +32,7 @@ from placement_core.errors import PlacementError
 from placement_core.launcher.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
+from rlplace_operator import kueue
 from rlplace_operator.admission import Decision
 from rlplace_operator.diagnosis import StartBounds, pods_not_started
 from rlplace_operator.handlers import rayjob as driver
@@ -59,16 +60,20 @@ from rlplace_operator.names import (
 from rlplace_operator.reconcile import (
     DeleteChildren,
     Job,
+    MarkWorkload,
     Outcome,
     Post,
     Provision,
     ReleaseNodes,
+    ReleaseWorkload,
+    RequestCheckpoint,
     World,
     admitted_since,
     holds_nodes,
     parse_time,
     reconcile,
     status_wire,
+    with_kueue,
     with_recommendation,
 )
 from rlplace_operator.selection import job_cluster
@@ -244,8 +249,11 @@ class Observer:
         indexes: Mapping[str, Any],
         snapshot: Snapshot | None = None,
         start_bounds: StartBounds = StartBounds(),
+        checkpoint_requests: set[tuple[str, str]] | None = None,
     ) -> None:
         self.kube = kube
+        #: Jobs whose driver is asked to checkpoint now (the progress endpoint answers their reports so).
+        self.checkpoint_requests = set() if checkpoint_requests is None else checkpoint_requests
         self.indexes = indexes
         self._snapshot = snapshot
         self.start_bounds = start_bounds
@@ -288,6 +296,19 @@ class Observer:
             return dataclasses.replace(world, cluster=job_cluster(cut, infos))
         except PlacementError:
             return world
+
+    def with_workload(self, job: Job, world: World) -> World:
+        """`world` with the job's Kueue Workload, read from the API (Kueue writes it; no index keeps it)."""
+        name = (job.status.get("kueue") or {}).get("workload")
+        if job.kueue_queue is None or not name:
+            return world
+        body = self.kube.get_workload(job.namespace, name)
+        if body is None or not _owned(body, job.uid):
+            return world
+        try:
+            return dataclasses.replace(world, workload=kueue.WorkloadState.of(body))
+        except kueue.AssignmentError:
+            return world  # the provision pass says why on the job
 
     def world(self, job: Job, queue: Decision | None = None, fresh: bool = False) -> World:
         now = dt.datetime.now(dt.UTC)
@@ -393,9 +414,38 @@ def _ref(job: Job) -> dict[str, Any]:
     return {"apiVersion": API_VERSION, "kind": "RLJob", "metadata": metadata}
 
 
-def _act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome) -> None:
+def _write_workload(kube: Kube, namespace: str, name: str, change: Callable[[Mapping[str, Any]], dict]) -> None:
+    """Read the Workload and write `change(status)` as its whole status; again when Kueue wrote in between."""
+    for _ in range(MAX_CONFLICTS):
+        body = kube.get_workload(namespace, name)
+        if body is None:
+            return
+        try:
+            kube.replace_workload_status(body, change(body.get("status") or {}))
+            return
+        except StatusConflict:
+            continue
+    logger.warning("Workload %s/%s: its status kept changing; the next look writes it again", namespace, name)
+
+
+def _act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set[tuple[str, str]]) -> None:
+    if not any(isinstance(a, RequestCheckpoint) for a in outcome.actions) and outcome.status.preemption is None:
+        checkpoints.discard(job.key)
     for action in outcome.actions:
-        if isinstance(action, DeleteChildren):
+        if isinstance(action, RequestCheckpoint):
+            checkpoints.add(job.key)
+        elif isinstance(action, MarkWorkload):
+            _write_workload(
+                kube,
+                job.namespace,
+                action.workload,
+                lambda status, a=action: kueue.with_condition(status, a.condition, True, a.reason, a.message),
+            )
+        elif isinstance(action, ReleaseWorkload):
+            _write_workload(
+                kube, job.namespace, action.workload, lambda status, a=action: kueue.released(status, a.requeue)
+            )
+        elif isinstance(action, DeleteChildren):
             if job.entrypoint:
                 kube.delete_rayjob(job.namespace, rayjob_name(job.name))
             else:
@@ -444,8 +494,8 @@ def run(
     provisioned now, after its status says why."""
     fresh = False
     for _ in range(MAX_CONFLICTS):
-        world = observer.with_cluster(job, observer.world(job, queue, fresh))
-        outcome = with_recommendation(job, world, reconcile(job, world))
+        world = observer.with_workload(job, observer.with_cluster(job, observer.world(job, queue, fresh)))
+        outcome = with_kueue(job, world, with_recommendation(job, world, reconcile(job, world)))
         try:
             if any(isinstance(a, Provision) for a in outcome.actions):
                 if not job.fresh:
@@ -465,10 +515,18 @@ def run(
                 return None
             job, queue, fresh = again, None, True
             continue
-        _act(kube, ledger, job, outcome)
+        _act(kube, ledger, job, outcome, observer.checkpoint_requests)
         return outcome.requeue_after
     logger.info("RLJob %s/%s: status kept changing under its reconcile; its next trigger looks again", *job.key)
     return RECHECK_SECONDS
+
+
+def observer_of(memo: kopf.Memo, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> Observer:
+    """An Observer for one handler call, with the operator's settings and shared checkpoint requests."""
+    requests = memo.get("checkpoint_requests")
+    if requests is None:
+        requests = memo["checkpoint_requests"] = set()
+    return Observer(memo.kube, indexes, snapshot, start_bounds(memo), requests)
 
 
 def start_bounds(memo: kopf.Memo) -> StartBounds:
@@ -487,7 +545,7 @@ def rljob_changed(
 ) -> None:
     """A job created, changed (spec or profile annotation) or found at start-up: reconcile it."""
     job = job_of_body(body, rljob.profile_changed(diff))
-    run(memo.kube, memo.ledger, Observer(memo.kube, kwargs, start_bounds=start_bounds(memo)), job, retry=retry)
+    run(memo.kube, memo.ledger, observer_of(memo, kwargs), job, retry=retry)
 
 
 def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
@@ -499,13 +557,24 @@ def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs:
     entry = one(kwargs, "rljob_index", key)
     if entry is None or not holds_nodes(entry["status"]):
         return
-    _safely(memo, Observer(memo.kube, kwargs, start_bounds=start_bounds(memo)), job_of(key, entry))
+    _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def raycluster_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
     """A job's RayCluster changed (readiness, KubeRay's events): reconcile the job."""
     _child_changed(namespace, labels, memo, kwargs)
+
+
+@kopf.on.event(kueue.KUEUE_GROUP, kueue.KUEUE_VERSION, kueue.WORKLOAD_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
+def workload_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
+    """Kueue changed a job's Workload (admitted, evicted, a node swapped): reconcile the job, waiting or not."""
+    if JOB_LABEL not in labels:
+        return
+    key = (namespace, labels[JOB_LABEL])
+    entry = one(kwargs, "rljob_index", key)
+    if entry is not None:
+        _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -557,6 +626,8 @@ def _needs_look(entry: Mapping[str, Any]) -> bool:
     phase = status.get("phase")
     if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING) or _recommendation_due(entry["spec"], status):
         return True
+    if status.get("preemption"):
+        return True  # Kueue evicted it: the checkpoint grace and the pods' stop are timed
     unverified = not any(c.get("type") == driver.BINDING_CONDITION for c in status.get("conditions") or [])
     return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and unverified
 
@@ -568,7 +639,7 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     snapshot = Snapshot.of(kwargs)
     ledger: Ledger = memo.ledger
     decisions = queue_pass(ledger, rljob.admission_world(snapshot))
-    observer = Observer(memo.kube, kwargs, snapshot, start_bounds(memo))
+    observer = observer_of(memo, kwargs, snapshot)
     looks: list[tuple[Job, Decision | None]] = []
     for key in list(snapshot.rljobs):
         entry = indexed(snapshot.rljobs, key)

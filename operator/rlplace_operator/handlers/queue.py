@@ -31,6 +31,7 @@ from rlplace_operator.admission import (
     fit,
 )
 from rlplace_operator.handlers.nodegroup import copy_index, indexed
+from rlplace_operator.kueue import queue_name
 from rlplace_operator.models import JobPhase, RLJobSpec
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -295,6 +296,8 @@ def _waiting_queue(ledger: Ledger, world: World, skip: JobKey | None) -> list[Qu
         entry = indexed(world.rljobs, key)
         if key == skip or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
             continue
+        if queue_name(entry.get("labels") or {}) is not None:
+            continue  # Kueue admits it (handlers/rljob.py), not this queue
         if _backing_off(entry["status"]):
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)

@@ -26,10 +26,11 @@ from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator import conditions as cond
-from rlplace_operator import recommend
+from rlplace_operator import kueue, recommend
 from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.configmap import build_placement_configmap
+from rlplace_operator.builders.podtemplate import worker_tolerations
 from rlplace_operator.builders.progress import with_progress_reporting
 from rlplace_operator.builders.raycluster import build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
@@ -318,6 +319,8 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
     )
     child = with_progress_reporting(child, name, kube.progress_url, workers=spec.framework is Framework.VERL)
     kopf.adopt([configmap, child], owner=job.body)
+    if kueue.queue_name(job.body["metadata"].get("labels") or {}) is not None:
+        child = kueue.for_kueue(child)
     kube.apply_configmap(namespace, configmap)
     return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
 
@@ -387,31 +390,185 @@ def _admitted_plan(
     ledger: Ledger,
     snapshot: Snapshot,
     retry: int,
+    kube: Kube,
 ) -> JobPlan | None:
-    """Demand -> admission: the plan on the nodes the job was admitted to, or None when it is Queued."""
+    """Demand -> admission (rlplace's queue, or Kueue for a job that names a LocalQueue): the plan on the nodes
+    the job was admitted to, or None when it is Queued."""
     groups = _groups(job, spec, snapshot.nodegroups, retry)
     demand = _demand(job, key, spec, annotations, groups, snapshot.nodes, ledger, retry)
-    created = job.body["metadata"]["creationTimestamp"]
-    queued = QueuedJob(key, spec.priority, created, demand.demand, demand.excluded)
-    decision = admit(ledger, admission_world(snapshot), queued)
-    if isinstance(decision, Waiting):
-        _queued(job, decision)
-        return None
-    planned = _plan(job, demand.spec, {}, groups_with_nodes(groups, decision.cluster), snapshot.nodes, retry)
+    queue = kueue.queue_name(job.body["metadata"].get("labels") or {})
+    if queue is not None:
+        granted = _kueue_admission(job, key, spec, groups, demand, kube, snapshot, queue, retry)
+        if granted is None:
+            return None
+        cluster, nodes = granted, frozenset(n for _, names in granted for n in names)
+        with ledger.lock:  # rlplace's own queue must not hand these nodes to another job
+            ledger.reserved[key] = nodes
+        admitted_by = "Kueue granted"
+    else:
+        created = job.body["metadata"]["creationTimestamp"]
+        queued = QueuedJob(key, spec.priority, created, demand.demand, demand.excluded)
+        decision = admit(ledger, admission_world(snapshot), queued)
+        if isinstance(decision, Waiting):
+            _queued(job, decision)
+            return None
+        cluster, nodes, admitted_by = decision.cluster, decision.nodes, "admission picked"
+    planned = _plan(job, demand.spec, {}, groups_with_nodes(groups, cluster), snapshot.nodes, retry)
     planned = dataclasses.replace(planned, predicted_iteration_time=demand.predicted_iteration_time)
-    if not {w.name for w in planned.workers} <= decision.nodes:
+    if not {w.name for w in planned.workers} <= nodes:
         # Only when a group mixes node sizes: the plan on the picked nodes differs from the one on all nodes.
         ledger.release(key)
-        raise job.wait(
-            cond.PLACED, cond.NODES_DIFFER, "the free nodes admission picked do not fit the placement", retry
-        )
+        raise job.wait(cond.PLACED, cond.NODES_DIFFER, f"the free nodes {admitted_by} do not fit the placement", retry)
     processes = sum(c.processes for c in planned.summary.components)
     job.condition(cond.PLACED, True, cond.PLACEMENT_APPLIED, f"{processes} processes on {len(planned.workers)} nodes")
-    if job.condition(cond.ADMITTED, True, cond.ADMITTED, f"reserved {len(planned.workers)} nodes"):
+    if queue is None and job.condition(cond.ADMITTED, True, cond.ADMITTED, f"reserved {len(planned.workers)} nodes"):
         kopf.info(
             job.body, reason=cond.ADMITTED, message=f"reserved nodes {', '.join(w.name for w in planned.workers)}"
         )
     return planned
+
+
+def _pod_sets(
+    job: _JobStatus, spec: RLJobSpec, groups: list[JobGroup], demand: PlannedDemand, node_index: Mapping[str, Any]
+) -> list[kueue.PodSet]:
+    """The job's Kueue PodSets: per NodeGroup its plan uses, that many whole-node worker pods."""
+    pod_sets = []
+    by_name = {group.name: group for group in groups}
+    for group_demand in demand.demand:
+        if not group_demand.used:
+            continue
+        group = by_name[group_demand.group]
+        ranked = ready_nodes(group, node_index)
+        resource = unit_resource(group.spec)
+        units = {indexed(node_index, ranked[i]).count(resource) for i in group_demand.used} if resource else set()
+        if len(units) > 1:
+            raise job.fail(
+                cond.ADMITTED,
+                cond.KUEUE_UNSUPPORTED,
+                f"NodeGroup {group.name} has nodes of {' and '.join(map(str, sorted(units)))} {resource}: a Kueue PodSet "
+                "is pods of one size, so give each node size its own NodeGroup",
+            )
+        requests = {"cpu": spec.ray.worker_resources.cpu, "memory": spec.ray.worker_resources.memory}
+        if resource and units and max(units) > 0:
+            requests[resource] = str(max(units))
+        tolerations = tuple(worker_tolerations(spec, [group.name]))
+        pod_sets.append(
+            kueue.PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations)
+        )
+    if len(pod_sets) > kueue.MAX_POD_SETS:
+        raise job.fail(
+            cond.ADMITTED,
+            cond.KUEUE_UNSUPPORTED,
+            f"the job uses {len(pod_sets)} NodeGroups; a Kueue Workload holds at most {kueue.MAX_POD_SETS}",
+        )
+    return pod_sets
+
+
+def _kueue_waits(job: _JobStatus, waiting_for: str, message: str) -> None:
+    """Queued until Kueue admits the job, saying what Kueue says; an Event when that changes. A preempted job
+    keeps reason Preempted until it is admitted again."""
+    before = cond.find(job.conditions, cond.ADMITTED) or {}
+    preempted = before.get("status") == "False" and before.get("reason") == cond.PREEMPTED
+    job.condition(cond.ADMITTED, False, cond.PREEMPTED if preempted else cond.WAITING_FOR_KUEUE, message)
+    if job.before.get("waitingFor") != waiting_for:
+        kopf.info(job.body, reason=cond.WAITING_FOR_KUEUE, message=cond.short(message))
+    job.phase(JobPhase.QUEUED, message)
+    job.set(queuePosition=None, waitingFor=cond.short(waiting_for))
+
+
+def _cluster_queue_problem(kube: Kube, namespace: str, queue: str) -> tuple[str | None, str | None]:
+    """The LocalQueue's ClusterQueue, and why it admits nothing now (missing, stopped, inactive), if so."""
+    local = kube.get_localqueue(namespace, queue)
+    if local is None:
+        return None, f"LocalQueue {namespace}/{queue} not found"
+    cluster_queue = (local.get("spec") or {}).get("clusterQueue")
+    body = kube.get_clusterqueue(cluster_queue) if cluster_queue else None
+    if body is None:
+        return cluster_queue, f"ClusterQueue {cluster_queue} of LocalQueue {namespace}/{queue} not found"
+    if ((body.get("spec") or {}).get("stopPolicy") or "None") != "None":
+        return cluster_queue, f"ClusterQueue {cluster_queue} is stopped (stopPolicy {body['spec']['stopPolicy']})"
+    active = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
+    if active is not None and active.get("status") != "True":
+        return (
+            cluster_queue,
+            f"ClusterQueue {cluster_queue} is inactive: {active.get('message') or active.get('reason')}",
+        )
+    return cluster_queue, None
+
+
+def _kueue_admission(
+    job: _JobStatus,
+    key: JobKey,
+    spec: RLJobSpec,
+    groups: list[JobGroup],
+    demand: PlannedDemand,
+    kube: Kube,
+    snapshot: Snapshot,
+    queue: str,
+    retry: int,
+) -> tuple[tuple[str, tuple[str, ...]], ...] | None:
+    """The nodes Kueue granted the job, per NodeGroup in rank order; None while it waits (Queued, saying why).
+
+    The job's Workload is made on the first look; a new demand (a new spec) makes a new Workload and deletes
+    the job's others."""
+    namespace, name = key
+    if not kube.kueue_installed():
+        message = f"the job names LocalQueue {queue} but Kueue is not installed (no kueue.x-k8s.io/v1beta2 Workloads)"
+        raise job.wait(cond.ADMITTED, cond.KUEUE_MISSING, message, retry)
+    pod_sets = _pod_sets(job, spec, groups, demand, snapshot.nodes)
+    workload_name = kueue.workload_name(name, pod_sets)
+    body = kube.get_workload(namespace, workload_name)
+    if body is None:
+        cluster_queue, problem = _cluster_queue_problem(kube, namespace, queue)
+        if problem is not None and cluster_queue is None:
+            raise job.wait(cond.ADMITTED, cond.LOCALQUEUE_NOT_FOUND, problem, retry)
+        priority = None
+        priority_class = (job.body["metadata"].get("labels") or {}).get(kueue.PRIORITY_CLASS_LABEL)
+        if priority_class:
+            found = kube.get_workload_priority_class(priority_class)
+            if found is None:
+                message = f"WorkloadPriorityClass {priority_class} not found"
+                raise job.wait(cond.ADMITTED, cond.PRIORITY_CLASS_NOT_FOUND, message, retry)
+            priority = kueue.Priority(priority_class, int(found.get("value") or 0))
+        for other in kube.job_workloads(namespace, name):
+            if other["metadata"]["name"] != workload_name:
+                kube.delete_workload(namespace, other["metadata"]["name"])
+        workload = kueue.build_workload(name, queue, pod_sets, priority)
+        kopf.adopt(workload, owner=job.body)
+        body = kube.create_workload(namespace, workload)
+    state = kueue.WorkloadState.of(body)
+    job.set(kueue={"workload": state.name, **({"clusterQueue": state.cluster_queue} if state.cluster_queue else {})})
+    if not state.admitted or (state.evicted and state.holds_quota):
+        cluster_queue, problem = _cluster_queue_problem(kube, namespace, queue)
+        said = problem or state.pending_message or "Kueue has not looked at it yet"
+        if state.evicted and state.holds_quota:
+            said = f"its eviction to end ({state.evicted_reason}: {state.evicted_message})"
+        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
+        _kueue_waits(
+            job, f"Kueue ({where}): {said}", f"waiting for Kueue to admit Workload {state.name} ({where}): {said}"
+        )
+        return None
+    try:
+        hosts = state.hosts()
+    except kueue.AssignmentError as err:
+        raise job.wait(cond.ADMITTED, cond.KUEUE_UNSUPPORTED, str(err), retry) from None
+    cluster, flavors = [], {}
+    for pod_set in pod_sets:
+        granted = set(hosts.get(kueue.pod_set_name(pod_set.group), ()))
+        group = next(g for g in groups if g.name == pod_set.group)
+        # In the group's rank order: the plan numbers its nodes in that order.
+        cluster.append((group.name, tuple(e.name for e in group.status.nodes if e.name in granted)))
+        grant = state.grants.get(kueue.pod_set_name(pod_set.group))
+        if grant is not None and grant.flavors:
+            flavors[group.name] = grant.flavors.get(unit_resource(group.spec) or "cpu") or next(
+                iter(grant.flavors.values())
+            )
+    job.set(kueue={"workload": state.name, "clusterQueue": state.cluster_queue, "flavors": flavors})
+    said = ", ".join(f"{g} from {f}" for g, f in flavors.items())
+    message = f"admitted by Kueue (ClusterQueue {state.cluster_queue}): {said}"
+    if job.condition(cond.ADMITTED, True, cond.ADMITTED_BY_KUEUE, message):
+        kopf.info(job.body, reason=cond.ADMITTED_BY_KUEUE, message=message)
+    return tuple(cluster)
 
 
 def provision(
@@ -472,7 +629,7 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
             status = status.model_copy(update={"replacements": replacements, "recommendation": None})
         predicted = replacements[-1].predicted_iteration_seconds
         job_spec = replaced
-    planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry)
+    planned = _admitted_plan(job, (namespace, name), job_spec, annotations, ledger, snapshot, retry, kube)
     if planned is None:
         return
     if predicted is not None:
