@@ -1308,7 +1308,8 @@ class RLJobStatus(_Camel):
     preemption: Preemption | None = None
     """Kueue's eviction being carried out: the checkpoint asked for, the job's Ray pods stopping."""
     preemptions: int | None = None
-    """How often Kueue preempted the job for its current spec (not counted against run.maxRestarts)."""
+    """How often Kueue moved the job for its current spec: preempted it, or replaced one of its nodes (not
+    counted against run.maxRestarts)."""
 
 
 def dump(model: BaseModel) -> dict[str, Any]:

@@ -282,6 +282,9 @@ def reconcile(job: Job, world: World) -> Outcome:
         return Outcome((Provision(),), _status(status))
     if world.workload is not None and world.workload.evicted and world.workload.holds_quota:
         return _evicted(job, world, status, world.workload)
+    moved = _kueue_moved(job, world, status) if world.workload is not None else None
+    if moved is not None:
+        return moved
     if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
         return _waiting(job, world, status)
     child = world.rayjob if job.entrypoint else world.raycluster
@@ -421,6 +424,71 @@ def _evicted(job: Job, world: World, status: dict[str, Any], workload: kueue.Wor
         observedGeneration=job.generation,
     )
     actions = (ReleaseWorkload(workload.name, not deactivated), ReleaseNodes(), Post(True, reason, message))
+    return Outcome(actions, _status(status), RECHECK_SECONDS)
+
+
+#: Restart reason of a job whose node Kueue replaced inside its admitted Workload.
+NODE_REPLACED = "NodeReplaced"
+
+
+def _kueue_moved(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
+    """Kueue's topology-aware scheduling replaced a node of the running job inside its admitted Workload (the node
+    became NotReady or tainted): the job follows, as after a lost node. Its attempt is stopped, the node is left out
+    of its next plans, and it is planned again at once on the hosts Kueue now grants, as its next attempt (resuming
+    from its checkpoint). Not counted against run.maxRestarts: Kueue, not the job, moved it."""
+    workload = world.workload
+    if workload is None or not holds_nodes(status) or not workload.admitted or workload.evicted:
+        return None
+    try:
+        granted = {host for hosts in workload.hosts().values() for host in hosts}
+    except kueue.AssignmentError:
+        return None
+    planned = {n for c in (status.get("placement") or {}).get("components") or [] for n in c.get("nodes") or []}
+    gone = sorted(planned - granted)
+    if not granted or not gone:
+        return None
+    attempt = attempt_of(status) + 1
+    new = ", ".join(sorted(granted - planned)) or "none"
+    message = brief(
+        f"Kueue replaced node {', '.join(gone)} of the job's Workload {workload.name} (now {new}): "
+        f"restarting as attempt {attempt} on the granted nodes"
+    )
+    excluded = {e["name"]: e for e in status.get("excludedNodes") or []}
+    for name in gone:
+        excluded[name] = {"name": name, "reason": f"replaced by Kueue during attempt {attempt_of(status)}"}
+    record = {
+        "attempt": attempt,
+        "time": cond.timestamp(world.now),
+        "reason": NODE_REPLACED,
+        "message": message,
+        "nodesReplaced": gone,
+    }
+    status["conditions"] = cond.set_condition(
+        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
+        cond.ADMITTED,
+        False,
+        NODE_REPLACED,
+        message,
+        job.generation,
+    )
+    status.update(
+        phase=str(JobPhase.QUEUED),
+        message=message,
+        attempts=attempt if job.entrypoint else status.get("attempts"),
+        preemptions=int(status.get("preemptions") or 0) + 1,
+        restarts=[*list(status.get("restarts") or []), record][-MAX_RESTARTS_KEPT:],
+        excludedNodes=list(excluded.values()),
+        rayCluster=None,
+        rayJob=None,
+        binding=None,
+        driverStartTime=None,
+        driverEndTime=None,
+        progress=None,
+        queuePosition=None,
+        waitingFor=None,
+        observedGeneration=job.generation,
+    )
+    actions = (DeleteChildren(), ReleaseNodes(), Post(True, NODE_REPLACED, message))
     return Outcome(actions, _status(status), RECHECK_SECONDS)
 
 

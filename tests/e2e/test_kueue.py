@@ -183,12 +183,14 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
         lambda: (
             (s := jobs.get("too-big").get("status") or {}).get("phase") == "Queued"
             and "ClusterQueue rl-e2e-small" in (s.get("waitingFor") or "")
+            and "has not looked at it yet" not in s["waitingFor"]
             and s
         ),
         60,
-        "too-big queued naming its ClusterQueue",
+        "too-big queued naming its ClusterQueue and quoting Kueue",
     )
-    assert "nvidia.com/gpu" in queued["waitingFor"] or "a800" in queued["waitingFor"], queued
+    # Kueue's words, e.g. "couldn't assign flavors to pod set a800: flavor 4090 doesn't match node affinity".
+    assert "pod set a800" in queued["waitingFor"] or "nvidia.com/gpu" in queued["waitingFor"], queued
     assert condition(queued, "Admitted")["reason"] == "WaitingForKueue"
 
 
@@ -296,3 +298,38 @@ def kueue_log_errors() -> list[str]:
     return [
         line for line in path.read_text(errors="replace").splitlines() if '"level":"error"' in line or "panic" in line
     ]
+
+
+def test_a_node_kueue_replaces_under_the_running_job_is_followed(
+    jobs: Jobs, kubeconfig: str, kueue_queues: None
+) -> None:
+    """A NoExecute taint on the job's node: Kueue swaps the node inside the admitted Workload, and rlplace moves
+    the job onto the granted node as its next attempt, leaving the tainted one out."""
+    local_queue(kubeconfig, jobs.namespace, "rl", "rl-cluster-queue")
+    body = cluster_job("swap", "rl")
+    body["spec"]["nodeGroups"] = ["a800"]
+    body["spec"]["componentPlacement"] = [{"components": "actor", "placement": "0-7"}]
+    jobs.create(body)
+    status = jobs.wait_phase("swap", "Running", 120)["status"]
+    (before,) = status["placement"]["components"][0]["nodes"]
+    kubectl(kubeconfig, "taint", "node", before, "rlplace.io/e2e-broken=true:NoExecute")
+    try:
+        moved = wait_for(
+            lambda: (
+                (s := jobs.get("swap").get("status") or {}).get("phase") == "Running"
+                and s["placement"]["components"][0]["nodes"] != [before]
+                and s
+            ),
+            120,
+            "the job running on the node Kueue granted instead",
+        )
+        (after,) = moved["placement"]["components"][0]["nodes"]
+        assert granted_hosts(workloads(jobs, "swap")[0]) == {"a800": [after]}
+        restart = moved["restarts"][-1]
+        assert restart["reason"] == "NodeReplaced" and restart["nodesReplaced"] == [before], restart
+        assert [e["name"] for e in moved["excludedNodes"]] == [before]
+        assert {p.spec.node_name for p in jobs.pods("swap") if p.metadata.labels["ray.io/node-type"] == "worker"} == {
+            after
+        }
+    finally:
+        kubectl(kubeconfig, "taint", "node", before, "rlplace.io/e2e-broken-")

@@ -4,6 +4,7 @@ over recorded Workload statuses (docs/kueue.md)."""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime as dt
 
@@ -170,7 +171,7 @@ def workload(*conditions: dict, admission: bool = True, active: bool = True) -> 
                     "name": "a800",
                     "count": 2,
                     "flavors": {"nvidia.com/gpu": "a800", "cpu": "a800"},
-                    "topologyAssignment": ASSIGNMENT,
+                    "topologyAssignment": copy.deepcopy(ASSIGNMENT),
                 }
             ],
         }
@@ -356,3 +357,22 @@ def test_pods_ready_when_the_job_runs_and_finished_when_it_ends() -> None:
     ready = dataclasses.replace(admitted, pods_ready=True)
     again = with_kueue(kueue_job(running()), World(now=NOW, workload=ready), Outcome((), wire_status(dict(status))))
     assert again.actions == ()
+
+
+def test_a_node_kueue_replaced_under_the_running_job_restarts_it_on_the_granted_nodes() -> None:
+    # The job runs on kwok-0 (live_status); Kueue's assignment now names kwok-1 and kwok-2 instead.
+    body = workload(condition("QuotaReserved", True), condition("Admitted", True))
+    slices = body["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]["slices"]
+    slices[0]["valuesPerLevel"] = [{"individual": {"prefix": "kwok-", "roots": ["1", "2"]}}]
+    world = World(now=NOW, rayjob=rayjob("Running", "RUNNING"), workload=kueue.WorkloadState.of(body))
+    outcome = reconcile(kueue_job(running()), world)
+    assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
+    status = outcome.status
+    assert status.phase == "Queued" and status.attempts == 2 and status.preemptions == 1
+    assert [e.name for e in status.excluded_nodes] == ["kwok-0"]
+    assert status.restarts[-1].reason == "NodeReplaced" and status.restarts[-1].nodes_replaced == ["kwok-0"]
+    assert "Kueue replaced node kwok-0" in status.message and "(now kwok-1, kwok-2)" in status.message
+    # Kueue's assignment still holding the job's node: nothing to follow.
+    same = kueue.WorkloadState.of(workload(condition("QuotaReserved", True), condition("Admitted", True)))
+    kept = reconcile(kueue_job(running()), dataclasses.replace(world, workload=same))
+    assert not kept.status.restarts or kept.status.restarts[-1].reason != "NodeReplaced", kept
