@@ -363,6 +363,10 @@ crds_job=$!
 # Workloads itself, and those would gate every pod), renamed kueue-*, called by URL on 127.0.0.1 with this
 # cluster's CA, failurePolicy as upstream. Registered before Kueue listens, so that the apiserver knows them
 # by the time cluster-up returns; nothing creates Kueue objects before that.
+# RLPLACE_KUEUE_RAY_INTEGRATION=1 (opt-in, for benchmarks/kueue_admission.py's baseline) also turns on Kueue's
+# own RayJob and RayCluster integrations and registers their ray.io webhooks (the RayJob one suspends a new
+# RayJob that names a queue); Kueue serves only the integrations it runs, so no other ones are registered.
+KUEUE_RAY=${RLPLACE_KUEUE_RAY_INTEGRATION:-0}
 KUEUE_STATE="$STATE/kueue"
 mkdir -p "$KUEUE_STATE/certs" "$KUEUE_STATE/etc-upper/kueue/metrics/certs" "$KUEUE_STATE/etc-work"
 for dir in "$KUEUE_STATE/certs" "$KUEUE_STATE/etc-upper/kueue/metrics/certs"; do
@@ -373,18 +377,32 @@ kueue_config=${kueue_config//@KUEUE_PROBE_PORT@/$P_KUEUE_PROBE}
 kueue_config=${kueue_config//@KUEUE_METRICS_PORT@/$P_KUEUE_METRICS}
 kueue_config=${kueue_config//@KUEUE_WEBHOOK_PORT@/$P_KUEUE_WEBHOOK}
 kueue_config=${kueue_config//@KUEUE_CERT_DIR@/$KUEUE_STATE/certs}
+kueue_ray_frameworks=""
+[[ $KUEUE_RAY != 1 ]] || kueue_ray_frameworks=', "ray.io/rayjob", "ray.io/raycluster"'
+kueue_config=${kueue_config//@KUEUE_RAY_FRAMEWORKS@/$kueue_ray_frameworks}
 printf '%s\n' "$kueue_config" >"$KUEUE_STATE/config.yaml"
-"$PY" - "$KUEUE_WEBHOOKS" "https://127.0.0.1:$P_KUEUE_WEBHOOK" "$(base64 -w0 "$PKI/ca.crt")" \
+"$PY" - "$KUEUE_WEBHOOKS" "https://127.0.0.1:$P_KUEUE_WEBHOOK" "$(base64 -w0 "$PKI/ca.crt")" "$KUEUE_RAY" \
   >"$KUEUE_STATE/objects.json" 2>"$LOGS/kueue-objects.log" <<'PY' ||
 import json, sys, yaml
 
-manifests, base_url, ca_bundle = sys.argv[1:]
+manifests, base_url, ca_bundle, ray = sys.argv[1:]
+RAY_RESOURCES = {"rayjobs", "rayclusters"}  # the integrations kueue-config.yaml then lists, not rayservices
+
+
+def registered(rule):
+    if rule["apiGroups"] == ["kueue.x-k8s.io"]:
+        return True
+    return ray == "1" and rule["apiGroups"] == ["ray.io"] and set(rule["resources"]) <= RAY_RESOURCES
+
+
 items = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "kueue-system"}}]
+ray_hooks = 0
 with open(manifests) as f:
     for doc in yaml.safe_load_all(f):
         if not doc:
             continue
-        hooks = [w for w in doc["webhooks"] if all(r["apiGroups"] == ["kueue.x-k8s.io"] for r in w["rules"])]
+        hooks = [w for w in doc["webhooks"] if all(registered(r) for r in w["rules"])]
+        ray_hooks += sum(1 for w in hooks if w["rules"][0]["apiGroups"] == ["ray.io"])
         for w in hooks:
             w["clientConfig"] = {"url": base_url + w["clientConfig"]["service"]["path"], "caBundle": ca_bundle}
         if hooks:
@@ -392,6 +410,8 @@ with open(manifests) as f:
             items.append({"apiVersion": doc["apiVersion"], "kind": doc["kind"], "metadata": meta, "webhooks": hooks})
 if {i["kind"] for i in items[1:]} != {"MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"}:
     sys.exit(f"no kueue.x-k8s.io mutating and validating webhooks found in {manifests}")
+if ray == "1" and ray_hooks != 4:  # mutating and validating, for RayJobs and RayClusters
+    sys.exit(f"RLPLACE_KUEUE_RAY_INTEGRATION=1: {ray_hooks} of the 4 RayJob/RayCluster webhooks in {manifests}")
 json.dump({"apiVersion": "v1", "kind": "List", "items": items}, sys.stdout)
 PY
   { cat "$LOGS/kueue-objects.log" >&2; die "reading Kueue's webhooks from $KUEUE_WEBHOOKS failed"; }
