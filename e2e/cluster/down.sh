@@ -114,3 +114,5 @@ else
   rm -rf "$STATE" "$E2E_DIR/kubeconfig"
 fi
 ((${#running[@]} == 0)) || say "stopped ${!running[*]}; state removed"
+# The inotify limit cluster-up raised, back to what it was once no cluster runs (lib.sh).
+if ((QUIET)); then inotify_restore >/dev/null; else inotify_restore; fi

@@ -85,3 +85,29 @@ component_pid() {
   [[ $(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null) != Z ]] || return 1 # a zombie has stopped already
   echo "$pid"
 }
+
+# The kernel's limit on inotify instances per user (default 128). Each cluster's kubelets, containerds, control
+# plane and Kueue hold about 45 (counted with three real nodes), so three clusters side by side (make test) pass
+# the default and a component fails with "too many open files". cluster-up raises it while clusters run (root
+# only) and keeps the value it found; the cluster-down that leaves no cluster running puts that value back.
+INOTIFY_LIMIT=/proc/sys/fs/inotify/max_user_instances
+INOTIFY_WANTED=1024
+INOTIFY_SAVED=$E2E_CACHE/inotify-max-user-instances.orig
+
+inotify_raise() {
+  [[ -w $INOTIFY_LIMIT ]] || return 0
+  local now
+  now=$(<"$INOTIFY_LIMIT")
+  ((now < INOTIFY_WANTED)) || return 0
+  [[ -f $INOTIFY_SAVED ]] || echo "$now" >"$INOTIFY_SAVED"
+  echo "$INOTIFY_WANTED" >"$INOTIFY_LIMIT"
+  log "raised fs.inotify.max_user_instances from $now to $INOTIFY_WANTED while clusters run"
+}
+
+inotify_restore() { # when no cluster of this cache runs any more
+  [[ -f $INOTIFY_SAVED && -w $INOTIFY_LIMIT ]] || return 0
+  pgrep -f "^$(tool_bin kube-apiserver) " >/dev/null && return 0
+  cat "$INOTIFY_SAVED" >"$INOTIFY_LIMIT"
+  log "restored fs.inotify.max_user_instances to $(<"$INOTIFY_LIMIT")"
+  rm -f "$INOTIFY_SAVED"
+}

@@ -124,6 +124,7 @@ if ! flock -n 8; then
   log "another cluster-up is starting its components; waiting for it to bind its ports ..."
   flock -w 300 8 || die "gave up waiting for $E2E_CACHE/.cluster-up.lock after 300 s"
 fi
+inotify_raise
 
 # Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now.
 # Each candidate is bound once to make sure it is free; if another process grabs it before the component

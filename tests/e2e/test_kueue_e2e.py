@@ -208,6 +208,24 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
     # Kueue's words, e.g. "couldn't assign flavors to pod set a800: flavor 4090 doesn't match node affinity".
     assert "pod set a800" in queued["waitingFor"] or "nvidia.com/gpu" in queued["waitingFor"], queued
     assert condition(queued, "Admitted")["reason"] == "WaitingForKueue"
+    # A ClusterQueue an admin stopped (spec.stopPolicy Hold): named, with why.
+    kubectl(kubeconfig, "patch", "clusterqueue", "rl-e2e-small", "--type=merge", "-p", '{"spec":{"stopPolicy":"Hold"}}')
+    try:
+        jobs.create(cluster_job("held", "small"))
+        held = wait_for(
+            lambda: (
+                "is stopped" in ((jobs.get("held").get("status") or {}).get("waitingFor") or "")
+                and jobs.get("held")["status"]
+            ),
+            60,
+            "held queued naming its stopped ClusterQueue",
+        )
+        assert "ClusterQueue rl-e2e-small is stopped (stopPolicy Hold)" in held["waitingFor"], held
+    finally:
+        kubectl(
+            kubeconfig, "patch", "clusterqueue", "rl-e2e-small", "--type=merge", "-p", '{"spec":{"stopPolicy":"None"}}'
+        )
+        jobs.delete("held")
     # More GPUs than the whole ClusterQueue has.
     big = cluster_job("over-quota", "small")
     big["spec"]["nodeGroups"] = ["4090"]

@@ -12,7 +12,7 @@ from placement_core.plan import build_plan, shared_with
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 # Kubernetes resources and autotune inputs live beside the job configs; they are not `rlplace plan` input.
-NOT_PLAN_INPUT = ("rljob-", "nodegroup-", "nodegroups-", "autotune-")
+NOT_PLAN_INPUT = ("rljob-", "nodegroup-", "nodegroups-", "autotune-", "kueue-")
 CONFIGS = sorted(p for p in EXAMPLES.glob("*.yaml") if not p.name.startswith(NOT_PLAN_INPUT))
 
 
