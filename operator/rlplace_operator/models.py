@@ -1223,6 +1223,8 @@ class KueueAdmission(_Camel):
     """The ClusterQueue whose quota admitted it."""
     flavors: dict[str, str] = {}
     """NodeGroup -> the ResourceFlavor its nodes were granted from."""
+    pods_ready: bool | None = None
+    """rlplace told the Workload that every pod of the job runs (its PodsReady condition)."""
 
 
 class Preemption(_Camel):

@@ -506,7 +506,11 @@ def with_kueue(job: Job, world: World, outcome: Outcome) -> Outcome:
         mark = MarkWorkload(workload.name, kueue.PODS_READY, "Started", "every Ray pod of the RLJob runs")
     else:
         return outcome
-    return dataclasses.replace(outcome, actions=(*outcome.actions, mark))
+    status = outcome.status
+    if mark.condition == kueue.PODS_READY and status.kueue is not None:
+        # Said in the job's status too: the timer looks again at a running job until it is (lifecycle._needs_look).
+        status = status.model_copy(update={"kueue": status.kueue.model_copy(update={"pods_ready": True})})
+    return dataclasses.replace(outcome, actions=(*outcome.actions, mark), status=status)
 
 
 def _bind_timeout(job: Job, world: World) -> str | None:

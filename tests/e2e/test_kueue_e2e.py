@@ -160,7 +160,7 @@ def test_a_heterogeneous_job_gets_a_flavor_per_gpu_group_runs_on_the_granted_nod
     )
     # PodsReady once the job runs: an admin's waitForPodsReady would evict it otherwise.
     wait_for(
-        lambda: workload_condition(workloads(jobs, "hetero")[0], "PodsReady").get("status") == "True", 30, "PodsReady"
+        lambda: workload_condition(workloads(jobs, "hetero")[0], "PodsReady").get("status") == "True", 60, "PodsReady"
     )
     # rlplace's own queue sees what Kueue granted: a job without a queue label for the same 4090 node waits.
     jobs.create(cluster_job("plain", None))

@@ -3,7 +3,7 @@
 examples/rljob-synthetic-replace.yaml starts the reference driver's synthetic workload (each component's step
 time follows a declared law in its GPU count: rollout 24/g s, actor 8/g s, reward 0.4/g s; NOT a measurement of
 any model) on a deliberately bad split of 8 GPUs (rollout 4, actor 4: about 6.1 s per iteration). Progress appears
-within 30 s of Running; a recommendation appears (collocated, predicted about 4.2 s: the laws' 4.05 s, the split's
+within 45 s of Running; a recommendation appears (collocated, predicted about 4.2 s: the laws' 4.05 s, the split's
 calls at their measured cost and the 16 calls collocated adds at 10 ms each; an Event); with apply Auto the job is
 re-placed (status.replacements, the children planned again) and its observed iteration time afterwards is within
 15% of the prediction, and lower than before by the predicted gain or more.
@@ -80,7 +80,8 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
     env = {e.name for pod in heads.items for e in pod.spec.containers[0].env or []}
     if "RLPLACE_PROGRESS_URL" not in env:
         pytest.skip("the operator serves no progress endpoint here (a local operator process: run in the cluster)")
-    first = wait_for(lambda: status().get("progress"), 30, "status.progress within 30 s of Running", interval=0.5)
+    # 45 s: under make test's three clusters Ray alone took 19 s from the submission to the entrypoint's start.
+    first = wait_for(lambda: status().get("progress"), 45, "status.progress within 45 s of Running", interval=0.5)
     print(f"synthetic workload: status.progress {time.monotonic() - running_at:.1f} s after Running: {first}")
 
     rec = wait_for(lambda: status().get("recommendation"), 60, "status.recommendation", interval=0.5)

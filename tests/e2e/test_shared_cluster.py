@@ -128,7 +128,7 @@ def test_priority_reorders_the_queue_and_gang_labels_pass_through(jobs: Jobs) ->
     wait_queued(jobs, "older")
     gang = {"ray.io/gang-scheduling-enabled": "true", "kueue.x-k8s.io/queue-name": "rl"}
     jobs.create(gpu_job("urgent", priority=10, labels=gang))
-    wait_for(lambda: status(jobs, "older").get("queuePosition") == 2, 15, "older pushed to position 2")
+    wait_for(lambda: status(jobs, "older").get("queuePosition") == 2, 30, "older pushed to position 2")
     assert wait_queued(jobs, "urgent")["queuePosition"] == 1
     jobs.delete("holder")
     jobs.wait_phase("urgent", "Running", timeout=30)

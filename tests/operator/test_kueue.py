@@ -352,6 +352,7 @@ def test_pods_ready_when_the_job_runs_and_finished_when_it_ends() -> None:
     status = kueue_job(running()).status
     ran = with_kueue(kueue_job(running()), world, Outcome((), wire_status(dict(status))))
     assert MarkWorkload("train-1234abcd", "PodsReady", "Started", "every Ray pod of the RLJob runs") in ran.actions
+    assert ran.status.kueue is not None and ran.status.kueue.pods_ready  # the timer stops looking
     ended = with_kueue(kueue_job(running()), world, Outcome((), wire_status({**status, "phase": "Succeeded"})))
     assert [a.condition for a in ended.actions if isinstance(a, MarkWorkload)] == ["Finished"]
     ready = dataclasses.replace(admitted, pods_ready=True)

@@ -628,6 +628,9 @@ def _needs_look(entry: Mapping[str, Any]) -> bool:
         return True
     if status.get("preemption"):
         return True  # Kueue evicted it: the checkpoint grace and the pods' stop are timed
+    kueue_status = status.get("kueue") or {}
+    if phase == JobPhase.RUNNING and kueue_status.get("workload") and not kueue_status.get("podsReady"):
+        return True  # its Workload is told PodsReady (a job that started running in a provision pass)
     unverified = not any(c.get("type") == driver.BINDING_CONDITION for c in status.get("conditions") or [])
     return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and unverified
 
