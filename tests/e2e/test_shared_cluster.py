@@ -126,7 +126,8 @@ def test_priority_reorders_the_queue_and_gang_labels_pass_through(jobs: Jobs) ->
     jobs.wait_phase("holder", "Running", timeout=60)
     jobs.create(gpu_job("older"))
     wait_queued(jobs, "older")
-    gang = {"ray.io/gang-scheduling-enabled": "true", "kueue.x-k8s.io/queue-name": "rl"}
+    # A gang scheduler's labels (Kueue's queue label is not one: it sends the job through Kueue, docs/kueue.md).
+    gang = {"ray.io/gang-scheduling-enabled": "true", "volcano.sh/queue-name": "rl"}
     jobs.create(gpu_job("urgent", priority=10, labels=gang))
     wait_for(lambda: status(jobs, "older").get("queuePosition") == 2, 30, "older pushed to position 2")
     assert wait_queued(jobs, "urgent")["queuePosition"] == 1
