@@ -78,20 +78,23 @@ def set_condition(
     reason: str,
     message: str = "",
     generation: int | None = None,
+    at: str | None = None,
 ) -> list[dict]:
-    """A new list with `type_` set; the other conditions are kept in order."""
+    """A new list with `type_` set; the other conditions are kept in order. A transition is stamped `at` (RFC
+    3339; now when not given)."""
     value = "True" if status else "False"
     message = short(message)
+    stamp = at or now()
     result = [dict(c) for c in conditions or []]
     for condition in result:
         if condition.get("type") == type_:
             if condition.get("status") != value:
-                condition["lastTransitionTime"] = now()
+                condition["lastTransitionTime"] = stamp
             condition.update(status=value, reason=reason, message=message)
             if generation is not None:
                 condition["observedGeneration"] = generation
             return result
-    new = {"type": type_, "status": value, "reason": reason, "message": message, "lastTransitionTime": now()}
+    new = {"type": type_, "status": value, "reason": reason, "message": message, "lastTransitionTime": stamp}
     if generation is not None:
         new["observedGeneration"] = generation
     result.append(new)

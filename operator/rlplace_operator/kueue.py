@@ -17,13 +17,14 @@ and `Admitted` False, `Requeued` True), which Kueue waits for before it admits t
 from __future__ import annotations
 
 import copy
-import datetime as dt
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlplace_operator import conditions as cond
+from rlplace_operator.builders.raycluster import cluster_spec_of, required_node_affinity
 from rlplace_operator.models import LabelSelector, Toleration
 from rlplace_operator.names import HOSTNAME_LABEL, child_labels
 
@@ -75,13 +76,7 @@ class PodSet:
         template: dict[str, Any] = {
             "spec": {
                 "containers": [container],
-                "affinity": {
-                    "nodeAffinity": {
-                        "requiredDuringSchedulingIgnoredDuringExecution": {
-                            "nodeSelectorTerms": [{"matchExpressions": node_selector_terms(self.selector)}]
-                        }
-                    }
-                },
+                "affinity": required_node_affinity([{"matchExpressions": node_selector_terms(self.selector)}]),
                 "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations],
                 "restartPolicy": "Never",
             }
@@ -279,41 +274,23 @@ class WorkloadState:
         return granted
 
 
-def _set(conditions: list[dict[str, Any]], type_: str, ok: bool, reason: str, message: str, now: str) -> None:
-    state = "True" if ok else "False"
-    for condition in conditions:
-        if condition.get("type") == type_:
-            if condition.get("status") != state:
-                condition["lastTransitionTime"] = now
-            condition.update(status=state, reason=reason, message=message)
-            return
-    conditions.append({"type": type_, "status": state, "reason": reason, "message": message, "lastTransitionTime": now})
-
-
-def _now() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
 def with_condition(
     status: Mapping[str, Any], type_: str, ok: bool, reason: str, message: str, now: str | None = None
 ) -> dict[str, Any]:
     """The Workload's status with one condition set (the rest as Kueue wrote it)."""
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    _set(conditions, type_, ok, reason, message, now or _now())
-    return {**status, "conditions": conditions}
+    return {**status, "conditions": cond.set_condition(status.get("conditions"), type_, ok, reason, message, at=now)}
 
 
 def released(status: Mapping[str, Any], requeue: bool, now: str | None = None) -> dict[str, Any]:
     """The status that gives an evicted Workload's quota back, as Kueue's own job reconciler writes it once the
     job's pods are gone: no admission, QuotaReserved and Admitted False, PodsReady False (so the next admission
     is timed again), and Requeued True unless the Workload was deactivated."""
-    now = now or _now()
-    conditions = [dict(c) for c in status.get("conditions") or []]
-    _set(conditions, QUOTA_RESERVED, False, "Pending", "the job's pods are gone; its quota is released", now)
-    _set(conditions, ADMITTED, False, "NoReservation", "the job's pods are gone; its quota is released", now)
-    _set(conditions, PODS_READY, False, "WaitForStart", "the job's pods are gone", now)
+    gone = "the job's pods are gone; its quota is released"
+    conditions = cond.set_condition(status.get("conditions"), QUOTA_RESERVED, False, "Pending", gone, at=now)
+    conditions = cond.set_condition(conditions, ADMITTED, False, "NoReservation", gone, at=now)
+    conditions = cond.set_condition(conditions, PODS_READY, False, "WaitForStart", "the job's pods are gone", at=now)
     if requeue:
-        _set(conditions, REQUEUED, True, "Requeued", "rlplace queues the job again", now)
+        conditions = cond.set_condition(conditions, REQUEUED, True, "Requeued", "rlplace queues the job again", at=now)
     result = {k: v for k, v in status.items() if k != "admission"}
     result["conditions"] = conditions
     return result
@@ -327,11 +304,10 @@ def for_kueue(child: dict[str, Any]) -> dict[str, Any]:
     labels = body["metadata"].get("labels") or {}
     for label in (QUEUE_LABEL, PRIORITY_CLASS_LABEL):
         labels.pop(label, None)
-    spec = body["spec"]
-    cluster = spec["rayClusterSpec"] if body.get("kind") == "RayJob" else spec
+    cluster = cluster_spec_of(body)
     templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster.get("workerGroupSpecs", []))]
-    if "submitterPodTemplate" in spec:
-        templates.append(spec["submitterPodTemplate"])
+    if "submitterPodTemplate" in body["spec"]:
+        templates.append(body["spec"]["submitterPodTemplate"])
     for template in templates:
         metadata = template.setdefault("metadata", {})
         metadata.setdefault("annotations", {})[UNCONSTRAINED_TOPOLOGY_ANNOTATION] = "true"

@@ -339,6 +339,33 @@ def _grace_seconds(job: Job, status: Mapping[str, Any]) -> int:
     return int(checkpoint.get("preemptionGraceSeconds", DEFAULT_PREEMPTION_GRACE_SECONDS))
 
 
+def _attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str, **fields: Any) -> None:
+    """`status` as of a job whose attempt is being stopped (its children deleted, its nodes given back): Admitted
+    False with `reason`, and nothing left of the attempt (binding, driver times, progress, children, place in the
+    queue); `fields` set the rest (phase, attempts, restarts, ...)."""
+    status["conditions"] = cond.set_condition(
+        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
+        cond.ADMITTED,
+        False,
+        reason,
+        message,
+        job.generation,
+    )
+    status.update(
+        message=brief(message),
+        rayCluster=None,
+        rayJob=None,
+        binding=None,
+        driverStartTime=None,
+        driverEndTime=None,
+        progress=None,
+        queuePosition=None,
+        waitingFor=None,
+        observedGeneration=job.generation,
+        **fields,
+    )
+
+
 def _evicted(job: Job, world: World, status: dict[str, Any], workload: kueue.WorkloadState) -> Outcome:
     """Kueue evicted the job (preempted by a job of higher priority, its PodsReady timeout, deactivated): a
     checkpointed move, not a kill. The driver is asked to checkpoint and given spec.checkpoint's grace, then the
@@ -397,31 +424,17 @@ def _evicted(job: Job, world: World, status: dict[str, Any], workload: kueue.Wor
     if holds_nodes(status):
         record = {"attempt": attempt, "time": cond.timestamp(world.now), "reason": reason, "message": brief(message)}
         restarts = [*restarts, record][-MAX_RESTARTS_KEPT:]
-    status["conditions"] = cond.set_condition(
-        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
-        cond.ADMITTED,
-        False,
+    _attempt_stopped(
+        job,
+        status,
         reason,
         message,
-        job.generation,
-    )
-    status.update(
         phase=str(phase),
-        message=brief(message),
         attempts=attempt if job.entrypoint and attempt > 1 else status.get("attempts"),
         preemptions=preemptions or None,
         restarts=restarts or None,
         preemption=None,
         kueue=None,
-        rayCluster=None,
-        rayJob=None,
-        binding=None,
-        driverStartTime=None,
-        driverEndTime=None,
-        progress=None,
-        queuePosition=None,
-        waitingFor=None,
-        observedGeneration=job.generation,
     )
     actions = (ReleaseWorkload(workload.name, not deactivated), ReleaseNodes(), Post(True, reason, message))
     return Outcome(actions, _status(status), RECHECK_SECONDS)
@@ -463,30 +476,16 @@ def _kueue_moved(job: Job, world: World, status: dict[str, Any]) -> Outcome | No
         "message": message,
         "nodesReplaced": gone,
     }
-    status["conditions"] = cond.set_condition(
-        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
-        cond.ADMITTED,
-        False,
+    _attempt_stopped(
+        job,
+        status,
         NODE_REPLACED,
         message,
-        job.generation,
-    )
-    status.update(
         phase=str(JobPhase.QUEUED),
-        message=message,
         attempts=attempt if job.entrypoint else status.get("attempts"),
         preemptions=int(status.get("preemptions") or 0) + 1,
         restarts=[*list(status.get("restarts") or []), record][-MAX_RESTARTS_KEPT:],
         excludedNodes=list(excluded.values()),
-        rayCluster=None,
-        rayJob=None,
-        binding=None,
-        driverStartTime=None,
-        driverEndTime=None,
-        progress=None,
-        queuePosition=None,
-        waitingFor=None,
-        observedGeneration=job.generation,
     )
     actions = (DeleteChildren(), ReleaseNodes(), Post(True, NODE_REPLACED, message))
     return Outcome(actions, _status(status), RECHECK_SECONDS)
@@ -872,34 +871,20 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
         "message": message,
         "nodesReplaced": sorted(bad),
     }
-    status["conditions"] = cond.set_condition(
-        [c for c in status.get("conditions") or [] if c.get("type") != BINDING_CONDITION],
-        cond.ADMITTED,
-        False,
+    _attempt_stopped(
+        job,
+        status,
         RESTARTING,
         message,
-        job.generation,
-    )
-    status["conditions"] = cond.set_condition(
-        status["conditions"], "DriverSucceeded", False, cause.reason, message, job.generation
-    )
-    status.update(
         phase=str(JobPhase.QUEUED),
-        message=message,
         attempts=attempt,
         restartCount=restarts + 1,
         restarts=[*list(status.get("restarts") or []), record][-MAX_RESTARTS_KEPT:],
         excludedNodes=list(excluded.values()),
-        rayCluster=None,
-        rayJob=None,
-        binding=None,
-        driverStartTime=None,
-        driverEndTime=None,
-        progress=None,
-        queuePosition=None,
-        waitingFor=None,
         retryAfter=None,
-        observedGeneration=job.generation,
+    )
+    status["conditions"] = cond.set_condition(
+        status["conditions"], "DriverSucceeded", False, cause.reason, message, job.generation
     )
     actions = (DeleteChildren(), ReleaseNodes(), Post(True, RESTARTING, message))
     return Outcome(actions, _status(status), RECHECK_SECONDS)

@@ -118,6 +118,19 @@ def condition(status: dict, type_: str) -> dict:
     return next((c for c in status.get("conditions") or [] if c["type"] == type_), {})
 
 
+def wait_waiting_for(jobs: Jobs, name: str, *said: str, unsaid: tuple[str, ...] = (), timeout: float = 60) -> dict:
+    """The job's status once it is Queued and its waitingFor says each of `said` and none of `unsaid`."""
+
+    def says() -> dict | None:
+        status = jobs.get(name).get("status") or {}
+        waiting = status.get("waitingFor") or ""
+        if status.get("phase") != "Queued" or not all(s in waiting for s in said):
+            return None
+        return None if any(u in waiting for u in unsaid) else status
+
+    return wait_for(says, timeout, f"{name} queued, waiting for {said}")
+
+
 def cluster_job(name: str, queue: str | None, **labels: str) -> dict:
     """A RayCluster job (no driver: kwok pods) with an actor on an a800 node and a rollout on the 4090 node."""
     metadata: dict = {"name": name, "labels": {**({QUEUE_LABEL: queue} if queue else {}), **labels}}
@@ -172,14 +185,7 @@ def test_a_heterogeneous_job_gets_a_flavor_per_gpu_group_runs_on_the_granted_nod
     # ... and Kueue's TAS sees what rlplace's own pods use: with the only 4090 node busy (the quota is free), a
     # Kueue job for it waits, Kueue saying that no flavor's nodes can take a pod set.
     jobs.create(cluster_job("after", "rl"))
-    blocked = wait_for(
-        lambda: (
-            "couldn't assign flavors to pod set" in ((jobs.get("after").get("status") or {}).get("waitingFor") or "")
-            and jobs.get("after")["status"]
-        ),
-        60,
-        "the Kueue job waiting for the 4090 node",
-    )
+    blocked = wait_waiting_for(jobs, "after", "couldn't assign flavors to pod set")
     assert blocked["phase"] == "Queued" and not jobs.raycluster("after"), blocked
 
 
@@ -195,16 +201,7 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
     cluster_queue(kubeconfig, "rl-e2e-small", "4090", 4)
     local_queue(kubeconfig, jobs.namespace, "small", "rl-e2e-small")
     jobs.create(cluster_job("too-big", "small"))
-    queued = wait_for(
-        lambda: (
-            (s := jobs.get("too-big").get("status") or {}).get("phase") == "Queued"
-            and "ClusterQueue rl-e2e-small" in (s.get("waitingFor") or "")
-            and "has not looked at it yet" not in s["waitingFor"]
-            and s
-        ),
-        60,
-        "too-big queued naming its ClusterQueue and quoting Kueue",
-    )
+    queued = wait_waiting_for(jobs, "too-big", "ClusterQueue rl-e2e-small", unsaid=("has not looked at it yet",))
     # Kueue's words, e.g. "couldn't assign flavors to pod set a800: flavor 4090 doesn't match node affinity".
     assert "pod set a800" in queued["waitingFor"] or "nvidia.com/gpu" in queued["waitingFor"], queued
     assert condition(queued, "Admitted")["reason"] == "WaitingForKueue"
@@ -212,14 +209,7 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
     kubectl(kubeconfig, "patch", "clusterqueue", "rl-e2e-small", "--type=merge", "-p", '{"spec":{"stopPolicy":"Hold"}}')
     try:
         jobs.create(cluster_job("held", "small"))
-        held = wait_for(
-            lambda: (
-                "is stopped" in ((jobs.get("held").get("status") or {}).get("waitingFor") or "")
-                and jobs.get("held")["status"]
-            ),
-            60,
-            "held queued naming its stopped ClusterQueue",
-        )
+        held = wait_waiting_for(jobs, "held", "is stopped")
         assert "ClusterQueue rl-e2e-small is stopped (stopPolicy Hold)" in held["waitingFor"], held
     finally:
         kubectl(
@@ -231,14 +221,7 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
     big["spec"]["nodeGroups"] = ["4090"]
     big["spec"]["componentPlacement"] = [{"components": "rollout", "placement": "0-7"}]
     jobs.create(big)
-    over = wait_for(
-        lambda: (
-            "nvidia.com/gpu" in ((jobs.get("over-quota").get("status") or {}).get("waitingFor") or "")
-            and jobs.get("over-quota")["status"]
-        ),
-        60,
-        "over-quota queued quoting Kueue's quota",
-    )
+    over = wait_waiting_for(jobs, "over-quota", "nvidia.com/gpu")
     assert "4090" in over["waitingFor"], over
 
 
@@ -274,13 +257,7 @@ def test_the_second_job_waits_for_kueues_quota_and_runs_once_the_first_finishes(
     run_jobs.create(kueue_resumable(run_jobs, "first", "rl-low", steps=8))
     run_jobs.wait_phase("first", "Running", 180)
     run_jobs.create(kueue_resumable(run_jobs, "second", "rl-low", steps=4))
-    queued = wait_for(
-        lambda: (
-            (s := run_jobs.status("second")).get("phase") == "Queued" and "Kueue" in (s.get("waitingFor") or "") and s
-        ),
-        60,
-        "second queued by Kueue",
-    )
+    queued = wait_waiting_for(run_jobs, "second", "Kueue")
     assert "ClusterQueue rl-e2e-real" in queued["waitingFor"], queued
     first = wait_ended(run_jobs, "first", 300)
     assert first["phase"] == "Succeeded", first.get("message")

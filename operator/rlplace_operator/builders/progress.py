@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 
 from placement_core import contract
+from rlplace_operator.builders.raycluster import cluster_spec_of
 from rlplace_operator.names import PROGRESS_AUDIENCE, progress_path
 
 #: Where the token is mounted in the head's container, and its file name.
@@ -49,8 +50,7 @@ def with_progress_reporting(child: dict, job: str, base_url: str | None, workers
     if not base_url:
         return child
     body = copy.deepcopy(child)
-    spec = body["spec"]
-    cluster = spec["rayClusterSpec"] if body.get("kind") == "RayJob" else spec
+    cluster = cluster_spec_of(body)
     groups = [cluster["headGroupSpec"], *(cluster.get("workerGroupSpecs", []) if workers else [])]
     for group in groups:
         pod = group["template"]["spec"]

@@ -142,11 +142,22 @@ def with_checkpoint(template: dict, spec: RLJobSpec, container: str) -> dict:
     )
 
 
+def cluster_spec_of(child: dict) -> dict:
+    """The RayCluster spec inside a job's child: a RayCluster's own spec, or a RayJob's rayClusterSpec."""
+    spec = child["spec"]
+    return spec["rayClusterSpec"] if child.get("kind") == "RayJob" else spec
+
+
+def required_node_affinity(terms: Sequence[dict]) -> dict:
+    """A pod affinity that requires a node matching one of `terms` (node selector terms, ORed)."""
+    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": list(terms)}}}
+
+
 def on_nodes(names: Sequence[str]) -> dict:
     """A pod affinity that requires one of the named nodes (by name, so node labels cannot widen it). The API
     allows one value per metadata.name field selector, so each node is its own term (terms are ORed)."""
     terms = [{"matchFields": [{"key": "metadata.name", "operator": "In", "values": [name]}]} for name in names]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return required_node_affinity(terms)
 
 
 def on_hosts(nodes: Sequence[WorkerNode]) -> dict:
@@ -160,7 +171,7 @@ def on_hosts(nodes: Sequence[WorkerNode]) -> dict:
         for node in nodes
         if not node.hostname
     ]
-    return {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": terms}}}
+    return required_node_affinity(terms)
 
 
 def one_worker_per_node(job: str) -> dict:

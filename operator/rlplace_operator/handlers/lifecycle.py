@@ -522,11 +522,9 @@ def run(
 
 
 def observer_of(memo: kopf.Memo, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> Observer:
-    """An Observer for one handler call, with the operator's settings and shared checkpoint requests."""
-    requests = memo.get("checkpoint_requests")
-    if requests is None:
-        requests = memo["checkpoint_requests"] = set()
-    return Observer(memo.kube, indexes, snapshot, start_bounds(memo), requests)
+    """An Observer for one handler call, with the operator's settings and its checkpoint requests (main.py makes
+    the set: the progress endpoint answers from it)."""
+    return Observer(memo.kube, indexes, snapshot, start_bounds(memo), memo.checkpoint_requests)
 
 
 def start_bounds(memo: kopf.Memo) -> StartBounds:

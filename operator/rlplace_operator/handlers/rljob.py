@@ -290,15 +290,23 @@ def _demand(
     return result
 
 
-def _queued(job: _JobStatus, waiting: Waiting) -> None:
-    """Phase Queued with the position and what the job waits for; an Event when that changes."""
-    message = f"waiting for {waiting.reason} (position {waiting.position} in the queue)"
-    before = job.before.get("waitingFor")
-    job.condition(cond.ADMITTED, False, cond.QUEUED, message)
-    if before != waiting.reason:
-        kopf.info(job.body, reason=cond.QUEUED, message=message)
+def _waits(
+    job: _JobStatus, reason: str, event: str, waiting_for: str, message: str, position: int | None = None
+) -> None:
+    """Phase Queued, saying what the job waits for (and its place in rlplace's queue); an Event `event` when what
+    it waits for changes."""
+    waiting_for = cond.short(waiting_for)
+    job.condition(cond.ADMITTED, False, reason, message)
+    if job.before.get("waitingFor") != waiting_for:
+        kopf.info(job.body, reason=event, message=cond.short(message))
     job.phase(JobPhase.QUEUED, message)
-    job.set(queuePosition=waiting.position, waitingFor=waiting.reason)
+    job.set(queuePosition=position, waitingFor=waiting_for)
+
+
+def _queued(job: _JobStatus, waiting: Waiting) -> None:
+    """Queued in rlplace's own queue, with the position."""
+    message = f"waiting for {waiting.reason} (position {waiting.position} in the queue)"
+    _waits(job, cond.QUEUED, cond.QUEUED, waiting.reason, message, waiting.position)
 
 
 def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, retry: int, attempt: int) -> dict:
@@ -465,15 +473,12 @@ def _pod_sets(
 
 
 def _kueue_waits(job: _JobStatus, waiting_for: str, message: str) -> None:
-    """Queued until Kueue admits the job, saying what Kueue says; an Event when that changes. A preempted job
-    keeps reason Preempted until it is admitted again."""
+    """Queued until Kueue admits the job, saying what Kueue says. A preempted job keeps reason Preempted until it
+    is admitted again."""
     before = cond.find(job.conditions, cond.ADMITTED) or {}
     preempted = before.get("status") == "False" and before.get("reason") == cond.PREEMPTED
-    job.condition(cond.ADMITTED, False, cond.PREEMPTED if preempted else cond.WAITING_FOR_KUEUE, message)
-    if job.before.get("waitingFor") != waiting_for:
-        kopf.info(job.body, reason=cond.WAITING_FOR_KUEUE, message=cond.short(message))
-    job.phase(JobPhase.QUEUED, message)
-    job.set(queuePosition=None, waitingFor=cond.short(waiting_for))
+    reason = cond.PREEMPTED if preempted else cond.WAITING_FOR_KUEUE
+    _waits(job, reason, cond.WAITING_FOR_KUEUE, waiting_for, message)
 
 
 def _cluster_queue_problem(kube: Kube, namespace: str, queue: str) -> tuple[str | None, str | None]:
@@ -518,8 +523,9 @@ def _kueue_admission(
     pod_sets = _pod_sets(job, spec, groups, demand, snapshot.nodes)
     workload_name = kueue.workload_name(name, pod_sets)
     body = kube.get_workload(namespace, workload_name)
+    queue_checked: tuple[str | None, str | None] | None = None
     if body is None:
-        cluster_queue, problem = _cluster_queue_problem(kube, namespace, queue)
+        queue_checked = cluster_queue, problem = _cluster_queue_problem(kube, namespace, queue)
         if problem is not None and cluster_queue is None:
             raise job.wait(cond.ADMITTED, cond.LOCALQUEUE_NOT_FOUND, problem, retry)
         priority = None
@@ -538,10 +544,11 @@ def _kueue_admission(
         body = kube.create_workload(namespace, workload)
     state = kueue.WorkloadState.of(body)
     job.set(kueue={"workload": state.name, **({"clusterQueue": state.cluster_queue} if state.cluster_queue else {})})
-    if not state.admitted or (state.evicted and state.holds_quota):
-        cluster_queue, problem = _cluster_queue_problem(kube, namespace, queue)
+    evicting = state.evicted and state.holds_quota
+    if not state.admitted or evicting:
+        cluster_queue, problem = queue_checked or _cluster_queue_problem(kube, namespace, queue)
         said = problem or state.pending_message or "Kueue has not looked at it yet"
-        if state.evicted and state.holds_quota:
+        if evicting:
             said = f"its eviction to end ({state.evicted_reason}: {state.evicted_message})"
         where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
         _kueue_waits(
