@@ -261,12 +261,16 @@ def test_the_second_job_waits_for_kueues_quota_and_runs_once_the_first_finishes(
     assert "ClusterQueue rl-e2e-real" in queued["waitingFor"], queued
     first = wait_ended(run_jobs, "first", 300)
     assert first["phase"] == "Succeeded", first.get("message")
-    assert condition(first, "BindingVerified").get("status") == "True"
-    (workload,) = workloads(run_jobs, "first")
-    assert workload_condition(workload, "Finished").get("status") == "True"  # the quota freed at once
+    assert condition(first, "BindingVerified").get("status") == "True", first.get("conditions")
+    # The Workload is told Finished right after the job's status says Succeeded (the next call): the quota frees.
+    wait_for(
+        lambda: workload_condition(workloads(run_jobs, "first")[0], "Finished").get("status") == "True",
+        10,
+        "the first job's Workload Finished",
+    )
     second = wait_ended(run_jobs, "second", 300)
     assert second["phase"] == "Succeeded", second.get("message")
-    assert condition(second, "BindingVerified").get("status") == "True"
+    assert condition(second, "BindingVerified").get("status") == "True", second.get("conditions")
     (granted,) = workloads(run_jobs, "second")
     assert [second["placement"]["components"][0]["nodes"][0]] == granted_hosts(granted)["real-a800"]
 
