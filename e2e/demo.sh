@@ -64,6 +64,8 @@ if [[ -n $(kubectl get nodes -l rlplace.io/real-node=true -o name 2>/dev/null) ]
   in_cluster=1
 fi
 chart_values=(--set replicas=0)
+# The DeviceClass of the local cluster's fake DRA GPUs (real-dra-0's dra-example-kubeletplugin; docs/dra.md).
+dra_values=(--set "dra.deviceClasses[0].name=gpu.example.com" --set "dra.deviceClasses[0].driver=gpu.example.com")
 if [[ -n $in_cluster ]]; then
   chart_values=(--set replicas=1 --set "image.repository=${OPERATOR_IMAGE%:*}" --set "image.tag=${OPERATOR_IMAGE##*:}"
     --set image.pullPolicy=Never --set-string 'nodeSelector.rlplace\.io/real-node=true')
@@ -81,7 +83,7 @@ else
   log "installing rlplace's CRDs and RBAC: helm install $RELEASE charts/rlplace -n $RELEASE_NAMESPACE (replicas=0)"
 fi
 if ! helm upgrade --install "$RELEASE" charts/rlplace --namespace "$RELEASE_NAMESPACE" --create-namespace \
-  "${chart_values[@]}" --wait --timeout 300s >/dev/null; then
+  "${chart_values[@]}" "${dra_values[@]}" --wait --timeout 300s >/dev/null; then
   kubectl -n "$RELEASE_NAMESPACE" get pods -o wide >&2 || true
   die "helm install of charts/rlplace failed"
 fi
@@ -174,6 +176,31 @@ for entry in json.load(sys.stdin):
   else
     kubectl -n default get rljob synthetic-run -o wide
     log "synthetic-run shows no progress (is the operator in the cluster? a local operator serves no progress endpoint)"
+  fi
+  # Two 4-GPU jobs side by side on one 8-GPU node (DRA): each worker pod claims exactly its GPUs, and every
+  # process reports from inside which host GPUs its container was given (docs/dra.md).
+  if [[ -n $(kubectl get nodes -l rlplace.io/real-gpu-allocation=dra -o name 2>/dev/null) ]]; then
+    log "applying examples/rljob-shared-node.yaml (two 4-GPU jobs sharing real-dra-0 through DRA)"
+    kubectl apply -n default -f examples/rljob-shared-node.yaml >/dev/null
+    for job in shared-a shared-b; do
+      if ! kubectl -n default wait --for=jsonpath='{.status.phase}'=Succeeded "rljob/$job" --timeout=420s >/dev/null; then
+        kubectl -n default get rljob "$job" -o wide
+        die "$job did not succeed: $(kubectl -n default get rljob "$job" -o jsonpath='{.status.message}')"
+      fi
+    done
+    echo "\$ kubectl get rljob shared-a shared-b -o jsonpath='{.status.gpuClaims}'   # the GPUs each job claimed"
+    for job in shared-a shared-b; do
+      echo "  $job: $(kubectl -n default get rljob "$job" -o jsonpath='{.status.gpuClaims}')"
+    done
+    echo "\$ kubectl logs job/shared-a   # the binding report: host GPUs seen from inside each process"
+    for job in shared-a shared-b; do
+      kubectl -n default logs "job/$job" | .venv/bin/python -c '
+import sys
+from placement_core.launcher.verify import find_report
+report = find_report(sys.stdin.read())
+for check in report.checks if report else ():
+    print(f"  '"$job"' {check.component:<8} rank {check.rank} node {check.node_name} host GPUs {check.host_gpus} of the container'"'"'s {check.pod_host_gpus}")'
+    done
   fi
 else
   log "no real nodes (label rlplace.io/real-node=true): skipping the jobs that run a driver (examples/rljob-*-run.yaml)"

@@ -24,6 +24,7 @@ tool_version() {
     ray-operator) echo "$KUBERAY_VERSION" ;;
     helm) echo "$HELM_VERSION" ;;
     kueue) echo "$KUEUE_VERSION" ;;
+    dra-example-kubeletplugin) echo "$DRA_EXAMPLE_DRIVER_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -44,7 +45,8 @@ kueue_crd_dir() { echo "$(tool_dir kueue)/crds"; }
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
 E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm kueue
-  kubelet kube-proxy containerd ctr containerd-shim-runc-v2 runc bridge host-local loopback portmap coredns pause)
+  kubelet kube-proxy containerd ctr containerd-shim-runc-v2 runc bridge host-local loopback portmap coredns pause
+  dra-example-kubeletplugin)
 # The CNI plugins the real nodes use (one directory: tool_dir bridge).
 # shellcheck disable=SC2034
 E2E_CNI_PLUGINS=(bridge host-local loopback portmap)
@@ -68,6 +70,8 @@ source "$E2E_REPO/e2e/cluster/nodes.sh"
 if real_nodes_on; then
   for _node in $(real_node_names); do
     E2E_COMPONENTS+=("containerd@$_node" "kubelet@$_node" "kube-proxy@$_node")
+    # A DRA node's fake-GPU driver (start-nodes.sh), a process of its own beside the kubelet.
+    [[ -z $(real_node_dra_devices "$_node") ]] || E2E_COMPONENTS+=("dra-example-kubeletplugin@$_node")
   done
   unset _node
 fi

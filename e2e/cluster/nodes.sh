@@ -13,14 +13,26 @@
 # state dir, so clusters of two checkouts (two state dirs) do not clash; down.sh finds them by that id
 # even when up.sh died halfway and wrote nothing down.
 
-# name|labels|fake extended resources. The labels are the real nodes' own (rlplace.io/real-*), not the kwok
-# nodes' rlplace.io/gpu-type etc.: with those, the example NodeGroups of the kwok nodes would also select
-# these nodes and every kwok test's capacity and plan would change. examples/nodegroups-real.yaml selects them.
+# name|labels|fake extended resources|DRA devices. The labels are the real nodes' own (rlplace.io/real-*), not
+# the kwok nodes' rlplace.io/gpu-type etc.: with those, the example NodeGroups of the kwok nodes would also
+# select these nodes and every kwok test's capacity and plan would change. examples/nodegroups-real.yaml
+# selects them.
+# The optional 4th field dra=<n> makes a DRA node: its GPUs come from Dynamic Resource Allocation only, as
+# <n> devices gpu-0..gpu-<n-1> (driver gpu.example.com, attribute index) that the fake-GPU driver
+# dra-example-kubeletplugin publishes in a ResourceSlice; pods get them through ResourceClaims, so that
+# several pods can share the node with exact device ids. A DRA node has no nvidia.com/gpu (3rd field
+# empty) and no rlplace.io/real-gpu-type (the NodeGroups and tests that select real GPU nodes by that label
+# count extended-resource GPUs): device-plugin GPUs and DRA GPUs on one node would be the same GPUs handed
+# out twice.
 E2E_REAL_NODE_SPECS=(
   "real-a800-0|rlplace.io/real-gpu-type=a800,rlplace.io/node-rank=0|nvidia.com/gpu=8"
   "real-4090-0|rlplace.io/real-gpu-type=4090,rlplace.io/node-rank=0|nvidia.com/gpu=8"
   "real-robot-0|rlplace.io/real-robot=franka,rlplace.io/real-cpu-only=true,rlplace.io/node-rank=0|rlplace.io/franka=2"
+  "real-dra-0|rlplace.io/real-gpu-allocation=dra,rlplace.io/node-rank=0||dra=8"
 )
+# The DRA driver's name (a constant of dra-example-driver v0.2.1): its ResourceSlices' spec.driver, the
+# attribute domain of its devices (device.attributes["gpu.example.com"].index) and its kubelet socket names.
+E2E_DRA_DRIVER=gpu.example.com
 E2E_POD_CIDR=10.245.0.0/16 # node i: 10.245.<i>.0/24
 E2E_DNS_IP=10.96.0.10
 
@@ -35,6 +47,24 @@ E2E_NODES_RUN="/run/rlp-$E2E_CLUSTER_ID"
 node_socket() { echo "$E2E_NODES_RUN/$1/containerd.sock"; } # node_socket <node>
 
 real_node_names() { local s; for s in "${E2E_REAL_NODE_SPECS[@]}"; do echo "${s%%|*}"; done; }
+# How many DRA devices the node's spec gives it; nothing for a node without (no DRA driver runs there).
+real_node_dra_devices() { # real_node_dra_devices <node>
+  local s name dra
+  for s in "${E2E_REAL_NODE_SPECS[@]}"; do
+    IFS='|' read -r name _ _ dra <<<"$s"
+    [[ $name == "$1" && $dra == dra=* ]] && echo "${dra#dra=}"
+  done
+  return 0
+}
+# The kubelet's root dir of a real node, and in it the two directories the DRA driver shares with the kubelet:
+# the kubelet watches <root>/plugins_registry for registration sockets (a fixed place under --root-dir), and
+# the driver serves its DRA gRPC socket in <root>/plugins/<driver>/. A unix socket path has at most 107
+# characters and the state dir of a deep checkout is longer than that leaves, so a DRA node's kubelet keeps
+# its root dir in the short per-cluster run directory (like containerd's sockets); the other nodes keep theirs
+# in the state dir.
+node_kubelet_dir() { # node_kubelet_dir <node>
+  if [[ -n $(real_node_dra_devices "$1") ]]; then echo "$E2E_NODES_RUN/$1/kubelet"; else echo "$E2E_NODES_STATE/$1/kubelet"; fi
+}
 
 # The host bridge's /24 in 172.16.0.0/12, chosen from the cluster id; the next free one if a route to it exists.
 # Written to the state dir so down.sh and a later status use the same.
@@ -87,10 +117,11 @@ teardown_real_nodes() {
     [[ -d $cg ]] || continue
     mapfile -t -O "${#pids[@]}" pids < <(find "$cg" -name cgroup.procs -exec cat {} + 2>/dev/null)
   done
-  # Background image imports (ctr) and shims name a node's socket on their command line.
+  # Background image imports (ctr) and shims name a node's socket on their command line; the node daemons
+  # (a DRA driver too) name the node's state dir, which finds one even outside its namespace.
   local f
   for f in /proc/[0-9]*/cmdline; do
-    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF "$E2E_NODES_RUN/"; then
+    if tr '\0' ' ' 2>/dev/null <"$f" | grep -qF -e "$E2E_NODES_RUN/" -e "$E2E_NODES_STATE/"; then
       pid=${f#/proc/}
       pids+=("${pid%/cmdline}")
     fi
@@ -109,7 +140,8 @@ teardown_real_nodes() {
   # 2. Mounts under the state dir (containerd's overlay rootfs and pod netns files, kubelet's volumes),
   #    deepest first. Lazy unmount as the last resort: a mount busy for a moment must not stop the teardown.
   local mounts
-  mapfile -t mounts < <(awk -v p="$E2E_DIR/" 'index($5, p) == 1 {print $5}' /proc/self/mountinfo | sort -r)
+  mapfile -t mounts < <(awk -v p="$E2E_DIR/" -v r="$E2E_NODES_RUN/" 'index($5, p) == 1 || index($5, r) == 1 {print $5}' \
+    /proc/self/mountinfo | sort -r)
   if ((${#mounts[@]})); then
     $say "unmounting ${#mounts[@]} mounts under $E2E_DIR"
     local m
@@ -157,7 +189,8 @@ real_node_leftovers() {
   iptables -t filter -S "$E2E_IPT_CHAIN" >/dev/null 2>&1 && echo "iptables filter chain $E2E_IPT_CHAIN"
   local cg
   for cg in /sys/fs/cgroup/*/"$E2E_NETNS_PREFIX"*; do [[ -d $cg ]] && echo "cgroup $cg"; done
-  awk -v p="$E2E_DIR/" 'index($5, p) == 1 {print "mount " $5}' /proc/self/mountinfo
+  awk -v p="$E2E_DIR/" -v r="$E2E_NODES_RUN/" 'index($5, p) == 1 || index($5, r) == 1 {print "mount " $5}' \
+    /proc/self/mountinfo
   [[ ! -e $E2E_NODES_RUN ]] || echo "directory $E2E_NODES_RUN"
   if [[ -s $KUBELET_HOST_DIRS_MADE ]]; then
     local dir

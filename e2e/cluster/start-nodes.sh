@@ -32,6 +32,11 @@ for i in "${!REAL_NODES[@]}"; do
   d="$E2E_NODES_STATE/$node"
   mkdir -p "$d"/{containerd,kubelet,cni/net.d,cni/ipam,runc,pod-logs} "$E2E_NODES_RUN/$node"
   make_cgroup_root "$E2E_NETNS_PREFIX$i"
+  # A DRA node's containerd reads the CDI specs its DRA driver writes (one per prepared claim: the devices'
+  # environment) from the node's own directory, not from the host-wide /etc/cdi and /var/run/cdi: drivers of
+  # several nodes (or clusters) on one host would write the same device names there, which CDI rejects.
+  cdi_dirs=""
+  [[ -z $(real_node_dra_devices "$node") ]] || cdi_dirs="cdi_spec_dirs = [\"$d/cdi\"]"
 
   cat >"$d/containerd.toml" <<EOF
 version = 3
@@ -58,6 +63,7 @@ disabled_plugins = ["io.containerd.nri.v1.nri", "io.containerd.tracing.processor
   # Where this runs without CAP_SYS_RESOURCE (containers, VMs like this one) no process may lower its OOM
   # score; sandboxes and containers get at least containerd's own instead of failing to start.
   restrict_oom_score_adj = true
+  $cdi_dirs
   [plugins.'io.containerd.cri.v1.runtime'.containerd]
     default_runtime_name = "runc"
     [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]
@@ -191,7 +197,7 @@ for i in "${!REAL_NODES[@]}"; do
   rm -f "$KUBELET_DEVICE_PLUGIN_SOCKET"
   start "kubelet@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kubelet]}" \
     --config "$E2E_NODES_STATE/$node/kubelet.yaml" --kubeconfig "$STATE/kubelet-$node.kubeconfig" \
-    --root-dir "$E2E_NODES_STATE/$node/kubelet" --cert-dir "$E2E_NODES_STATE/$node/kubelet/pki" \
+    --root-dir "$(node_kubelet_dir "$node")" --cert-dir "$E2E_NODES_STATE/$node/kubelet/pki" \
     --hostname-override "$node" --node-ip "$(node_ip "$i")" --node-labels "rlplace.io/real-node=true,$labels"
   wait_for "kubelet@$node" "serving its device-plugin socket" test -S "$KUBELET_DEVICE_PLUGIN_SOCKET"
   start "kube-proxy@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "${BIN[kube-proxy]}" \
@@ -211,6 +217,7 @@ wait_for "kubelet@${REAL_NODES[0]}" "running every real node (Ready)" \
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
   extended=$(cut -d'|' -f3 <<<"${E2E_REAL_NODE_SPECS[$i]}")
+  [[ -n $extended ]] || continue # a DRA node: its GPUs are in its ResourceSlice (below)
   ops=()
   for kv in ${extended//,/ }; do
     key=${kv%%=*}
@@ -223,9 +230,44 @@ for i in "${!REAL_NODES[@]}"; do
     fail "kubelet@$node" "patching its fake extended resources ($extended) failed"
 done
 
+# DRA nodes: one fake-GPU driver each (dra-example-kubeletplugin), in the node's network namespace like its
+# kubelet (so teardown stops it with the node's other processes). It registers with that node's kubelet
+# through <kubelet root>/plugins_registry, writes a CDI spec per prepared claim into <node>/cdi (the
+# directory the node's containerd reads, above), and publishes the node's devices as a ResourceSlice; it
+# needs the Node object for that, hence after the kubelets registered. NODE_NAME must be in its environment
+# (not only a flag): the devices' uuid attributes are derived from it. The admin kubeconfig with the host
+# bridge address (the namespace's 127.0.0.1 is not the apiserver's) lets it write ResourceSlices.
+DRA_NODES=()
+for i in "${!REAL_NODES[@]}"; do
+  node=${REAL_NODES[$i]}
+  devices=$(real_node_dra_devices "$node")
+  [[ -n $devices ]] || continue
+  if [[ ${#DRA_NODES[@]} == 0 ]]; then
+    DRA_BIN=$(tool_bin dra-example-kubeletplugin)
+    [[ -x $DRA_BIN ]] ||
+      die "dra-example-kubeletplugin $DRA_EXAMPLE_DRIVER_VERSION is not built ($DRA_BIN missing); run 'make tools' first"
+    kubeconfig admin "$STATE/dra-driver.kubeconfig" "$HOST_IP"
+  fi
+  DRA_NODES+=("$node")
+  kubelet_dir=$(node_kubelet_dir "$node")
+  start "dra-example-kubeletplugin@$node" nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- env \
+    NODE_NAME="$node" CDI_ROOT="$E2E_NODES_STATE/$node/cdi" NUM_DEVICES="$devices" \
+    KUBECONFIG="$STATE/dra-driver.kubeconfig" "$DRA_BIN" \
+    --kubelet-registrar-directory-path="$kubelet_dir/plugins_registry" \
+    --kubelet-plugins-directory-path="$kubelet_dir/plugins"
+done
+resource_slice_published() { # resource_slice_published <node>: the driver's ResourceSlice of the node exists
+  [[ -n $("${KC[@]}" get resourceslices -o name \
+    --field-selector "spec.driver=$E2E_DRA_DRIVER,spec.nodeName=$1") ]]
+}
+
 # Cluster DNS as pods on the real nodes (kube-dns Service at $E2E_DNS_IP, the kubelets' clusterDNS).
 sed -e "s#@COREDNS_IMAGE@#$COREDNS_IMAGE#" -e "s#@DNS_IP@#$E2E_DNS_IP#" "$E2E_REPO/e2e/cluster/coredns.yaml" |
   "${KC[@]}" apply -f - >"$LOGS/coredns.log" 2>&1 || { cat "$LOGS/coredns.log" >&2; die "creating CoreDNS failed"; }
 wait_for "kubelet@${REAL_NODES[0]}" "running CoreDNS (Available)" \
   "${KC[@]}" -n kube-system wait --for condition=Available --timeout 2s deployment/coredns
+for node in "${DRA_NODES[@]}"; do
+  wait_for "dra-example-kubeletplugin@$node" "publishing $node's ResourceSlice (driver $E2E_DRA_DRIVER)" \
+    resource_slice_published "$node"
+done
 log "real nodes ready: ${REAL_NODES[*]} ($((SECONDS - T0)) s)"

@@ -10,10 +10,10 @@ source "$(dirname "$0")/lib.sh"
 up=0
 for name in "${E2E_COMPONENTS[@]}"; do
   if pid=$(component_pid "$name"); then
-    printf '%-24s running  pid %s\n' "$name" "$pid"
+    printf '%-37s running  pid %s\n' "$name" "$pid"
     up=$((up + 1))
   else
-    printf '%-24s stopped\n' "$name"
+    printf '%-37s stopped\n' "$name"
   fi
 done
 [[ -f $E2E_DIR/cluster/ports.env ]] && sed 's/^/port /' "$E2E_DIR/cluster/ports.env"

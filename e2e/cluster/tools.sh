@@ -4,7 +4,8 @@
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kwok, ray-operator (+ CRDs), helm,
 #   kueue (+ CRDs)
 #   and for the real nodes: kubelet, kube-proxy, containerd (+ ctr, containerd-shim-runc-v2), runc,
-#   the CNI plugins bridge/host-local/loopback/portmap, coredns, and the pod sandbox binary pause
+#   the CNI plugins bridge/host-local/loopback/portmap, coredns, the pod sandbox binary pause, and
+#   dra-example-kubeletplugin (the fake-GPU DRA driver of the DRA real nodes)
 #
 # Each lands in ${XDG_CACHE_HOME:-$HOME/.cache}/rlplace/<tool>-<version>/ and is symlinked into .e2e/bin/.
 # A warm run only checks that every cached binary still answers its version command (~1 s).
@@ -37,6 +38,7 @@ check_args() { # the arguments that make a tool print its version
     kubectl) echo "version --client" ;;
     helm) echo "version --short" ;;
     ray-operator | kueue) echo "-help" ;; # no version flag; -help exits 0 once its flags parse
+    dra-example-kubeletplugin) echo "--help" ;; # no version flag either; --help exits 0
     containerd-shim-runc-v2 | pause) echo "-v" ;;
     coredns) echo "-version" ;;
     bridge | host-local | loopback | portmap) echo "" ;; # without CNI_COMMAND a plugin prints its version
@@ -66,7 +68,7 @@ check_tool() { # prints nothing on success, a reason on failure
   fi
   local ver
   ver=$(tool_version "$tool")
-  if [[ $tool != ray-operator && $tool != kueue && $out != *"${ver#v}"* ]]; then
+  if [[ $tool != ray-operator && $tool != kueue && $tool != dra-example-kubeletplugin && $out != *"${ver#v}"* ]]; then
     echo "reports a different version (want $ver): $(head -1 <<<"$out")"
     return 1
   fi
@@ -246,6 +248,13 @@ build_helm() {
     "-s -w -X helm.sh/helm/v3/internal/version.version=$HELM_VERSION -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
 }
 
+# The DRA real nodes' fake GPUs: the example driver's kubelet plugin, a pure Go binary (no version variable
+# to stamp; its cache directory carries the version).
+build_dra_example_driver() {
+  CGO_ENABLED=0 wrapper_build dra-example-kubeletplugin sigs.k8s.io/dra-example-driver \
+    sigs.k8s.io/dra-example-driver/cmd/dra-example-kubeletplugin "-s -w"
+}
+
 # A wrapper module for several main packages of one module, built into one directory (tool_dir of the
 # first tool). Env CGO_ENABLED/tags come from the caller: build_multi <module> <version> <ldflags> <tags> <pkg>...
 build_multi() {
@@ -360,6 +369,7 @@ if ((${#reason[@]})); then
     [[ -z ${reason[bridge]:-}${reason[host-local]:-}${reason[loopback]:-}${reason[portmap]:-} ]] || build_cni_plugins
     [[ -z ${reason[coredns]:-} ]] || build_coredns
     [[ -z ${reason[pause]:-} ]] || build_pause
+    [[ -z ${reason[dra-example-kubeletplugin]:-} ]] || build_dra_example_driver
   }
   kubernetes_lane &
   kubernetes_pid=$!

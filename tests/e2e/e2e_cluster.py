@@ -7,8 +7,10 @@ No pytest fixtures here; those are in conftest.py.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,6 +100,47 @@ def fake_node_manifest(
             "annotations": dict(KWOK_ANNOTATIONS),
         },
         "status": {"capacity": dict(capacity), "allocatable": dict(capacity)},
+    }
+
+
+#: The DRA driver of the local cluster's DRA real nodes (e2e/cluster/nodes.sh: E2E_DRA_DRIVER).
+DRA_DRIVER = "gpu.example.com"
+
+
+def fake_resource_slice(node: str, devices: int = 8, driver: str = DRA_DRIVER) -> dict:
+    """A resource.k8s.io/v1 ResourceSlice for a kwok node, shaped like the one the local cluster's fake-GPU DRA
+    driver (dra-example-kubeletplugin, e2e/versions.env) publishes for a real DRA node: one pool named after
+    the node, devices gpu-0..gpu-<devices-1> with attributes index, uuid, model and driverVersion and 80Gi of
+    memory. kwok nodes run no driver; with this slice the scheduler allocates their devices to ResourceClaims
+    all the same (nothing prepares a claim, so no container sees them).
+
+    Differences from the driver's: a fixed name instead of a generated one, so a test can delete it by name;
+    no owner reference to the Node (set metadata.ownerReferences to have it deleted with the node); the uuids
+    are derived from the node and index here, not from the driver's random generator (equally stable).
+    """
+    name = re.sub(r"[^a-z0-9.-]+", "-", f"{node}-{driver}".lower()).strip("-.")
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name},
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": [
+                {
+                    "name": f"gpu-{i}",
+                    "attributes": {
+                        "index": {"int": i},
+                        "uuid": {"string": f"gpu-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{i}.{node}.{driver}')}"},
+                        "model": {"string": "LATEST-GPU-MODEL"},
+                        "driverVersion": {"version": "1.0.0"},
+                    },
+                    "capacity": {"memory": {"value": "80Gi"}},
+                }
+                for i in range(devices)
+            ],
+        },
     }
 
 
