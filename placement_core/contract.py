@@ -112,6 +112,75 @@ def read_plan_dir(directory: str | os.PathLike[str]) -> Plan:
     )
 
 
+# -- pods given exactly their planned GPUs (Dynamic Resource Allocation) -------------------------------------
+
+#: The job ConfigMap's key with the GPUs of each node whose worker pod is given exactly its planned GPUs (a DRA
+#: claim) instead of all of its node's: `<node rank> <gpu>,<gpu>,...` per line, the plan's GPU numbers. Such a
+#: container numbers the GPUs it was given from 0 in PCI order, so a process's CUDA_VISIBLE_DEVICES is the
+#: position of each of its GPUs in that set (`container_ordinals`); nodes not listed keep the plan's numbers.
+POD_GPUS_KEY = "pod-gpus"
+#: On such a worker pod: the host GPU numbers its claim pins (PCI order on the node), in the order of the pod's
+#: planned GPUs, for the binding check from inside.
+HOST_GPUS_ENV = "RLPLACE_HOST_GPUS"
+#: CUDA numbers visible GPUs fastest first unless told PCI order; the ordinals above assume PCI order.
+CUDA_DEVICE_ORDER = ("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+#: What the example DRA driver (and any CDI spec written the same way) sets in a container per GPU it was given:
+#: GPU_DEVICE_<host index>=gpu-<host index>, and GPU_DEVICE_<host index>_RESOURCE_CLAIM=<claim uid>.
+DRA_DEVICE_ENV_PREFIX = "GPU_DEVICE_"
+DRA_CLAIM_ENV_SUFFIX = "_RESOURCE_CLAIM"
+
+
+def pod_gpus_text(pod_gpus: Mapping[int, Sequence[int]]) -> str:
+    """The POD_GPUS_KEY file: one `<node rank> <gpus>` line per node, in rank order."""
+    return "".join(f"{rank} {','.join(map(str, sorted(gpus)))}\n" for rank, gpus in sorted(pod_gpus.items()))
+
+
+def parse_pod_gpus(text: str) -> dict[int, tuple[int, ...]]:
+    """Node rank -> the plan's GPUs its pod was given, from a POD_GPUS_KEY file (malformed lines are skipped)."""
+    pod_gpus: dict[int, tuple[int, ...]] = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[0].isdigit() and all(g.isdigit() for g in parts[1].split(",")):
+            pod_gpus[int(parts[0])] = tuple(sorted(int(g) for g in parts[1].split(",")))
+    return pod_gpus
+
+
+def read_pod_gpus(directory: str | os.PathLike[str]) -> dict[int, tuple[int, ...]]:
+    """The POD_GPUS_KEY file mounted in `directory` (none: every pod has all of its node's GPUs)."""
+    try:
+        return parse_pod_gpus((Path(directory) / POD_GPUS_KEY).read_text())
+    except FileNotFoundError:
+        return {}
+    except OSError as err:
+        raise PlacementError(f"cannot read '{Path(directory) / POD_GPUS_KEY}': {err.strerror}") from None
+
+
+def container_ordinals(visible: Sequence[str], pod_gpus: Sequence[int]) -> str:
+    """CUDA_VISIBLE_DEVICES inside a pod given exactly `pod_gpus` (the plan's numbers): each planned GPU's
+    position among them (`["5", "7"]` in a pod of 4..7 -> `"1,3"`). A GPU the pod was not given is a bug in
+    whoever built the pod: it raises."""
+    order = {gpu: position for position, gpu in enumerate(sorted(pod_gpus))}
+    try:
+        return ",".join(str(order[int(gpu)]) for gpu in visible)
+    except (KeyError, ValueError):
+        raise PlacementError(f"GPUs {','.join(visible)} are not all among the pod's GPUs {sorted(pod_gpus)}") from None
+
+
+def dra_devices_seen(environ: Mapping[str, str]) -> tuple[tuple[int, ...], tuple[str, ...]]:
+    """The host GPU numbers a DRA driver's CDI spec announced in this container (GPU_DEVICE_<i>), ascending, and
+    the claim UIDs it named for them."""
+    gpus, claims = set(), set()
+    for key, value in environ.items():
+        if not key.startswith(DRA_DEVICE_ENV_PREFIX):
+            continue
+        rest = key[len(DRA_DEVICE_ENV_PREFIX) :]
+        if rest.isdigit():
+            gpus.add(int(rest))
+        elif rest.endswith(DRA_CLAIM_ENV_SUFFIX) and rest[: -len(DRA_CLAIM_ENV_SUFFIX)].isdigit():
+            claims.add(value)
+    return tuple(sorted(gpus)), tuple(sorted(claims))
+
+
 # -- Ray node label and custom resources ------------------------------------------------------------------
 
 #: Ray node label holding the node's cluster node rank.
@@ -169,7 +238,10 @@ def parse_node_ranks(text: str) -> dict[str, int]:
 
 
 def worker_start_command(
-    num_gpus: int, exports: Sequence[str] = (), ranks_file: str = f"{NODE_RANKS_MOUNT_DIR}/{NODE_RANKS_KEY}"
+    num_gpus: int,
+    exports: Sequence[str] = (),
+    ranks_file: str = f"{NODE_RANKS_MOUNT_DIR}/{NODE_RANKS_KEY}",
+    gpus: Sequence[int] | None = None,
 ) -> str:
     """The worker container's shell command (KubeRay runs it instead of its own when the pod template says
     `ray.io/overwrite-container-cmd`, and passes its generated `ray start` in $KUBERAY_GEN_RAY_START_CMD).
@@ -178,12 +250,13 @@ def worker_start_command(
     as NODE_RANK_ENV (and as each of `exports`, e.g. RLinf's RLINF_NODE_RANK) so the raylet and every process
     it starts inherit it, and starts Ray with the node's label and custom resources (`node_labels`,
     `node_resources`) for that rank. A pod on a node the file does not list stops with a one-line reason.
+    A pod given exactly some GPUs (`gpus`, the plan's numbers: a DRA claim) declares the resources of those.
     """
     names = " ".join(f"{name}=$rank" for name in (NODE_RANK_ENV, *exports))
     # The resources JSON as a printf format: `%s` where the rank goes, one argument per place.
     entries = [
         f'"{node_resource("%s")}":{NODE_RESOURCE_CAPACITY}',
-        *(f'"{gpu_resource("%s", g)}":1' for g in range(num_gpus)),
+        *(f'"{gpu_resource("%s", g)}":1' for g in (range(num_gpus) if gpus is None else gpus)),
     ]
     ranks = ' "$rank"' * len(entries)
     start = f"$KUBERAY_GEN_RAY_START_CMD --resources='$resources' --labels={NODE_LABEL}=$rank"

@@ -13,6 +13,10 @@ Words used here:
 - **Admission** picks, for each group, the earliest nodes in rank order that fit the demand (a free node for
   every used position) and reserves the used ones together; a job that does not fit gets nothing.
 
+On a NodeGroup whose GPUs come from DRA (gpuAllocation: dra) jobs share nodes: a used position needs a node with
+as many **free GPUs** as the job's plan uses there (GPUs no claim holds and no admitted job reserved), and the job
+reserves exactly those GPUs (the lowest free ones), not the node.
+
 Queue order: higher `spec.priority` first, then older `creationTimestamp`, then namespace/name.
 No starvation: the first job in the queue that does not fit (the head) claims the free nodes it would use, so
 jobs behind it can only take nodes the head does not need (backfill). The head's claim only grows as nodes
@@ -38,6 +42,11 @@ class GroupDemand:
     """How many of the group's nodes the job's cluster has (positions 0..nodes-1 in rank order)."""
     used: frozenset[int]
     """Positions that run a worker pod and so must be free nodes."""
+    gpus: tuple[tuple[int, int], ...] | None = None
+    """On a DRA group: (position, GPUs the plan uses on that node) per used position; None: whole nodes."""
+
+    def gpus_at(self, position: int) -> int:
+        return dict(self.gpus or ()).get(position, 0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,6 +73,8 @@ class Pool:
     groups: Mapping[str, Sequence[str]]
     busy: Mapping[str, str] = field(default_factory=dict)
     """Busy node -> what holds it, e.g. `job ns/name` or `pod ns/name`."""
+    free_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
+    """Nodes of DRA groups -> their free GPUs (host GPU numbers, ascending); a node not here has none free."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +85,14 @@ class Admitted:
     cluster: tuple[tuple[str, tuple[str, ...]], ...]
     """Per group in the job's order: the nodes of the job's cluster in rank order (used or not)."""
     nodes: frozenset[str]
-    """The nodes that run the job's worker pods: reserved together."""
+    """The nodes that run the job's worker pods and are reserved whole (device-plugin groups)."""
+    gpus: tuple[tuple[str, tuple[int, ...]], ...] = ()
+    """The nodes of DRA groups that run its worker pods, with the GPUs reserved on each (host GPU numbers)."""
+
+    @property
+    def worker_nodes(self) -> frozenset[str]:
+        """Every node that runs one of the job's worker pods."""
+        return self.nodes | {node for node, _ in self.gpus}
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,13 +106,20 @@ class Waiting:
     """(group, how many more free nodes it needs), in the job's group order."""
     notes: tuple[str, ...] = ()
     """Why nodes of those groups cannot take the job, e.g. `node X has taint k=v:NoSchedule, not tolerated`."""
+    per_gpu: tuple[str, ...] = ()
+    """Those of the groups whose GPUs jobs share (DRA): it waits for free GPUs there, not free nodes."""
 
     @property
     def reason(self) -> str:
-        """What the job waits for, e.g. `1 free node of 4090`."""
+        """What the job waits for, e.g. `1 free node of 4090`, `1 node of a800 with enough free GPUs`."""
         if not self.shortfall:
             return "the jobs ahead of it in the queue"
-        parts = [f"{count} free node{'s' if count != 1 else ''} of {group}" for group, count in self.shortfall]
+        parts = [
+            f"{count} node{'s' if count != 1 else ''} of {group} with enough free GPUs"
+            if group in self.per_gpu
+            else f"{count} free node{'s' if count != 1 else ''} of {group}"
+            for group, count in self.shortfall
+        ]
         notes = f" ({'; '.join(self.notes[:MAX_NOTES])}{'; ...' if len(self.notes) > MAX_NOTES else ''})"
         return ", ".join(parts) + (notes if self.notes else "")
 
@@ -110,17 +135,27 @@ def _notes(job: QueuedJob, pool: Pool, shortfall: tuple[tuple[str, int], ...]) -
     return tuple(job.excluded[n] for n in nodes)
 
 
-def _match(demand: GroupDemand, ranked: Sequence[str], taken: Collection[str]) -> list[str | None]:
-    """Nodes for positions 0..n-1, earliest first; a used position needs a node not in `taken`.
+def _match(
+    demand: GroupDemand, ranked: Sequence[str], taken: Collection[str], free: Mapping[str, Sequence[int]]
+) -> list[str | None]:
+    """Nodes for positions 0..n-1, earliest first; a used position needs a node not in `taken` (and on a DRA
+    group one with as many `free` GPUs as the position uses).
 
     Earliest-first is optimal for matching a sequence of position rules in rank order (taking a later node
-    never leaves more room for the positions after it). None marks a position left unmatched.
+    never leaves more room for the positions after it; on a DRA group that holds when the positions need
+    equal GPU counts, the usual case, and is a good first fit otherwise). None marks a position left unmatched.
     """
+
+    def unfit(node: str, position: int) -> bool:
+        if node in taken:
+            return True
+        return demand.gpus is not None and len(free.get(node, ())) < demand.gpus_at(position)
+
     chosen: list[str | None] = []
     index = 0
     for position in range(demand.nodes):
         needs_free = position in demand.used
-        while index < len(ranked) and needs_free and ranked[index] in taken:
+        while index < len(ranked) and needs_free and unfit(ranked[index], position):
             index += 1
         if index >= len(ranked):
             chosen.append(None)
@@ -130,33 +165,64 @@ def _match(demand: GroupDemand, ranked: Sequence[str], taken: Collection[str]) -
     return chosen
 
 
-def fit(job: QueuedJob, pool: Pool, taken: Collection[str]) -> Admitted | tuple[tuple[str, int], ...]:
-    """The job's cluster on the nodes not in `taken`, or per group how many more free nodes it needs."""
+def fit(
+    job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]] | None = None
+) -> Admitted | tuple[tuple[str, int], ...]:
+    """The job's cluster on the nodes not in `taken` (and the `free` GPUs of DRA nodes, by default the pool's),
+    or per group how many more free nodes it needs."""
     assert job.demand is not None
     taken = {*taken, *job.excluded}
+    free = pool.free_gpus if free is None else free
     cluster, nodes, shortfall = [], set(), []
+    gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
-        chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
+        # Two positions of one job on one node never happen: a node is one position of the job's cluster.
+        chosen = _match(demand, pool.groups.get(demand.group, ()), taken, free)
         missing = sum(1 for position in demand.used if chosen[position] is None)
         if missing:
             shortfall.append((demand.group, missing))
             continue
         cluster.append((demand.group, tuple(n for n in chosen if n is not None)))
-        nodes.update(chosen[position] for position in demand.used)
+        for position in demand.used:
+            node = chosen[position]
+            assert node is not None
+            if demand.gpus is None:
+                nodes.add(node)
+            else:
+                gpus[node] = tuple(sorted(free.get(node, ()))[: demand.gpus_at(position)])
     if shortfall:
         return tuple(shortfall)
-    return Admitted(job.key, tuple(cluster), frozenset(n for n in nodes if n is not None))
+    return Admitted(job.key, tuple(cluster), frozenset(nodes), tuple(sorted(gpus.items())))
 
 
-def _claim(job: QueuedJob, pool: Pool, taken: Collection[str]) -> set[str]:
-    """The free nodes the head of the queue would use now: kept from the jobs behind it."""
+def _claim(job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]]) -> Admitted:
+    """What the head of the queue would use now (free nodes, free GPUs of DRA nodes): kept from the jobs
+    behind it."""
     assert job.demand is not None
     taken = {*taken, *job.excluded}
     claimed: set[str] = set()
+    gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
-        chosen = _match(demand, pool.groups.get(demand.group, ()), taken)
-        claimed.update(n for position, n in enumerate(chosen) if position in demand.used and n is not None)
-    return claimed
+        ranked = pool.groups.get(demand.group, ())
+        chosen = _match(demand, ranked, taken, free)
+        if demand.gpus is not None and any(chosen[position] is None for position in demand.used):
+            # No node has all the GPUs it waits for yet: it keeps the free ones of its earliest nodes, so jobs
+            # behind it cannot take GPUs as they are freed one by one (its claim grows until it fits).
+            chosen = _match(GroupDemand(demand.group, demand.nodes, demand.used), ranked, taken, free)
+        for position, node in enumerate(chosen):
+            if position not in demand.used or node is None:
+                continue
+            if demand.gpus is None:
+                claimed.add(node)
+            else:
+                gpus[node] = tuple(sorted(free.get(node, ()))[: demand.gpus_at(position)])
+    return Admitted(job.key, (), frozenset(claimed), tuple(gpus.items()))
+
+
+def _take(free: dict[str, tuple[int, ...]], gpus: Sequence[tuple[str, tuple[int, ...]]]) -> None:
+    """Take reserved GPUs out of the free ones of their nodes."""
+    for node, reserved in gpus:
+        free[node] = tuple(g for g in free.get(node, ()) if g not in reserved)
 
 
 def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
@@ -166,6 +232,7 @@ def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
     behind it for this pass, so a restart never lets a later job take an earlier one's place.
     """
     taken: set[str] = set(pool.busy)
+    free = dict(pool.free_gpus)
     decisions: dict[JobKey, Decision] = {}
     position = 0
     blocked = False
@@ -175,15 +242,19 @@ def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
             decisions[job.key] = Waiting(job.key, position, ())
             blocked = True
             continue
-        result = fit(job, pool, taken)
+        result = fit(job, pool, taken, free)
         if isinstance(result, Admitted):
             decisions[job.key] = result
             taken.update(result.nodes)
+            _take(free, result.gpus)
             continue
         position += 1
-        decisions[job.key] = Waiting(job.key, position, result, _notes(job, pool, result))
+        per_gpu = tuple(d.group for d in job.demand if d.gpus is not None)
+        decisions[job.key] = Waiting(job.key, position, result, _notes(job, pool, result), per_gpu)
         if position == 1:
-            taken.update(_claim(job, pool, taken))
+            claim = _claim(job, pool, taken, free)
+            taken.update(claim.nodes)
+            _take(free, claim.gpus)
     return decisions
 
 
@@ -210,14 +281,19 @@ def busy_nodes(
 
 
 def demand_from_workers(
-    groups: Sequence[tuple[str, Sequence[str]]], worker_nodes: set[str], keep_whole: set[str]
+    groups: Sequence[tuple[str, Sequence[str]]],
+    worker_nodes: set[str],
+    keep_whole: set[str],
+    gpus: Mapping[str, int] | None = None,
+    per_gpu: Collection[str] = (),
 ) -> tuple[GroupDemand, ...]:
     """A job's demand from the nodes its plan on the groups' ready nodes uses.
 
     `groups` are the job's groups in order with their ready nodes in rank order. A node in two of the job's
     groups counts in the first (as in the job's cluster). Groups in `keep_whole` keep all their nodes: a
     placement that counts ranks across several groups (`nodeGroup: a800,4090`) numbers the later group's
-    ranks after all of the earlier group's, so the earlier group cannot be cut short.
+    ranks after all of the earlier group's, so the earlier group cannot be cut short. Groups in `per_gpu` (DRA)
+    need on each used node only the GPUs the plan uses there (`gpus`: node -> count).
     """
     seen: set[str] = set()
     demands = []
@@ -225,5 +301,6 @@ def demand_from_workers(
         used = frozenset(i for i, node in enumerate(ranked) if node in worker_nodes and node not in seen)
         seen.update(ranked)
         count = len(ranked) if group in keep_whole else (max(used) + 1 if used else 0)
-        demands.append(GroupDemand(group, count, used))
+        needs = tuple((i, (gpus or {}).get(ranked[i], 0)) for i in sorted(used)) if group in per_gpu else None
+        demands.append(GroupDemand(group, count, used, needs))
     return tuple(demands)

@@ -43,6 +43,8 @@ STATUS_REJECTED = "StatusRejected"
 NODES_READY = "NodesReady"
 QUEUED = "Queued"
 BIND_TIMEOUT = "BindTimeout"
+#: A worker pod's pinned DRA GPUs are held by another claim (docs/dra.md): its reservation goes back to the queue.
+GPUS_UNAVAILABLE = "GPUsUnavailable"
 NODES_DIFFER = "NodesDiffer"
 NO_READY_NODES = "NoReadyNodes"
 # Kueue admission (docs/kueue.md)

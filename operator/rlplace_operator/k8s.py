@@ -17,6 +17,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
+from rlplace_operator.dra import CLAIM_TEMPLATE_PLURAL, DRA_GROUP, DRA_VERSION
 from rlplace_operator.kueue import (
     CLUSTERQUEUE_PLURAL,
     KUEUE_GROUP,
@@ -243,6 +244,32 @@ class Kube:
 
     def get_workload_priority_class(self, name: str) -> dict | None:
         return self._get_kueue(PRIORITY_CLASS_PLURAL, name)
+
+    def create_claim_template(self, namespace: str, body: dict) -> None:
+        """Create a worker pod's ResourceClaimTemplate (one of that name is the same pin: templates are
+        immutable, and the name says what they pin)."""
+        try:
+            self.custom.create_namespaced_custom_object(DRA_GROUP, DRA_VERSION, namespace, CLAIM_TEMPLATE_PLURAL, body)
+        except ApiException as err:
+            if err.status != 409:
+                raise
+
+    def delete_claim_templates(self, namespace: str, job: str, keep: set[str]) -> None:
+        """Delete the job's ResourceClaimTemplates (its job label) but `keep`: earlier pins no pod names now."""
+        listed = self.custom.list_namespaced_custom_object(
+            DRA_GROUP, DRA_VERSION, namespace, CLAIM_TEMPLATE_PLURAL, label_selector=f"{JOB_LABEL}={job}"
+        )
+        for item in listed.get("items") or []:
+            name = item["metadata"]["name"]
+            if name in keep:
+                continue
+            try:
+                self.custom.delete_namespaced_custom_object(
+                    DRA_GROUP, DRA_VERSION, namespace, CLAIM_TEMPLATE_PLURAL, name
+                )
+            except ApiException as err:
+                if err.status != 404:
+                    raise
 
     def create_workload(self, namespace: str, body: dict) -> dict:
         """Create the job's Workload (an existing one of that name is the same demand: read it instead)."""

@@ -104,11 +104,53 @@ class EnvVar(_Camel):
     """Variable value."""
 
 
+class GpuAllocation(enum.StrEnum):
+    """How a node's GPUs are handed to pods."""
+
+    DEVICE_PLUGIN = "devicePlugin"
+    """An extended resource (nvidia.com/gpu) from a device plugin: a worker pod takes all of a node's GPUs."""
+    DRA = "dra"
+    """Dynamic Resource Allocation: a worker pod claims exactly the GPUs its plan uses, so jobs share nodes."""
+
+
+class PinAttribute(enum.StrEnum):
+    """The device attribute a claim's CEL selector pins devices by."""
+
+    INDEX = "index"
+    """The driver's per-node `index` (the example driver publishes it; NVIDIA's driver no longer does)."""
+    UUID = "uuid"
+    """The device's `uuid`, unique in the cluster (NVIDIA's driver and the example driver publish it)."""
+
+
+class Dra(_Camel):
+    """Which DRA driver publishes the group's GPUs and how rlplace pins them (docs/dra.md)."""
+
+    driver: str = Field(min_length=1, max_length=63, pattern=r"^[a-z0-9]+([.-][a-z0-9]+)*$")
+    """The driver name of the nodes' ResourceSlices, e.g. gpu.nvidia.com or gpu.example.com."""
+    device_class_name: str | None = Field(None, min_length=1, max_length=253)
+    """The DeviceClass the claims name. Default: the driver name (the NVIDIA and example drivers' charts
+    create a DeviceClass of that name; rlplace's chart can create one too)."""
+    pin_attribute: PinAttribute = PinAttribute.UUID
+    """The attribute the claims pin devices by: uuid (default) or index."""
+
+
 class NodeGroupSpec(
     _Camel,
     json_schema_extra=cel(
         "!(has(self.hardware) && has(self.ignoreHardware) && self.ignoreHardware)",
         "hardware and ignoreHardware cannot both be set",
+        (
+            "!has(self.gpuAllocation) || self.gpuAllocation != 'dra' || has(self.dra)",
+            "gpuAllocation dra needs dra.driver",
+        ),
+        (
+            "!has(self.dra) || (has(self.gpuAllocation) && self.gpuAllocation == 'dra')",
+            "dra is set only with gpuAllocation: dra",
+        ),
+        (
+            "!has(self.gpuAllocation) || self.gpuAllocation != 'dra' || !has(self.ignoreHardware) || !self.ignoreHardware",
+            "gpuAllocation dra counts GPUs: ignoreHardware cannot be set",
+        ),
     ),
 ):
     """A named set of Kubernetes nodes with one kind of hardware: the Kubernetes form of cluster.node_groups."""
@@ -128,6 +170,17 @@ class NodeGroupSpec(
     accelerator_memory_gb: float | None = Field(None, gt=0, le=1e6)
     """GB of memory per GPU, a hard limit for auto placement. Default: the nodes' nvidia.com/gpu.memory label
     (MiB / 1024), the smallest when they differ."""
+    gpu_allocation: GpuAllocation = GpuAllocation.DEVICE_PLUGIN
+    """devicePlugin (default): a worker pod takes all of its node's GPUs. dra: the nodes' GPUs come from a DRA
+    driver's ResourceSlices; a worker pod claims exactly the GPUs its plan uses, so several jobs share a node.
+    One node never has both (the two would hand out the same GPUs)."""
+    dra: Dra | None = None
+    """The DRA driver and pin attribute (with gpuAllocation: dra)."""
+
+    @property
+    def dra_driver(self) -> Dra | None:
+        """The DRA settings when the group's GPUs come from DRA, else None."""
+        return self.dra if self.gpu_allocation is GpuAllocation.DRA else None
 
 
 class NodeStatus(_Camel):
@@ -138,9 +191,13 @@ class NodeStatus(_Camel):
     rank: int
     """Rank of the node inside the group (0-based)."""
     units: int
-    """Hardware units the node has (allocatable count of hardware.resourceName; 0 for node groups)."""
+    """Hardware units the node has (allocatable count of hardware.resourceName, or the devices of the DRA
+    driver's ResourceSlices; 0 for node groups)."""
     ready: bool
-    """Whether the node is Ready and schedulable."""
+    """Whether the node is Ready and schedulable (with gpuAllocation dra: and its driver publishes devices)."""
+    problem: str | None = None
+    """Why the node cannot take the group's jobs although Kubernetes says it is Ready (DRA: no ResourceSlice of
+    the driver, or device-plugin GPUs beside DRA ones)."""
 
 
 class Condition(_Camel):
@@ -954,7 +1011,7 @@ class RLJobSpec(
     """One RL training job: its node groups, its component placement, and the Ray cluster that runs it."""
 
     node_groups: Annotated[
-        list[Annotated[str, Field(pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", max_length=253)]],
+        list[Annotated[str, Field(pattern=r"^[a-z0-9]+([.-][a-z0-9]+)*$", max_length=253)]],
         Field(min_length=1, max_length=64),
     ]
     """NodeGroups that form the job's cluster, in node-rank order."""
@@ -1127,6 +1184,19 @@ class ExcludedNode(_Camel):
     """Why, in one line (NotReady, unreachable, evicted, gone)."""
 
 
+class GpuClaim(_Camel):
+    """The GPUs of one node a job's worker pod claims through DRA (a NodeGroup with gpuAllocation: dra)."""
+
+    node: str
+    """Kubernetes node name."""
+    devices: list[str]
+    """The claimed devices, by the driver's device names (gpu-4, ...), in the node's GPU order."""
+    host_gpus: list[int]
+    """Their positions among the node's GPUs (the host's GPU numbers, PCI order)."""
+    template: str
+    """The ResourceClaimTemplate the worker pod's claim is made from."""
+
+
 #: Restarts kept in status (the oldest go first): the status stays small however often a job restarts.
 MAX_RESTARTS_KEPT = 10
 
@@ -1265,6 +1335,8 @@ class RLJobStatus(_Camel):
     """GPUs the job uses."""
     nodes: int | None = None
     """Nodes the job uses."""
+    gpu_claims: list[GpuClaim] = []
+    """On nodes of NodeGroups with gpuAllocation dra: the exact GPUs each worker pod claims."""
     ray_cluster: str | None = None
     """Name of the RayCluster."""
     ray_job: str | None = None

@@ -23,6 +23,9 @@ PROFILE_ANNOTATION = "rlplace.io/profile"
 #: RayCluster annotation: the nodes its worker pods are pinned to, comma-separated. The operator rebuilds which
 #: nodes admitted jobs hold from it after a restart (see docs/admission.md).
 NODES_ANNOTATION = "rlplace.io/nodes"
+#: The RayCluster annotation with the GPUs its worker pods claim on DRA nodes (`node=0,1,2,3 ...`), so a restarted
+#: operator knows them before the claims are allocated.
+GPUS_ANNOTATION = "rlplace.io/gpus"
 #: On a RayJob: the job's attempt it runs (status.attempts when it was made); an older one is a stopped attempt's.
 ATTEMPT_ANNOTATION = "rlplace.io/attempt"
 

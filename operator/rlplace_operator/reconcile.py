@@ -50,6 +50,11 @@ from rlplace_operator.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_T
 #: A job with a worker pod still unbound this long after the pod was created (another workload took its node in
 #: between) gives its nodes back and queues again.
 BIND_TIMEOUT_SECONDS = 30.0
+#: How long the scheduler may say a worker pod "cannot allocate all claims" (its pinned DRA GPUs are another
+#: claim's) before the job gives its GPUs back: a moment for a claim of the job's own stopped pods to go.
+GPUS_UNAVAILABLE_SECONDS = 10.0
+#: The scheduler's words for a pod whose claims it cannot allocate (kube-scheduler's DynamicResources plugin).
+CLAIMS_UNALLOCATABLE = "cannot allocate all claims"
 #: How often live and queued jobs are looked at again without any watch event (the NodeGroup timer's period):
 #: a provisioning failure is seen within DIAGNOSIS_SECONDS + this.
 RECHECK_SECONDS = 5.0
@@ -585,9 +590,35 @@ def _provisioning_checks(job: Job, world: World, status: dict[str, Any]) -> Outc
             permanent = False
             message = brief(f"{message}; pods.onMissingObject Retry waits for {cause.missing}")
         return _give_back(job, world, status, cause.reason, message, permanent=permanent, backoff=True)
+    taken = _gpus_unavailable(world)
+    if taken is not None:
+        return _give_back(job, world, status, cond.GPUS_UNAVAILABLE, taken, permanent=False, backoff=False)
     timeout = _bind_timeout(job, world)
     if timeout is not None:
         return _give_back(job, world, status, cond.BIND_TIMEOUT, timeout, permanent=False, backoff=False)
+    return None
+
+
+def _gpus_unavailable(world: World) -> str | None:
+    """Why the job gives its GPUs back because the scheduler has said for GPUS_UNAVAILABLE_SECONDS that a worker
+    pod's claim cannot be allocated: a claim that is not the job's holds one of its pinned GPUs (docs/dra.md).
+    The job goes back to the queue, where admission sees that claim and picks other GPUs or waits."""
+    for pod in _worker_pods(world.pods):
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            said = str(condition.get("message") or "")
+            if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
+                continue
+            if CLAIMS_UNALLOCATABLE not in said:
+                continue
+            since = parse_time(condition.get("lastTransitionTime")) or world.now
+            if (world.now - since).total_seconds() < GPUS_UNAVAILABLE_SECONDS:
+                continue
+            return (
+                f"worker pod {pod['metadata']['name']}: the scheduler {CLAIMS_UNALLOCATABLE} (another claim holds one "
+                "of its pinned GPUs); gave its GPUs back and queued again"
+            )
     return None
 
 

@@ -7,10 +7,11 @@ and the handlers stay small.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
 from rlplace_operator.builders.podtemplate import worker_tolerations
+from rlplace_operator.dra import Device, NodeSlice, node_devices
 from rlplace_operator.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus, RLJobSpec
 from rlplace_operator.names import NODE_RANK_LABEL
 from rlplace_operator.taints import Taint, refusal, untolerated
@@ -31,6 +32,8 @@ class NodeInfo:
     ready: bool
     taints: tuple[Taint, ...] = ()
     """node.spec.taints (admission keeps a job off the nodes whose taints its workers do not tolerate)."""
+    slices: tuple[NodeSlice, ...] = ()
+    """The node's ResourceSlices (DRA drivers' devices), joined in from their own index (`with_slices`)."""
 
     @classmethod
     def from_body(cls, body: Mapping) -> NodeInfo:
@@ -49,6 +52,56 @@ class NodeInfo:
         """Whole units of an extended resource (`"8"` -> 8); absent or malformed counts as 0."""
         value = str(self.allocatable.get(resource, "0"))
         return int(value) if value.isdigit() else 0
+
+    def devices(self, driver: str) -> tuple[Device, ...]:
+        """The node's devices of a DRA driver in host GPU order (position = host GPU number)."""
+        return node_devices(self.slices, driver)
+
+    def gpus(self, spec: NodeGroupSpec) -> int:
+        """The GPUs a group counts on this node: its DRA driver's devices, else its unit resource's count."""
+        dra = spec.dra_driver
+        if dra is not None:
+            return len(self.devices(dra.driver))
+        resource = unit_resource(spec)
+        return self.count(resource) if resource else 0
+
+
+def with_slices(
+    nodes: Mapping[str, list[NodeInfo]], slices: Mapping[str, list[NodeSlice]]
+) -> dict[str, list[NodeInfo]]:
+    """A copied node index whose nodes carry their ResourceSlices (the two come from two watches)."""
+    if not slices:
+        return dict(nodes)
+    return {
+        name: [replace(info, slices=tuple(slices[name])) if name in slices else info for info in infos]
+        for name, infos in nodes.items()
+    }
+
+
+def dra_problem(spec: NodeGroupSpec, node: NodeInfo) -> str | None:
+    """Why a node of a DRA group cannot take its jobs (None: it can): no device of the driver (the driver is
+    missing or down, or its name is wrong), devices without the pin attribute, or device-plugin GPUs beside the
+    DRA ones (both would hand out the same GPUs)."""
+    dra = spec.dra_driver
+    if dra is None:
+        return None
+    devices = node.devices(dra.driver)
+    if not devices:
+        drivers = sorted({s.driver for s in node.slices})
+        published = f" (it publishes devices of {', '.join(drivers)})" if drivers else ""
+        return f"node {node.name} publishes no ResourceSlice of DRA driver {dra.driver}{published}"
+    unpinned = [d.name for d in devices if d.pin(dra.pin_attribute) is None]
+    if unpinned:
+        return (
+            f"device {unpinned[0]} of driver {dra.driver} on node {node.name} has no '{dra.pin_attribute}' "
+            "attribute to pin it by (dra.pinAttribute)"
+        )
+    if node.count(GPU_RESOURCE):
+        return (
+            f"node {node.name} also has {node.count(GPU_RESOURCE)} {GPU_RESOURCE} from a device plugin: a node's GPUs "
+            "come from DRA or from a device plugin, never both"
+        )
+    return None
 
 
 def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool:
@@ -82,6 +135,8 @@ def hardware_type(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> str | None:
     """The hardware type (docs/placement.md, "Node groups"), or None when the ranks count nodes."""
     if spec.ignore_hardware:
         return None
+    if spec.dra_driver is not None:
+        return ACCELERATOR
     if spec.hardware is not None and spec.hardware.type != ACCELERATOR:
         return str(spec.hardware.type)
     resource = spec.hardware.resource_name if spec.hardware else GPU_RESOURCE
@@ -91,8 +146,9 @@ def hardware_type(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> str | None:
 
 
 def unit_resource(spec: NodeGroupSpec) -> str | None:
-    """The extended resource that counts the group's units (None for groups of plain nodes)."""
-    if spec.ignore_hardware:
+    """The extended resource that counts the group's units (None for groups of plain nodes, and for DRA groups:
+    their GPUs are devices of ResourceSlices, claimed per pod)."""
+    if spec.ignore_hardware or spec.dra_driver is not None:
         return None
     return spec.hardware.resource_name if spec.hardware else GPU_RESOURCE
 
@@ -118,10 +174,11 @@ def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation:
     matched = group_nodes(spec, nodes)
     resource = unit_resource(spec)
     kind = hardware_type(spec, matched)
-    entries = [
-        NodeStatus(name=n.name, rank=i, units=n.count(resource) if resource and kind else 0, ready=n.ready)
-        for i, n in enumerate(matched)
-    ]
+    entries = []
+    for i, n in enumerate(matched):
+        problem = dra_problem(spec, n)
+        units = n.gpus(spec) if spec.dra_driver is not None else (n.count(resource) if resource and kind else 0)
+        entries.append(NodeStatus(name=n.name, rank=i, units=units, ready=n.ready and problem is None, problem=problem))
     accelerator, memory = accelerator_of(spec, matched) if kind == ACCELERATOR else (None, None)
     return NodeGroupStatus(
         nodes=entries,
@@ -159,10 +216,13 @@ def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cl
             if group.status.hardware_type == ACCELERATOR and group.spec.hardware
             else GPU_RESOURCE
         )
+        dra = group.spec.dra_driver
         for entry in group.status.nodes:
             if entry.ready and entry.name in nodes:
+                info = nodes[entry.name]
                 order.setdefault(entry.name, len(order))
-                gpu_counts[entry.name] = max(gpu_counts.get(entry.name, 0), nodes[entry.name].count(resource))
+                count = len(info.devices(dra.driver)) if dra is not None else info.count(resource)
+                gpu_counts[entry.name] = max(gpu_counts.get(entry.name, 0), count)
     cluster_nodes = [
         Node(rank, gpu_counts[name], NV_GPU if gpu_counts[name] else NO_ACCEL, name) for name, rank in order.items()
     ]

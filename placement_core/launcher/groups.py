@@ -345,8 +345,9 @@ def _start_group(
     master = addresses[processes[0].node_rank]
     actors = []
     for process in processes:
-        env = {**process.env, "MASTER_ADDR": master}
-        binding = Binding(component, process, len(processes), master) if opts.verify else None
+        env = {**plan.env(process), "MASTER_ADDR": master}
+        pod_gpus = plan.pod_gpus.get(process.node_rank)
+        binding = Binding(component, process, len(processes), master, pod_gpus) if opts.verify else None
         resources = plan.resources(process)
         options = _actor_options(opts, resources, None if by_constructor else env)
         if opts.pin_node_by == "label":

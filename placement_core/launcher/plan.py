@@ -5,13 +5,22 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from placement_core.contract import PLAN_DIR_ENV, PLAN_ENV, PLAN_MOUNT_DIR, gpu_resource, node_resource, read_plan_dir
+from placement_core.contract import (
+    PLAN_DIR_ENV,
+    PLAN_ENV,
+    PLAN_MOUNT_DIR,
+    gpu_resource,
+    node_resource,
+    read_plan_dir,
+    read_pod_gpus,
+)
 from placement_core.errors import PlacementError
 from placement_core.launcher.errors import LaunchError
+from placement_core.launcher.verify import in_pod
 from placement_core.plan import Plan, ProcessPlan, build_plan
 
 if TYPE_CHECKING:
@@ -31,9 +40,11 @@ class LaunchPlan:
 
     plan: Plan
     holders: Mapping[tuple[int, int], int]
+    pod_gpus: Mapping[int, tuple[int, ...]] = field(default_factory=dict)
+    """Node rank -> the plan's GPUs its pod was given exactly (a DRA claim; contract.POD_GPUS_KEY)."""
 
     @classmethod
-    def of(cls, plan: Plan) -> LaunchPlan:
+    def of(cls, plan: Plan, pod_gpus: Mapping[int, tuple[int, ...]] | None = None) -> LaunchPlan:
         holders: dict[tuple[int, int], int] = {}
         for _, process in plan.processes():
             for gpu in process.held_gpus:
@@ -44,7 +55,12 @@ class LaunchPlan:
             raise LaunchError(
                 f"GPU {gpu} on node rank {node} is shared by {holders[crowded[0]]} processes (at most {RESOURCE_STEP})"
             )
-        return cls(plan, holders)
+        return cls(plan, holders, dict(pod_gpus or {}))
+
+    def env(self, process: ProcessPlan) -> dict[str, str]:
+        """The process's planned variables as its container sees them (GPU numbers as container ordinals in a pod
+        given exactly its GPUs)."""
+        return in_pod(process.env, self.pod_gpus.get(process.node_rank))
 
     def processes(self, component: str) -> tuple[ProcessPlan, ...]:
         try:
@@ -99,6 +115,6 @@ def read_plan(directory: str | os.PathLike[str] | None = None) -> LaunchPlan:
         return load_plan(os.environ[PLAN_ENV])
     folder = Path(directory or os.environ.get(PLAN_DIR_ENV) or PLAN_MOUNT_DIR)
     try:
-        return LaunchPlan.of(read_plan_dir(folder))
+        return LaunchPlan.of(read_plan_dir(folder), read_pod_gpus(folder))
     except PlacementError as err:
         raise LaunchError(str(err)) from None

@@ -27,7 +27,13 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from placement_core.contract import BINDING_REPORT_PREFIX, KUBE_NODE_ENV
+from placement_core.contract import (
+    BINDING_REPORT_PREFIX,
+    HOST_GPUS_ENV,
+    KUBE_NODE_ENV,
+    container_ordinals,
+    dra_devices_seen,
+)
 from placement_core.launcher.errors import LaunchError
 from placement_core.placement import placement_env
 from placement_core.plan import ProcessPlan
@@ -42,10 +48,28 @@ class Binding:
     world_size: int
     master_addr: str
     """MASTER_ADDR as launched (the Ray address of rank 0's node, not the plan's node name)."""
+    pod_gpus: tuple[int, ...] | None = None
+    """The plan's GPUs the process's pod was given exactly (a DRA claim; contract.POD_GPUS_KEY), None when the
+    pod has all of its node's GPUs."""
 
     def expected_env(self) -> dict[str, str]:
-        """The placement's variables, derived from the typed Placement (never from the plan's env dict)."""
-        return placement_env(self.process.placement, self.world_size, self.master_addr)
+        """The placement's variables, derived from the typed Placement (never from the plan's env dict); in a pod
+        given exactly its GPUs the GPU numbers are container ordinals (contract.container_ordinals)."""
+        return in_pod(placement_env(self.process.placement, self.world_size, self.master_addr), self.pod_gpus)
+
+
+#: The variables that name GPUs by number (the plan's, or container ordinals in a pod given exactly its GPUs).
+GPU_NUMBER_VARIABLES = ("CUDA_VISIBLE_DEVICES", "VISIBLE_DEVICES")
+
+
+def in_pod(env: Mapping[str, str], pod_gpus: tuple[int, ...] | None) -> dict[str, str]:
+    """`env` with its GPU numbers as the pod's container sees them."""
+    if pod_gpus is None:
+        return dict(env)
+    return {
+        key: container_ordinals(value.split(","), pod_gpus) if key in GPU_NUMBER_VARIABLES and value else value
+        for key, value in env.items()
+    }
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +101,13 @@ class ProcessCheck:
     not the mismatch to name either."""
     gpu_ids: tuple[str, ...] | None = None
     """The GPU ids Ray gave the process, where Ray chose them (launcher/observe_pools.py); None otherwise."""
+    host_gpus: tuple[int, ...] | None = None
+    """In a pod given exactly its GPUs: the host GPU numbers of the process's own GPUs (its ordinals through the
+    pod's host set), None otherwise."""
+    pod_host_gpus: tuple[int, ...] | None = None
+    """... and the host GPUs its container was given, as the DRA driver announced them inside it."""
+    claims: tuple[str, ...] = ()
+    """The UIDs of the ResourceClaims the driver named for those GPUs."""
 
     @property
     def ok(self) -> bool:
@@ -118,6 +149,9 @@ def check_binding(
         planned = len(process.placement.visible_accelerators)
         if len(devices.uuids) != planned:
             problems.append(f"{devices.source} shows {len(devices.uuids)} GPUs, planned {planned}")
+    host_gpus, pod_host_gpus, claims = None, None, ()
+    if binding.pod_gpus is not None:
+        host_gpus, pod_host_gpus, claims = _claimed_gpus(binding, environ, problems)
     return ProcessCheck(
         binding.component,
         process.rank,
@@ -125,7 +159,33 @@ def check_binding(
         tuple(problems),
         None if devices is None else devices.uuids,
         None if devices is None else devices.source,
+        host_gpus=host_gpus,
+        pod_host_gpus=pod_host_gpus,
+        claims=claims,
     )
+
+
+def _claimed_gpus(
+    binding: Binding, environ: Mapping[str, str], problems: list[str]
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, tuple[str, ...]]:
+    """In a pod given exactly its GPUs: the host GPUs of the process (its ordinals through the pod's pinned host
+    set, $RLPLACE_HOST_GPUS), the host GPUs the DRA driver announced in the container, and the claims it named.
+    What the driver announced must be the pinned set; a driver that announces nothing (NVIDIA's, which hands
+    device nodes instead) leaves the device check to NVML."""
+    pinned_text = environ.get(HOST_GPUS_ENV, "")
+    pinned = tuple(int(g) for g in pinned_text.split(",") if g.isdigit())
+    assert binding.pod_gpus is not None
+    if len(pinned) != len(binding.pod_gpus):
+        problems.append(f"{HOST_GPUS_ENV}={pinned_text!r}, planned {len(binding.pod_gpus)} GPUs for the pod")
+        return None, None, ()
+    host = dict(zip(sorted(binding.pod_gpus), pinned, strict=True))
+    mine = tuple(host[g] for g in sorted(binding.process.held_gpus) if g in host)
+    seen, claims = dra_devices_seen(environ)
+    if seen and seen != tuple(sorted(pinned)):
+        problems.append(
+            f"the container was given host GPUs {_gpus(frozenset(seen))}, its claim pins {_gpus(frozenset(pinned))}"
+        )
+    return mine, seen or None, claims
 
 
 def _quote(value: str | None) -> str:
@@ -307,6 +367,15 @@ class BindingReport:
                         "problems": list(c.problems),
                         "device_uuids": None if c.device_uuids is None else list(c.device_uuids),
                         "device_source": c.device_source,
+                        **(
+                            {}
+                            if c.host_gpus is None
+                            else {
+                                "host_gpus": list(c.host_gpus),
+                                "pod_host_gpus": None if c.pod_host_gpus is None else list(c.pod_host_gpus),
+                                "claims": list(c.claims),
+                            }
+                        ),
                     }
                     for c in self.checks
                 ],
@@ -334,6 +403,8 @@ def _check_from_dict(raw: Any) -> ProcessCheck:
     source = raw["device_source"]
     if not isinstance(raw["rank"], int) or not all(isinstance(p, str) for p in raw["problems"]):
         raise ValueError(f"bad check {raw!r:.80}")
+    host = raw.get("host_gpus")
+    pod_host = raw.get("pod_host_gpus")
     return ProcessCheck(
         str(raw["component"]),
         raw["rank"],
@@ -341,6 +412,9 @@ def _check_from_dict(raw: Any) -> ProcessCheck:
         tuple(raw["problems"]),
         None if uuids is None else tuple(str(u) for u in uuids),
         None if source is None else str(source),
+        host_gpus=None if host is None else tuple(int(g) for g in host),
+        pod_host_gpus=None if pod_host is None else tuple(int(g) for g in pod_host),
+        claims=tuple(str(c) for c in raw.get("claims") or ()),
     )
 
 

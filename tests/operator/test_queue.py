@@ -6,6 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rlplace_operator.admission import Admitted, GroupDemand, QueuedJob, Waiting
 from rlplace_operator.handlers.queue import (
+    Holding,
     Ledger,
     PlannedDemand,
     PodUse,
@@ -38,7 +39,7 @@ def world(
         key: [{"status": {"phase": phase} if phase else {}, "priority": 0, "created": "2026-01-01T00:00:00Z"}]
         for key, phase in jobs.items()
     }
-    clusters = {key: [nodes] for key, nodes in (rayclusters or {}).items()}
+    clusters = {key: [Holding(nodes)] for key, nodes in (rayclusters or {}).items()}
     return World(rljobs, clusters, pods or {}, {"gpu": NODES}, {"nvidia.com/gpu"})
 
 

@@ -56,6 +56,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [localqueues]
   verbs: [get]
+# A worker pod on a DRA NodeGroup claims exactly its GPUs through a ResourceClaimTemplate the job owns; a new pin
+# (restart, re-placement) makes a new one and the old ones are deleted.
+- apiGroups: [resource.k8s.io]
+  resources: [resourceclaimtemplates]
+  verbs: [get, list, create, delete]
 # The driver's binding report is read from its log (the RayJob submitter's pod); the Ray pods get no rights.
 - apiGroups: [""]
   resources: [pods]

@@ -5,21 +5,26 @@ import (builders/framework.py)."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
-from placement_core.contract import NODE_RANKS_KEY, node_ranks_text, plan_payload
+from placement_core.contract import NODE_RANKS_KEY, POD_GPUS_KEY, node_ranks_text, plan_payload, pod_gpus_text
 from placement_core.plan import Plan
 from rlplace_operator.names import child_labels, placement_configmap_name
 
 
-def build_placement_configmap(job: str, plan: Plan, files: Mapping[str, str] | None = None) -> dict:
+def build_placement_configmap(
+    job: str, plan: Plan, files: Mapping[str, str] | None = None, pod_gpus: Mapping[int, Sequence[int]] | None = None
+) -> dict:
     """The ConfigMap with one plan key: `plan.json` in data, or `plan.json.gz` in binaryData when large; the
-    node ranks; and `files` (the probe of a framework job) in data.
+    node ranks; the GPUs of the pods given exactly theirs (`pod_gpus`, DRA: node rank -> the plan's GPUs); and
+    `files` (the probe of a framework job) in data.
 
     Written by server-side apply, so a re-plan that crosses the size boundary drops the other key.
     """
     key, payload = plan_payload(plan)
     files = {NODE_RANKS_KEY: node_ranks_text({p.node_name: p.node_rank for _, p in plan.processes()}), **(files or {})}
+    if pod_gpus:
+        files[POD_GPUS_KEY] = pod_gpus_text(pod_gpus)
     body: dict = {
         "apiVersion": "v1",
         "kind": "ConfigMap",

@@ -25,8 +25,10 @@ from rlplace_operator.builders.podtemplate import (
     wire,
     with_volume,
 )
+from rlplace_operator.dra import CLAIM_REQUEST, DevicePin, claim_template
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
+    GPUS_ANNOTATION,
     HOSTNAME_LABEL,
     JOB_LABEL,
     KUBERAY_NODE_TYPE_LABEL,
@@ -74,6 +76,13 @@ class WorkerNode:
     """The node's kubernetes.io/hostname label (empty: none; the pod is then pinned by node name)."""
     held_gpus: tuple[int, ...] = ()
     """The node's GPUs the plan's processes hold (a framework that lets Ray pick GPU ids gets only these)."""
+    pin: DevicePin | None = None
+    """On a node of a DRA NodeGroup: the exact GPUs the pod claims (it then requests no extended resource)."""
+
+    @property
+    def pod_gpus(self) -> tuple[int, ...] | None:
+        """The plan's GPUs the pod is given exactly (DRA), None when it has all of its node's."""
+        return self.held_gpus if self.pin is not None else None
 
 
 def pod_security_context() -> dict:
@@ -183,14 +192,37 @@ def one_worker_per_node(job: str) -> dict:
 
 
 def _shape(spec: RLJobSpec, node: WorkerNode) -> tuple:
-    """What a worker pod's template depends on: nodes with the same shape share one worker group."""
+    """What a worker pod's template depends on: nodes with the same shape share one worker group. A pod that
+    claims exactly its GPUs (DRA) has its own claim template, so its own group."""
     return (
         node.groups,
         node.gpus,
         tuple(sorted(node.requests.items())),
         tuple(sorted(node.env.items())),
         framework.shown_gpus(spec, node.gpus, node.held_gpus),
+        None if node.pin is None else (node.name, node.pin.template),
     )
+
+
+def with_claim(template: dict, container: str, pin: DevicePin, pod_gpus: tuple[int, ...]) -> dict:
+    """`template` claiming exactly the pinned GPUs (its ResourceClaimTemplate), with what the container's processes
+    need to number them: PCI order, and the host GPUs for the binding check."""
+    spec = dict(template["spec"])
+    spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimTemplateName": pin.template}]
+    containers = []
+    for item in spec["containers"]:
+        if item["name"] == container:
+            resources = {**item.get("resources", {}), "claims": [{"name": CLAIM_REQUEST}]}
+            env = [
+                *item.get("env", []),
+                {"name": contract.CUDA_DEVICE_ORDER[0], "value": contract.CUDA_DEVICE_ORDER[1]},
+                {"name": contract.HOST_GPUS_ENV, "value": ",".join(map(str, pin.host_gpus))},
+            ]
+            item = {**item, "resources": resources, "env": env}
+        containers.append(item)
+    spec["containers"] = containers
+    assert len(pin.host_gpus) == len(pod_gpus), "a pin holds one host GPU per planned GPU of the pod"
+    return {**template, "spec": spec}
 
 
 def worker_shapes(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> list[list[WorkerNode]]:
@@ -207,7 +239,8 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     learning its node rank from its node before Ray starts (contract.worker_start_command), so the group holds
     nothing per node but the node's name."""
     first = nodes[0]
-    ray_gpus = framework.ray_gpus(spec, first.gpus, first.held_gpus)
+    pod_gpus = first.pod_gpus
+    ray_gpus = framework.ray_gpus(spec, first.gpus, first.held_gpus) if pod_gpus is None else len(pod_gpus)
     processes = max(node.processes for node in nodes)
     container = {
         "name": "ray-worker",
@@ -215,7 +248,11 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
         "securityContext": container_security_context(),
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, first.requests),
         "command": ["/bin/bash", "-c", "--"],
-        "args": [contract.worker_start_command(ray_gpus, framework.node_rank_exports(spec))],
+        "args": [
+            contract.worker_start_command(
+                ray_gpus, framework.node_rank_exports(spec), gpus=None if pod_gpus is None else sorted(pod_gpus)
+            )
+        ],
         "env": [
             *_env(first.env),
             *framework.worker_env(spec, first.gpus, first.held_gpus),
@@ -231,7 +268,7 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
         "spec": {
             # A pod that requests all of a node's units already keeps others off it: only unit-less pods need the
             # scheduler's pod anti-affinity (an inter-pod check per pod and node).
-            "affinity": {**on_hosts(nodes), **({} if first.requests else one_worker_per_node(job))},
+            "affinity": {**on_hosts(nodes), **({} if first.requests or first.pin else one_worker_per_node(job))},
             "securityContext": pod_security_context(),
             "containers": [container],
         },
@@ -242,6 +279,8 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     }
     mount = {"name": NODE_RANKS_VOLUME, "mountPath": contract.NODE_RANKS_MOUNT_DIR, "readOnly": True}
     template = with_volume(template, {"name": NODE_RANKS_VOLUME, "configMap": ranks}, "ray-worker", mount)
+    if first.pin is not None and pod_gpus is not None:
+        template = with_claim(template, "ray-worker", first.pin, pod_gpus)
     return {
         "groupName": name,
         "replicas": len(nodes),
@@ -330,15 +369,26 @@ def build_raycluster_spec(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]
     }
 
 
+def held_annotations(nodes: Sequence[WorkerNode]) -> dict[str, str]:
+    """The annotations that say what the job holds, read back by admission after a restart: its nodes, and the
+    GPUs its pods claim on DRA nodes."""
+    annotations = {NODES_ANNOTATION: ",".join(node.name for node in nodes)}
+    pinned = {node.name: node.pin.host_gpus for node in nodes if node.pin is not None}
+    if pinned:
+        annotations[GPUS_ANNOTATION] = " ".join(f"{n}={','.join(map(str, g))}" for n, g in sorted(pinned.items()))
+    return annotations
+
+
+def claim_templates(job: str, nodes: Sequence[WorkerNode]) -> list[dict]:
+    """The ResourceClaimTemplates of the job's pods that claim exactly their GPUs (DRA)."""
+    return [claim_template(job, node.pin) for node in nodes if node.pin is not None]
+
+
 def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:
     """The RayCluster for a job whose plan uses `nodes` (in node-rank order)."""
     return {
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayCluster",
-        "metadata": {
-            "name": raycluster_name(job),
-            "labels": child_labels(job),
-            "annotations": {NODES_ANNOTATION: ",".join(node.name for node in nodes)},
-        },
+        "metadata": {"name": raycluster_name(job), "labels": child_labels(job), "annotations": held_annotations(nodes)},
         "spec": build_raycluster_spec(job, spec, nodes),
     }

@@ -12,6 +12,7 @@ from rlplace_operator.builders.raycluster import (
     build_raycluster_spec,
     container_security_context,
     head_nodes,
+    held_annotations,
     on_nodes,
     pod_security_context,
     restart_env,
@@ -19,7 +20,6 @@ from rlplace_operator.builders.raycluster import (
 from rlplace_operator.models import RLJobSpec, SubmissionMode
 from rlplace_operator.names import (
     ATTEMPT_ANNOTATION,
-    NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
     SUBMITTER_CONTAINER,
@@ -83,10 +83,7 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt
         "metadata": {
             "name": rayjob_name(job),
             "labels": child_labels(job),
-            "annotations": {
-                NODES_ANNOTATION: ",".join(node.name for node in nodes),
-                ATTEMPT_ANNOTATION: str(attempt),
-            },
+            "annotations": {**held_annotations(nodes), ATTEMPT_ANNOTATION: str(attempt)},
         },
         "spec": body,
     }

@@ -35,6 +35,7 @@ from rlplace_operator import conditions as cond
 from rlplace_operator import kueue
 from rlplace_operator.admission import Decision
 from rlplace_operator.diagnosis import StartBounds, pods_not_started
+from rlplace_operator.dra import with_claims_checked
 from rlplace_operator.handlers import rayjob as driver
 from rlplace_operator.handlers import rljob
 from rlplace_operator.handlers.nodegroup import indexed
@@ -392,7 +393,9 @@ class Observer:
         job the one made from its processes' probe lines (final once the driver ended or the bound on its
         workers' start, --pod-start-timeout from the driver's start, passed)."""
         if not job.framework_job:
-            return driver.read_report(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
+            report = driver.read_report(self.kube, job.namespace, job.name, job.submission_mode, rayjob)
+            claimed = {c["node"]: c.get("hostGpus") or [] for c in job.status.get("gpuClaims") or []}
+            return None if report is None else with_claims_checked(report, claimed)
         plan = _plan_of(self.kube, job)
         if plan is None:
             return None

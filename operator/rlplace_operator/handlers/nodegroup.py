@@ -15,10 +15,11 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator import conditions as cond
+from rlplace_operator.dra import DRA_GROUP, DRA_VERSION, NodeSlice, node_slice
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import GROUP, VERSION, NodeGroupSpec, dump, is_live
 from rlplace_operator.names import API_VERSION, NODEGROUP_PLURAL, RLJOB_PLURAL
-from rlplace_operator.selection import NodeInfo, nodegroup_status
+from rlplace_operator.selection import NodeInfo, nodegroup_status, with_slices
 
 #: How often a NodeGroup's status is recomputed from the node index (nodes joining, leaving, NotReady).
 RESYNC_SECONDS = 2.0
@@ -30,6 +31,13 @@ IN_USE_RECHECK_SECONDS = 10.0
 def node_index(name: str, body: kopf.Body, **_: Any) -> dict[str, NodeInfo]:
     """Every node, by name: labels, allocatable and readiness (no API call per reconcile)."""
     return {name: NodeInfo.from_body(body)}
+
+
+@kopf.index(DRA_GROUP, DRA_VERSION, "resourceslices")
+def resourceslice_index(body: kopf.Body, **_: Any) -> dict[str, NodeSlice] | None:
+    """Every DRA driver's ResourceSlice of a single node, by node: the GPUs of NodeGroups with gpuAllocation dra."""
+    found = node_slice(body)
+    return None if found is None else {found[0]: found[1]}
 
 
 @kopf.index(GROUP, VERSION, NODEGROUP_PLURAL)
@@ -161,6 +169,7 @@ def nodegroup_observe(
     node_index: kopf.Index,
     nodegroup_index: kopf.Index,
     rljob_index: kopf.Index,
+    resourceslice_index: kopf.Index,
     **_: Any,
 ) -> None:
     """Write the matched nodes, unit counts and readiness into status when they changed (a field that became
@@ -168,18 +177,20 @@ def nodegroup_observe(
     group = NodeGroupSpec.model_validate(dict(spec))
     # Copies: kopf changes its indexes from the watch streams while this runs in a thread (at 1,000 nodes
     # iterating the live index raised "dictionary changed size during iteration").
-    node_index = copy_index(node_index)
+    node_index = with_slices(copy_index(node_index), copy_index(resourceslice_index))
     nodes = [indexed(node_index, n) for n in node_index]
     observed = nodegroup_status(group, [n for n in nodes if n is not None], meta.get("generation"))
     ready = observed.ready_nodes > 0
     observed.conditions = []
     wanted = dump(observed)
+    problems = [n.problem for n in observed.nodes if n.problem]
+    named = f"; {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}" if problems else ""
     wanted["conditions"] = cond.set_condition(
         status.get("conditions"),
         cond.READY,
         ready,
         cond.NODES_READY if ready else cond.NO_READY_NODES,
-        f"{observed.ready_nodes} of {observed.total_nodes} nodes ready, {observed.total_units} units",
+        f"{observed.ready_nodes} of {observed.total_nodes} nodes ready, {observed.total_units} units{named}",
         meta.get("generation"),
     )
     changes = cond.merge_patch(dict(status), wanted)

@@ -30,10 +30,12 @@ from rlplace_operator.admission import (
     decide,
     fit,
 )
+from rlplace_operator.dra import DRA_GROUP, DRA_VERSION, ClaimedDevice, Device, claimed_devices
 from rlplace_operator.handlers.nodegroup import copy_index, indexed
 from rlplace_operator.kueue import queue_name
 from rlplace_operator.models import JobPhase, RLJobSpec
 from rlplace_operator.names import (
+    GPUS_ANNOTATION,
     JOB_LABEL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
@@ -42,7 +44,7 @@ from rlplace_operator.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
 )
-from rlplace_operator.selection import JobGroup, untolerated_among
+from rlplace_operator.selection import JobGroup, untolerated_among, with_slices
 from rlplace_operator.taints import Taint
 
 #: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name). The operator's own Ray pods
@@ -100,12 +102,48 @@ def pod_units_index(
 @kopf.index(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def raycluster_nodes_index(
     namespace: str, labels: kopf.Labels, annotations: kopf.Annotations, **_: Any
-) -> dict[JobKey, frozenset[str]] | None:
-    """The nodes each job's RayCluster is pinned to: what admitted jobs hold (restart-safe)."""
+) -> dict[JobKey, Holding] | None:
+    """The nodes each job's RayCluster is pinned to, and the GPUs it claims on DRA nodes: what admitted jobs
+    hold (restart-safe)."""
     job, nodes = labels.get(JOB_LABEL), annotations.get(NODES_ANNOTATION)
     if job is None or nodes is None:
         return None
-    return {(namespace, job): frozenset(n for n in nodes.split(",") if n)}
+    gpus = parse_devices_annotation(annotations.get(GPUS_ANNOTATION, ""))
+    return {(namespace, job): Holding(frozenset(n for n in nodes.split(",") if n and n not in gpus), gpus)}
+
+
+@kopf.index(DRA_GROUP, DRA_VERSION, "resourceclaims")
+def resourceclaim_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tuple[ClaimedDevice, ...]] | None:
+    """The devices each allocated ResourceClaim holds, by (driver, pool): the GPUs of DRA nodes nobody else can
+    have (whoever made the claim: rlplace's jobs, other users)."""
+    held: dict[tuple[str, str], list[ClaimedDevice]] = {}
+    for device in claimed_devices(body):
+        held.setdefault((device.driver, device.pool), []).append(device)
+    return {key: tuple(devices) for key, devices in held.items()} or None
+
+
+def devices_annotation(gpus: Mapping[str, Sequence[int]]) -> str:
+    """The GPUS_ANNOTATION value: `node=0,1,2,3` per DRA node, space separated."""
+    return " ".join(f"{node}={','.join(map(str, sorted(ids)))}" for node, ids in sorted(gpus.items()))
+
+
+def parse_devices_annotation(text: str) -> dict[str, frozenset[int]]:
+    """Node -> host GPU numbers from a GPUS_ANNOTATION value (malformed entries are skipped)."""
+    gpus: dict[str, frozenset[int]] = {}
+    for entry in text.split():
+        node, _, ids = entry.partition("=")
+        numbers = [int(i) for i in ids.split(",") if i.isdigit()]
+        if node and numbers:
+            gpus[node] = frozenset(numbers)
+    return gpus
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """What an admitted job holds: whole nodes, and GPUs of DRA nodes."""
+
+    nodes: frozenset[str] = frozenset()
+    gpus: Mapping[str, frozenset[int]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -133,6 +171,8 @@ class Ledger:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
+    #: GPUs of DRA nodes reserved by admitted jobs (node -> host GPU numbers), until their claims hold them.
+    reserved_gpus: dict[JobKey, Mapping[str, frozenset[int]]] = field(default_factory=dict)
     demands: dict[JobKey, tuple[tuple, PlannedDemand]] = field(default_factory=dict)
     #: Demands by job shape, shared by jobs planned the same (the oldest dropped past MAX_SHAPES).
     shapes: dict[tuple, tuple] = field(default_factory=dict)
@@ -140,11 +180,18 @@ class Ledger:
     def release(self, key: JobKey) -> None:
         with self.lock:
             self.reserved.pop(key, None)
+            self.reserved_gpus.pop(key, None)
 
     def forget(self, key: JobKey) -> None:
         with self.lock:
             self.reserved.pop(key, None)
+            self.reserved_gpus.pop(key, None)
             self.demands.pop(key, None)
+
+    def reserve(self, key: JobKey, admitted: Admitted) -> None:
+        """Hold what `admitted` picked for its job (the caller holds the lock)."""
+        self.reserved[key] = admitted.worker_nodes
+        self.reserved_gpus[key] = {node: frozenset(ids) for node, ids in admitted.gpus}
 
     def demand(self, key: JobKey, fingerprint: tuple) -> PlannedDemand | None:
         with self.lock:
@@ -179,16 +226,20 @@ class Snapshot:
     rljobs: Mapping[JobKey, list[Any]]
     rayclusters: Mapping[JobKey, list[Any]]
     pods: Mapping[str, list[Any]]
+    claims: Mapping[tuple[str, str], list[Any]] = field(default_factory=dict)
+    """(driver, pool) -> the devices allocated claims hold there (resourceclaim_index)."""
 
     @classmethod
     def of(cls, indexes: Mapping[str, Any]) -> Snapshot:
-        """From a handler's kwargs (kopf passes each index by its function's name)."""
+        """From a handler's kwargs (kopf passes each index by its function's name); nodes carry their
+        ResourceSlices."""
         return cls(
-            nodes=copy_index(indexes["node_index"]),
+            nodes=with_slices(copy_index(indexes["node_index"]), copy_index(indexes.get("resourceslice_index", {}))),
             nodegroups=copy_index(indexes["nodegroup_index"]),
             rljobs=copy_index(indexes["rljob_index"]),
             rayclusters=copy_index(indexes["raycluster_nodes_index"]),
             pods=copy_index(indexes["pod_units_index"]),
+            claims=copy_index(indexes.get("resourceclaim_index", {})),
         )
 
 
@@ -224,23 +275,76 @@ class World:
     tainted_in: Mapping[str, frozenset[str]] = field(default_factory=dict)
     #: `tainted_now`'s answers in this world, by the demands' tolerations_key (filled as they are asked).
     untolerated: dict[tuple[tuple[str, ...], str], dict[str, str]] = field(default_factory=dict, compare=False)
+    #: Ready nodes of DRA groups -> their GPUs in host order and who holds which: claims (by job, None for
+    #: others' claims) as the cluster's allocated claims say.
+    dra_nodes: Mapping[str, DraNode] = field(default_factory=dict)
 
 
-def _held(ledger: Ledger, world: World) -> dict[str, JobKey]:
-    """Node -> the admitted job that holds it: RayClusters that exist, plus this process's reservations."""
+@dataclass(frozen=True)
+class DraNode:
+    """A ready node of a DRA group as admission sees it: its GPU count and which GPUs allocated claims hold."""
+
+    gpus: int
+    claimed: Mapping[int, JobKey | None]
+    """Host GPU number -> the job whose worker pod's claim holds it (None: a claim of no RLJob)."""
+
+
+def dra_node(devices: Sequence[Device], driver: str, claims: Mapping[tuple[str, str], list[Any]]) -> DraNode:
+    """One DRA node's GPUs and the claims that hold them (from the resourceclaim_index copy)."""
+    pools = {d.pool for d in devices}
+    position = {(d.pool, d.name): i for i, d in enumerate(devices)}
+    claimed: dict[int, JobKey | None] = {}
+    for pool in pools:
+        for held in claims.get((driver, pool), ()):
+            for device in held:
+                at = position.get((device.pool, device.device))
+                if at is not None:
+                    namespace = device.claim.split("/", 1)[0]
+                    claimed[at] = (namespace, device.job) if device.job else None
+    return DraNode(len(devices), claimed)
+
+
+def _held(ledger: Ledger, world: World) -> tuple[dict[str, JobKey], dict[str, dict[int, JobKey]]]:
+    """Node -> the admitted job that holds it, and DRA node -> GPU -> the job that holds it: RayClusters that
+    exist, plus this process's reservations."""
     held: dict[str, JobKey] = {}
+    gpus: dict[str, dict[int, JobKey]] = {}
     for key in world.rayclusters:
-        for node in indexed(world.rayclusters, key) or ():
+        holding = indexed(world.rayclusters, key)
+        if holding is None:
+            continue
+        for node in holding.nodes:
             held[node] = key
+        for node, ids in holding.gpus.items():
+            gpus.setdefault(node, {}).update(dict.fromkeys(ids, key))
     for key, nodes in list(ledger.reserved.items()):
         # kopf indexes an RLJob before its handlers run, so a job missing from the index was deleted.
         if indexed(world.rljobs, key) is None:
             del ledger.reserved[key]
+            ledger.reserved_gpus.pop(key, None)
             ledger.demands.pop(key, None)
             continue
+        reserved_gpus = ledger.reserved_gpus.get(key, {})
         for node in nodes:
-            held.setdefault(node, key)
-    return held
+            if node not in reserved_gpus:
+                held.setdefault(node, key)
+        for node, ids in reserved_gpus.items():
+            for gpu in ids:
+                gpus.setdefault(node, {}).setdefault(gpu, key)
+    return held, gpus
+
+
+def free_gpus(
+    world: World, held_gpus: Mapping[str, Mapping[int, JobKey]], skip: JobKey | None = None
+) -> dict[str, tuple[int, ...]]:
+    """DRA node -> its GPUs no claim and no admitted job holds (`skip`'s own left out: they count as free for
+    it)."""
+    free = {}
+    for node, info in world.dra_nodes.items():
+        taken = {g for g, key in info.claimed.items() if key is None or key != skip}
+        taken |= {g for g, key in held_gpus.get(node, {}).items() if key != skip}
+        free[node] = tuple(g for g in range(info.gpus) if g not in taken)
+    return free
 
 
 def _pod_units(world: World, exclude: JobKey | None) -> dict[str, dict[str, Mapping[str, int]]]:
@@ -311,12 +415,13 @@ def queue_pass(ledger: Ledger, world: World) -> dict[JobKey, Decision]:
     """One admission decision for every waiting job (one `decide` over the whole queue); the nodes of each job
     it admits are reserved, so that job's reconcile finds them its own."""
     with ledger.lock:
-        held = _held(ledger, world)
+        held, held_gpus = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        decisions = decide(_waiting_queue(ledger, world, None), Pool(world.groups, busy))
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus))
+        decisions = decide(_waiting_queue(ledger, world, None), pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
-                ledger.reserved[key] = decision.nodes
+                ledger.reserve(key, decision)
         return decisions
 
 
@@ -328,22 +433,27 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
     demand this process has not planned yet keep their place (see `admission.decide`).
     """
     with ledger.lock:
-        held = _held(ledger, world)
+        held, held_gpus = _held(ledger, world)
         own = {node for node, key in held.items() if key == job.key}
+        own_gpus = {
+            node: tuple(sorted(g for g, key in ids.items() if key == job.key)) for node, ids in held_gpus.items()
+        }
+        own_gpus = {node: ids for node, ids in own_gpus.items() if ids}
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
-        pool = Pool(world.groups, busy)
-        if own:
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key))
+        if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
-            kept = fit(job, pool, set(busy) | (all_nodes - own))
+            kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)
             if not isinstance(kept, tuple):
-                ledger.reserved[job.key] = kept.nodes
+                ledger.reserve(job.key, kept)
                 return kept
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus))
         # Only the jobs ahead of it decide where it goes (or its place): a burst of new jobs costs each one a
         # pass over the few still waiting ahead of it, not over the whole queue.
         ahead = [other for other in _waiting_queue(ledger, world, job.key) if other.order() < job.order()]
         decisions = decide([job, *ahead], pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
-                ledger.reserved[key] = decision.nodes
+                ledger.reserve(key, decision)
         return decisions[job.key]

@@ -32,16 +32,19 @@ from rlplace_operator.builders import framework
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.podtemplate import worker_tolerations
 from rlplace_operator.builders.progress import with_progress_reporting
-from rlplace_operator.builders.raycluster import build_raycluster
+from rlplace_operator.builders.raycluster import build_raycluster, claim_templates
 from rlplace_operator.builders.rayjob import build_rayjob
+from rlplace_operator.dra import PinError, device_pin
 from rlplace_operator.handlers import rayjob
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.queue import (
+    DraNode,
     Ledger,
     PlannedDemand,
     Snapshot,
     World,
     admit,
+    dra_node,
     groups_with_nodes,
     ready_nodes,
     status_excluded,
@@ -50,6 +53,7 @@ from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_rea
 from rlplace_operator.k8s import Kube
 from rlplace_operator.models import (
     Framework,
+    GpuClaim,
     JobPhase,
     NodeGroupSpec,
     NodeGroupStatus,
@@ -279,7 +283,13 @@ def _demand(
         planned = _plan(job, spec, annotations, groups, node_index, retry)
         applied = tuple(planned.applied)
         resolved = _resolved(spec, annotations, applied)
-        demand = demand_from_workers(ranked, {w.name for w in planned.workers}, ranked_across(resolved))
+        demand = demand_from_workers(
+            ranked,
+            {w.name for w in planned.workers},
+            ranked_across(resolved),
+            {w.name: len(w.held_gpus) for w in planned.workers},
+            {group.name for group in groups if group.spec.dra_driver is not None},
+        )
         shared = (demand, applied, planned.predicted_iteration_time)
         ledger.remember_shared_demand(shape, shared)
     else:
@@ -319,17 +329,24 @@ def _provision(job: _JobStatus, kube: Kube, spec: RLJobSpec, planned: JobPlan, r
         message = f"the ray.io {kind} CRD is not installed (install KubeRay)"
         raise job.wait(cond.RAYCLUSTER_READY, cond.KUBERAY_MISSING, message, retry)
     name, namespace = job.body["metadata"]["name"], job.body["metadata"]["namespace"]
-    configmap = build_placement_configmap(name, planned.plan, framework.probe_data(spec))
+    pod_gpus = {w.rank: w.held_gpus for w in planned.workers if w.pin is not None}
+    configmap = build_placement_configmap(name, planned.plan, framework.probe_data(spec), pod_gpus)
+    templates = claim_templates(name, planned.workers)
     child = (
         build_rayjob(name, spec, planned.workers, attempt)
         if spec.entrypoint
         else build_raycluster(name, spec, planned.workers)
     )
     child = with_progress_reporting(child, name, kube.progress_url, workers=spec.framework is Framework.VERL)
-    kopf.adopt([configmap, child], owner=job.body)
+    kopf.adopt([configmap, child, *templates], owner=job.body)
     if kueue.queue_name(job.body["metadata"].get("labels") or {}) is not None:
         child = kueue.for_kueue(child)
     kube.apply_configmap(namespace, configmap)
+    # The claim templates before the pods that name them (a pod whose template is missing is not scheduled);
+    # templates of an earlier pin are immutable and no longer named: they go.
+    for template in templates:
+        kube.create_claim_template(namespace, template)
+    kube.delete_claim_templates(namespace, name, keep={t["metadata"]["name"] for t in templates})
     return kube.apply_rayjob(namespace, child) if spec.entrypoint else kube.apply_raycluster(namespace, child)
 
 
@@ -375,19 +392,25 @@ def _admission_world(snapshot: Snapshot) -> World:
     groups, resources = {}, set()
     taints: dict[str, tuple[Taint, ...]] = {}
     tainted_in: dict[str, set[str]] = {}
+    dra_nodes: dict[str, DraNode] = {}
     for name in snapshot.nodegroups:
         group = parsed_group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
+        dra = group.spec.dra_driver
         for node in groups[name]:
             info = indexed(snapshot.nodes, node)
             if info is not None and info.taints:
                 taints[node] = info.taints
                 tainted_in.setdefault(node, set()).add(name)
+            if dra is not None and info is not None:
+                dra_nodes[node] = dra_node(info.devices(dra.driver), dra.driver, snapshot.claims)
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
     frozen = {node: frozenset(names) for node, names in tainted_in.items()}
-    return World(snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, taints, frozen)
+    return World(
+        snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, taints, frozen, dra_nodes=dra_nodes
+    )
 
 
 def _admitted_plan(
@@ -405,7 +428,15 @@ def _admitted_plan(
     groups = _groups(job, spec, snapshot.nodegroups, retry)
     demand = _demand(job, key, spec, annotations, groups, snapshot.nodes, ledger, retry)
     queue = kueue.queue_name(job.body["metadata"].get("labels") or {})
+    gpus: dict[str, tuple[int, ...]] = {}
     if queue is not None:
+        shared = [group.name for group in groups if group.spec.dra_driver is not None]
+        if shared:
+            message = (
+                f"NodeGroup {shared[0]} allocates GPUs through DRA, which rlplace does not yet admit through Kueue: "
+                "drop the kueue.x-k8s.io/queue-name label or use a devicePlugin NodeGroup"
+            )
+            raise job.fail(cond.ADMITTED, cond.KUEUE_UNSUPPORTED, message)
         granted = _kueue_admission(job, key, spec, groups, demand, kube, snapshot, queue, retry)
         if granted is None:
             return None
@@ -420,13 +451,18 @@ def _admitted_plan(
         if isinstance(decision, Waiting):
             _queued(job, decision)
             return None
-        cluster, nodes, admitted_by = decision.cluster, decision.nodes, "admission picked"
+        cluster, nodes, admitted_by = decision.cluster, decision.worker_nodes, "admission picked"
+        gpus = dict(decision.gpus)
     planned = _plan(job, demand.spec, {}, groups_with_nodes(groups, cluster), snapshot.nodes, retry)
     planned = dataclasses.replace(planned, predicted_iteration_time=demand.predicted_iteration_time)
-    if not {w.name for w in planned.workers} <= nodes:
+    if not {w.name for w in planned.workers} <= nodes or any(
+        len(w.held_gpus) != len(gpus[w.name]) for w in planned.workers if w.name in gpus
+    ):
         # Only when a group mixes node sizes: the plan on the picked nodes differs from the one on all nodes.
         ledger.release(key)
         raise job.wait(cond.PLACED, cond.NODES_DIFFER, f"the free nodes {admitted_by} do not fit the placement", retry)
+    if gpus:
+        planned = _pinned(job, spec, planned, groups, snapshot, gpus)
     processes = sum(c.processes for c in planned.summary.components)
     job.condition(cond.PLACED, True, cond.PLACEMENT_APPLIED, f"{processes} processes on {len(planned.workers)} nodes")
     if queue is None and job.condition(cond.ADMITTED, True, cond.ADMITTED, f"reserved {len(planned.workers)} nodes"):
@@ -434,6 +470,47 @@ def _admitted_plan(
             job.body, reason=cond.ADMITTED, message=f"reserved nodes {', '.join(w.name for w in planned.workers)}"
         )
     return planned
+
+
+def _pinned(
+    job: _JobStatus,
+    spec: RLJobSpec,
+    planned: JobPlan,
+    groups: list[JobGroup],
+    snapshot: Snapshot,
+    gpus: Mapping[str, tuple[int, ...]],
+) -> JobPlan:
+    """The plan with the exact GPUs admission reserved on each DRA node pinned on its worker (the k-th of the
+    plan's GPUs on the node is the k-th reserved one, so the plan's order is kept)."""
+    settings = {}
+    for group in groups:
+        dra = group.spec.dra_driver
+        if dra is not None:
+            for entry in group.status.nodes:
+                settings.setdefault(entry.name, dra)
+    attempt = attempt_for_new_child(job.before, job.generation)
+    workers = []
+    for worker in planned.workers:
+        if worker.name in gpus:
+            info = indexed(snapshot.nodes, worker.name)
+            dra = settings[worker.name]
+            try:
+                pin = device_pin(
+                    job.body["metadata"]["name"], worker.rank, attempt, dra, info.devices(dra.driver), gpus[worker.name]
+                )
+            except (PinError, IndexError) as err:
+                raise job.fail(cond.PLACED, cond.PLACEMENT_INVALID, str(err)) from None
+            if spec.framework_job:
+                message = (
+                    f"NodeGroup of node {worker.name} allocates GPUs through DRA; framework jobs run on devicePlugin "
+                    "NodeGroups only for now (their GPU numbering is the framework's)"
+                )
+                raise job.fail(cond.PLACED, cond.PLACEMENT_INVALID, message)
+            worker = dataclasses.replace(worker, pin=pin, requests={})
+        workers.append(worker)
+    # A pod that claims its GPUs uses those only, not its node's.
+    gpus = sum(len(w.pin.host_gpus) if w.pin is not None else w.gpus for w in workers)
+    return dataclasses.replace(planned, workers=workers, gpus=gpus)
 
 
 def _pod_sets(
@@ -651,6 +728,19 @@ def _provision_job(job: _JobStatus, observed: Job, kube: Kube, ledger: Ledger, s
         predictedIterationTime=planned.predicted_iteration_time,
         gpus=planned.gpus,
         nodes=len(planned.workers),
+        gpuClaims=[
+            dump(
+                GpuClaim(
+                    node=w.name,
+                    devices=[d.name for d in w.pin.devices],
+                    host_gpus=list(w.pin.host_gpus),
+                    template=w.pin.template,
+                )
+            )
+            for w in planned.workers
+            if w.pin is not None
+        ]
+        or None,
         queuePosition=None,
         waitingFor=None,
         retryAfter=None,

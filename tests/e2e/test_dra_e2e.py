@@ -1,0 +1,316 @@
+"""Several jobs on one GPU node through Dynamic Resource Allocation (docs/dra.md), on a real apiserver, scheduler
+and claim controller: each job's worker pod claims exactly the GPUs admission reserved for it.
+
+kwok nodes run no DRA driver: a ResourceSlice shaped like the local driver's (e2e_cluster.fake_resource_slice)
+is enough for the scheduler to allocate and reserve claims; nothing prepares them. The real-node test proves the
+GPUs from inside the containers (the local cluster's real-dra-0 runs dra-example-kubeletplugin).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
+
+from e2e_cluster import DRA_DRIVER, fake_resource_slice, ignore_missing, wait_for
+from rlplace_fixtures import GROUP, VERSION, Jobs, kubectl, run_tool
+
+pytestmark = pytest.mark.e2e
+
+REPO = Path(__file__).resolve().parents[2]
+DRA = ("resource.k8s.io", "v1")
+NODE = "dra-kwok-0"
+NODE_LABEL = "rlplace.io/dra-e2e"
+NODEGROUP = "dra-e2e"
+
+
+def device_class_from_chart(kubeconfig: str) -> None:
+    """The chart's DeviceClass for the local driver, as `helm install --set dra.deviceClasses...` makes it."""
+    rendered = run_tool(
+        "helm",
+        kubeconfig,
+        "template",
+        "rlplace",
+        str(REPO / "charts" / "rlplace"),
+        "--kube-version",
+        "1.35.4",
+        "--set",
+        f"dra.deviceClasses[0].name={DRA_DRIVER},dra.deviceClasses[0].driver={DRA_DRIVER}",
+        "--show-only",
+        "templates/deviceclass.yaml",
+    ).stdout
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=rendered)
+
+
+@pytest.fixture
+def dra_node(
+    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_crds: None
+) -> Iterator[str]:
+    """A kwok node whose 8 GPUs come from a ResourceSlice, and a NodeGroup with gpuAllocation dra over it."""
+    device_class_from_chart(kubeconfig)
+    fake_node(NODE, labels={NODE_LABEL: "true"})
+    custom = client.CustomObjectsApi(k8s)
+    custom.create_cluster_custom_object(*DRA, "resourceslices", fake_resource_slice(NODE))
+    group = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeGroup",
+        "metadata": {"name": NODEGROUP},
+        "spec": {
+            "nodeSelector": {"matchLabels": {NODE_LABEL: "true"}},
+            "gpuAllocation": "dra",
+            "dra": {"driver": DRA_DRIVER, "pinAttribute": "index"},
+        },
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+
+    def ready() -> bool:
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", NODEGROUP).get("status") or {}
+        return status.get("totalUnits") == 8
+
+    wait_for(ready, 30, f"NodeGroup {NODEGROUP} counting the slice's 8 GPUs")
+    yield NODE
+    ignore_missing(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", NODEGROUP))
+    ignore_missing(
+        lambda: custom.delete_cluster_custom_object(
+            *DRA, "resourceslices", fake_resource_slice(NODE)["metadata"]["name"]
+        )
+    )
+
+
+def gpu_job(name: str, placement: str) -> dict:
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "RLJob",
+        "metadata": {"name": name},
+        "spec": {"nodeGroups": [NODEGROUP], "componentPlacement": [{"components": "actor", "placement": placement}]},
+    }
+
+
+def claims(jobs: Jobs, job: str) -> list[dict]:
+    """The job's worker pods' ResourceClaims (made from its templates: they carry the job label)."""
+    listed = jobs.custom.list_namespaced_custom_object(
+        *DRA, jobs.namespace, "resourceclaims", label_selector=f"rlplace.io/job={job}"
+    )
+    return listed["items"]
+
+
+def allocated(claim: dict) -> list[str]:
+    results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []
+    return sorted((r["device"] for r in results), key=lambda d: int(d.split("-")[1]))
+
+
+def running_on_devices(jobs: Jobs, job: str) -> list[str] | None:
+    """The devices the job's one claim was allocated once its worker pod is bound (None before)."""
+    pods = [p for p in jobs.pods(job) if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
+    found = claims(jobs, job)
+    if len(pods) != 1 or not pods[0].spec.node_name or len(found) != 1 or not allocated(found[0]):
+        return None
+    reserved = [r["name"] for r in (found[0].get("status") or {}).get("reservedFor") or []]
+    return allocated(found[0]) if reserved == [pods[0].metadata.name] else None
+
+
+def test_two_four_gpu_jobs_share_a_node_and_a_third_runs_on_the_gpus_a_deleted_one_freed(
+    jobs: Jobs, dra_node: str
+) -> None:
+    jobs.create(gpu_job("left", "0-3"))
+    jobs.create(gpu_job("right", "0-3"))
+    left = wait_for(lambda: running_on_devices(jobs, "left"), 90, "left's worker pod bound with its claim")
+    right = wait_for(lambda: running_on_devices(jobs, "right"), 90, "right's worker pod bound with its claim")
+    # Admission reserved disjoint GPUs of the one node; the scheduler allocated exactly those.
+    assert sorted([left, right]) == [["gpu-0", "gpu-1", "gpu-2", "gpu-3"], ["gpu-4", "gpu-5", "gpu-6", "gpu-7"]]
+    for name, devices in (("left", left), ("right", right)):
+        status = jobs.get(name)["status"]
+        (claim,) = status["gpuClaims"]
+        assert (claim["node"], claim["devices"]) == (dra_node, devices), status
+        assert status["phase"] in ("Provisioning", "Running"), status
+        pods = [p for p in jobs.pods(name) if p.metadata.labels.get("ray.io/node-type") == "worker"]
+        assert pods[0].spec.node_name == dra_node
+        limits = pods[0].spec.containers[0].resources.limits or {}
+        assert "nvidia.com/gpu" not in limits
+    # A third job needs one GPU of the full node: it waits, saying so, and no claim of it exists.
+    jobs.create(gpu_job("third", "0"))
+    waiting = wait_for(
+        lambda: (s := jobs.get("third").get("status") or {}).get("phase") == "Queued" and s, 30, "third queued"
+    )
+    assert "free GPU" in waiting["waitingFor"] and NODEGROUP in waiting["waitingFor"], waiting
+    assert claims(jobs, "third") == []
+    freed = left
+    jobs.delete("left")
+    third = wait_for(lambda: running_on_devices(jobs, "third"), 120, "third running on a GPU left freed")
+    assert third == [freed[0]], (third, freed)
+
+
+def test_a_dra_nodegroup_names_a_node_that_publishes_no_devices_and_a_node_that_mixes(
+    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_crds: None
+) -> None:
+    fake_node("dra-missing-0", labels={"rlplace.io/dra-bad": "true"})
+    fake_node("dra-mixed-0", labels={"rlplace.io/dra-bad": "true"}, gpus=8)
+    custom = client.CustomObjectsApi(k8s)
+    custom.create_cluster_custom_object(*DRA, "resourceslices", fake_resource_slice("dra-mixed-0"))
+    name = "dra-bad"
+    group = {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "NodeGroup",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeSelector": {"matchLabels": {"rlplace.io/dra-bad": "true"}},
+            "gpuAllocation": "dra",
+            "dra": {"driver": DRA_DRIVER},
+        },
+    }
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", group)
+    try:
+
+        def named() -> dict | None:
+            status = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", name).get("status") or {}
+            return status if len([n for n in status.get("nodes") or [] if n.get("problem")]) == 2 else None
+
+        status = wait_for(named, 30, "both nodes' problems in the NodeGroup's status")
+        problems = {n["name"]: n["problem"] for n in status["nodes"]}
+        assert problems["dra-missing-0"] == f"node dra-missing-0 publishes no ResourceSlice of DRA driver {DRA_DRIVER}"
+        assert "never both" in problems["dra-mixed-0"]
+        ready = next(c for c in status["conditions"] if c["type"] == "Ready")
+        assert ready["status"] == "False" and "publishes no ResourceSlice" in ready["message"], ready
+        # A spec that asks for DRA without saying which driver is refused by the CRD.
+        bad = {**group, "metadata": {"name": "dra-nodriver"}, "spec": {**group["spec"]}}
+        del bad["spec"]["dra"]
+        with pytest.raises(ApiException) as refused:
+            custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", bad)
+        assert "gpuAllocation dra needs dra.driver" in json.loads(refused.value.body)["message"]
+    finally:
+        ignore_missing(lambda: custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", name))
+        ignore_missing(
+            lambda: custom.delete_cluster_custom_object(
+                *DRA, "resourceslices", fake_resource_slice("dra-mixed-0")["metadata"]["name"]
+            )
+        )
+
+
+# -- real nodes: the GPUs seen from inside each container -----------------------------------------------------
+
+
+@pytest.fixture
+def real_dra_node(
+    k8s: client.ApiClient,
+    kubeconfig: str,
+    real_nodes: list[str],  # noqa: F811
+) -> str:
+    """The local cluster's real DRA node (its GPUs from dra-example-kubeletplugin), with the example's NodeGroup
+    and the chart's DeviceClass; skips on a cluster without one."""
+    nodes = client.CoreV1Api(k8s).list_node(label_selector="rlplace.io/real-gpu-allocation=dra").items
+    if not nodes:
+        pytest.skip("no real node labelled rlplace.io/real-gpu-allocation=dra (e2e/cluster/nodes.sh makes real-dra-0)")
+    device_class_from_chart(kubeconfig)
+    (group,) = [doc for doc in shared_node_example() if doc["kind"] == "NodeGroup"]
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(group))
+    return nodes[0].metadata.name
+
+
+def shared_node_example() -> list[dict]:
+    import yaml
+
+    return [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-shared-node.yaml").read_text()) if doc]
+
+
+def hand_made_claim(namespace: str, node: str, index: int) -> tuple[dict, dict]:
+    """A claim pinning one device of `node` by index, and a pod on `node` that uses it (kept Pending while the
+    device is someone else's)."""
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "squatter", "namespace": namespace},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpus",
+                        "exactly": {
+                            "deviceClassName": DRA_DRIVER,
+                            "count": 1,
+                            "selectors": [
+                                {"cel": {"expression": f'device.attributes["{DRA_DRIVER}"].index == {index}'}}
+                            ],
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    affinity = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "squatter", "namespace": namespace},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [affinity]}}
+            },
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "squatter"}],
+            "containers": [
+                {
+                    "name": "c",
+                    "image": "localhost/rlplace/ray-rlplace:dev",
+                    "command": ["sleep", "600"],
+                    "resources": {"claims": [{"name": "gpus"}]},
+                }
+            ],
+        },
+    }
+    return claim, pod
+
+
+def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a_third_claim_waits(
+    run_jobs: RunJobs,  # noqa: F811
+    real_dra_node: str,
+    kubeconfig: str,
+) -> None:
+    from placement_core.contract import plan_from_configmap
+    from placement_core.launcher.verify import find_report
+
+    bodies = [doc for doc in shared_node_example() if doc["kind"] == "RLJob"]
+    for body in bodies:
+        run_jobs.create(body)
+    names = [body["metadata"]["name"] for body in bodies]
+    # While both run, a claim pinning one of their GPUs stays Pending: nobody else gets them.
+    wait_for(
+        lambda: all(c.get("phase") == "Running" or c.get("phase") == "Succeeded" for c in map(run_jobs.status, names)),
+        300,
+        "both jobs running",
+    )
+    taken = run_jobs.status(names[0])["gpuClaims"][0]["hostGpus"][0]
+    claim, pod = hand_made_claim(run_jobs.namespace, real_dra_node, taken)
+    run_jobs.custom.create_namespaced_custom_object(*DRA, run_jobs.namespace, "resourceclaims", claim)
+    run_jobs.core.create_namespaced_pod(run_jobs.namespace, pod)
+    reports = {}
+    for name in names:
+        status = run_jobs.wait_phase(name, "Succeeded", timeout=420)
+        binding = next(c for c in status["conditions"] if c["type"] == "BindingVerified")
+        assert binding["status"] == "True", binding
+        report = find_report(kubectl(kubeconfig, "logs", "-n", run_jobs.namespace, f"job/{name}"))
+        assert report is not None and report.ok
+        reports[name] = (status, report)
+    squatter = run_jobs.core.read_namespaced_pod("squatter", run_jobs.namespace)
+    assert squatter.status.phase == "Pending" and not squatter.spec.node_name
+    host_sets = []
+    for name, (status, report) in reports.items():
+        (claim_status,) = status["gpuClaims"]
+        pinned = tuple(claim_status["hostGpus"])
+        assert claim_status["node"] == real_dra_node
+        configmap = run_jobs.core.read_namespaced_config_map(f"{name}-placement", run_jobs.namespace)
+        plan = plan_from_configmap({"data": configmap.data, "binaryData": configmap.binary_data})
+        planned = {(c.name, p.rank): p for c in plan.components for p in c.processes}
+        pod_gpus = sorted({g for p in planned.values() for g in p.held_gpus})
+        for check in report.checks:
+            # From inside its container: the driver gave exactly the pinned GPUs, under this pod's claim...
+            assert check.node_name == real_dra_node
+            assert check.pod_host_gpus == pinned and len(check.claims) == 1, check
+            # ... and the process's own GPUs are its planned ones, through the pod's set.
+            process = planned[(check.component, check.rank)]
+            assert check.host_gpus == tuple(pinned[pod_gpus.index(g)] for g in sorted(process.held_gpus)), check
+        host_sets.append(set(pinned))
+    assert not host_sets[0] & host_sets[1] and len(host_sets[0]) == len(host_sets[1]) == 4
