@@ -346,7 +346,9 @@ def test_a_worker_pod_whose_pinned_gpus_another_claim_holds_gives_them_back_with
     from rlplace_operator.reconcile import DeleteChildren, World, reconcile
 
     unbound = pod("train-n0-worker-abcde", node=None)
-    message = "0/10 nodes are available: 1 cannot allocate all claims, 9 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    message = (
+        "0/10 nodes are available: 1 cannot allocate all claims, 9 node(s) didn't satisfy plugin(s) [NodeAffinity]."
+    )
     scheduled = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": message}
     unbound["status"]["conditions"] = [{**scheduled, "lastTransitionTime": "2026-11-24T00:59:55Z"}]  # 5 s before NOW
     status = live_status()
@@ -361,7 +363,6 @@ def test_a_worker_pod_whose_pinned_gpus_another_claim_holds_gives_them_back_with
 
 def test_the_operator_checks_the_reported_gpus_against_the_claims_it_recorded() -> None:
     from placement_core.launcher.verify import BindingReport, ProcessCheck
-
     from rlplace_operator.dra import with_claims_checked
 
     seen = ProcessCheck("actor", 0, "n0", (), host_gpus=(4,), pod_host_gpus=(4, 5, 6, 7), claims=("uid",))
