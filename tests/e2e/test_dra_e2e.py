@@ -9,6 +9,7 @@ GPUs from inside the containers (the local cluster's real-dra-0 runs dra-example
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -145,6 +146,90 @@ def test_two_four_gpu_jobs_share_a_node_and_a_third_runs_on_the_gpus_a_deleted_o
     assert third == [freed[0]], (third, freed)
 
 
+def foreign_claim(
+    namespace: str, node: str, index: int, image: str = "localhost/rlplace/ray-rlplace:dev"
+) -> tuple[dict, dict]:
+    """A ResourceClaim of no RLJob pinning device `index` of `node`, and a pod on `node` that uses it."""
+    expression = f'device.attributes["{DRA_DRIVER}"].index == {index}'
+    request = {"deviceClassName": DRA_DRIVER, "count": 1, "selectors": [{"cel": {"expression": expression}}]}
+    claim = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "squatter", "namespace": namespace},
+        "spec": {"devices": {"requests": [{"name": "gpus", "exactly": request}]}},
+    }
+    term = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
+    container = {"name": "c", "image": image, "command": ["sleep", "600"], "resources": {"claims": [{"name": "gpus"}]}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "squatter", "namespace": namespace},
+        "spec": {
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [term]}}
+            },
+            "resourceClaims": [{"name": "gpus", "resourceClaimName": "squatter"}],
+            "containers": [container],
+        },
+    }
+    return claim, pod
+
+
+@pytest.fixture
+def kuberay_paused() -> Iterator[Callable[[bool], None]]:
+    """Pause (SIGSTOP) and resume the local cluster's KubeRay operator, so a test can act between admission and
+    the job's pods; skips on a cluster this suite did not start."""
+    import os
+    import signal
+
+    from e2e_cluster import e2e_dir
+
+    pid_file = e2e_dir() / "cluster" / "pids" / "ray-operator.pid"
+    if not pid_file.exists():
+        pytest.skip("KubeRay is not the local cluster's process here: it cannot be paused")
+    pid = int(pid_file.read_text().split()[0])
+
+    def pause(paused: bool) -> None:
+        os.kill(pid, signal.SIGSTOP if paused else signal.SIGCONT)
+
+    try:
+        yield pause
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def test_a_pod_whose_pinned_gpu_another_claim_took_is_named_and_the_job_runs_on_other_gpus(
+    jobs: Jobs, dra_node: str, kuberay_paused: Callable[[bool], None]
+) -> None:
+    """Admission reserved gpu-0..3; before the job's pod exists, a claim of no RLJob takes gpu-0. The pod stays
+    Pending ("cannot allocate all claims"); the job says GPUsUnavailable within 30 s, goes back to the queue, and
+    runs on GPUs nobody holds."""
+    kuberay_paused(True)
+    jobs.create(gpu_job("late", "0-3"))
+    wait_for(lambda: (jobs.get("late").get("status") or {}).get("gpuClaims"), 60, "late admitted with its GPUs")
+    claim, pod = foreign_claim(jobs.namespace, dra_node, 0)
+    jobs.custom.create_namespaced_custom_object(*DRA, jobs.namespace, "resourceclaims", claim)
+    jobs.core.create_namespaced_pod(jobs.namespace, pod)
+    wait_for(
+        lambda: allocated(jobs.custom.get_namespaced_custom_object(*DRA, jobs.namespace, "resourceclaims", "squatter")),
+        60,
+        "the foreign claim allocated gpu-0",
+    )
+    kuberay_paused(False)
+    began = time.monotonic()
+
+    def named() -> dict | None:
+        status = jobs.get("late").get("status") or {}
+        admitted = next((c for c in status.get("conditions") or [] if c["type"] == "Admitted"), {})
+        return admitted if admitted.get("reason") == "GPUsUnavailable" else None
+
+    said = wait_for(named, 60, "late saying GPUsUnavailable")
+    assert time.monotonic() - began < 40, "named within 30 s of its pod waiting (plus KubeRay making the pod)"
+    assert "cannot allocate all claims" in said["message"], said
+    devices = wait_for(lambda: running_on_devices(jobs, "late"), 120, "late running on other GPUs")
+    assert "gpu-0" not in devices and len(devices) == 4, devices
+
+
 def test_a_dra_nodegroup_names_a_node_that_publishes_no_devices_and_a_node_that_mixes(
     k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_crds: None
 ) -> None:
@@ -217,53 +302,6 @@ def shared_node_example() -> list[dict]:
     return [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-shared-node.yaml").read_text()) if doc]
 
 
-def hand_made_claim(namespace: str, node: str, index: int) -> tuple[dict, dict]:
-    """A claim pinning one device of `node` by index, and a pod on `node` that uses it (kept Pending while the
-    device is someone else's)."""
-    claim = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {"name": "squatter", "namespace": namespace},
-        "spec": {
-            "devices": {
-                "requests": [
-                    {
-                        "name": "gpus",
-                        "exactly": {
-                            "deviceClassName": DRA_DRIVER,
-                            "count": 1,
-                            "selectors": [
-                                {"cel": {"expression": f'device.attributes["{DRA_DRIVER}"].index == {index}'}}
-                            ],
-                        },
-                    }
-                ]
-            }
-        },
-    }
-    affinity = {"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node]}]}
-    pod = {
-        "apiVersion": "v1",
-        "kind": "Pod",
-        "metadata": {"name": "squatter", "namespace": namespace},
-        "spec": {
-            "affinity": {
-                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [affinity]}}
-            },
-            "resourceClaims": [{"name": "gpus", "resourceClaimName": "squatter"}],
-            "containers": [
-                {
-                    "name": "c",
-                    "image": "localhost/rlplace/ray-rlplace:dev",
-                    "command": ["sleep", "600"],
-                    "resources": {"claims": [{"name": "gpus"}]},
-                }
-            ],
-        },
-    }
-    return claim, pod
-
-
 def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a_third_claim_waits(
     run_jobs: RunJobs,  # noqa: F811
     real_dra_node: str,
@@ -283,7 +321,7 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
         "both jobs running",
     )
     taken = run_jobs.status(names[0])["gpuClaims"][0]["hostGpus"][0]
-    claim, pod = hand_made_claim(run_jobs.namespace, real_dra_node, taken)
+    claim, pod = foreign_claim(run_jobs.namespace, real_dra_node, taken)
     run_jobs.custom.create_namespaced_custom_object(*DRA, run_jobs.namespace, "resourceclaims", claim)
     run_jobs.core.create_namespaced_pod(run_jobs.namespace, pod)
     reports = {}
