@@ -374,3 +374,17 @@ def test_the_operator_checks_the_reported_gpus_against_the_claims_it_recorded() 
         "its container was given host GPUs 4,5,6,7, the job claims 0,1,2,3 there",
     )
     assert wrong.checks[1].ok  # a whole-node pod reports no claimed GPUs: nothing to compare
+
+
+def test_a_re_placement_that_needs_more_gpus_may_use_the_jobs_own_and_keeps_them_when_it_fits() -> None:
+    ledger = Ledger()
+    annotations = {NODES_ANNOTATION: "n0", GPUS_ANNOTATION: "n0=4,5,6,7"}
+    indexed = raycluster_nodes_index(namespace="ns", labels={JOB_LABEL: "a"}, annotations=annotations) or {}
+    # Its own claims hold 4..7 (allocated, labelled with the job); another user's claim holds 0.
+    nodes = {"n0": DraNode(8, {4: ("ns", "a"), 5: ("ns", "a"), 6: ("ns", "a"), 7: ("ns", "a"), 0: None})}
+    seen = world(nodes, {key: [value] for key, value in indexed.items()})
+    same = admit(ledger, seen, gpus_job("a", 4))
+    assert isinstance(same, Admitted) and same.gpus == (("n0", (4, 5, 6, 7)),)  # kept: nothing moves
+    bigger = admit(ledger, seen, gpus_job("a", 6))
+    assert isinstance(bigger, Admitted) and bigger.gpus == (("n0", (1, 2, 3, 4, 5, 6)),)
+    assert isinstance(admit(ledger, seen, gpus_job("b", 2)), Waiting)  # a's new six and the other claim: one left

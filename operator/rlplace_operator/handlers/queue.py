@@ -441,6 +441,7 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
         own_gpus = {node: ids for node, ids in own_gpus.items() if ids}
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
+        # Its own GPUs count as free for it, as its own nodes do (a re-placement's new pods replace its old ones).
         pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key))
         if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
@@ -448,7 +449,6 @@ def admit(ledger: Ledger, world: World, job: QueuedJob) -> Decision:
             if not isinstance(kept, tuple):
                 ledger.reserve(job.key, kept)
                 return kept
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus))
         # Only the jobs ahead of it decide where it goes (or its place): a burst of new jobs costs each one a
         # pass over the few still waiting ahead of it, not over the whole queue.
         ahead = [other for other in _waiting_queue(ledger, world, job.key) if other.order() < job.order()]
