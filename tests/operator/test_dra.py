@@ -388,3 +388,17 @@ def test_a_re_placement_that_needs_more_gpus_may_use_the_jobs_own_and_keeps_them
     bigger = admit(ledger, seen, gpus_job("a", 6))
     assert isinstance(bigger, Admitted) and bigger.gpus == (("n0", (1, 2, 3, 4, 5, 6)),)
     assert isinstance(admit(ledger, seen, gpus_job("b", 2)), Waiting)  # a's new six and the other claim: one left
+
+
+def test_after_its_node_is_lost_a_job_is_admitted_on_another_dra_node_under_a_new_claim_template() -> None:
+    """A restart leaves the failed node out (status.excludedNodes becomes QueuedJob.excluded): on a DRA group
+    the job gets GPUs of another node, and its new attempt's pin has a new template name."""
+    pool = Pool({"dra": ["n0", "n1"]}, {}, {"n0": tuple(range(8)), "n1": (2, 3, 4, 5, 6, 7)})
+    first = decide([gpus_job("a", 4)], pool)[("ns", "a")]
+    assert isinstance(first, Admitted) and first.gpus == (("n0", (0, 1, 2, 3)),)
+    lost = QueuedJob(("ns", "a"), 0, "2026-01-01T00:00:00Z", gpus_job("a", 4).demand, {"n0": "node n0 is left out"})
+    again = decide([lost], pool)[("ns", "a")]
+    assert isinstance(again, Admitted) and again.gpus == (("n1", (2, 3, 4, 5)),)
+    before = device_pin("a", 0, 1, INDEX_PIN, devices_of("n0"), (0, 1, 2, 3))
+    after = device_pin("a", 0, 2, INDEX_PIN, devices_of("n1"), (2, 3, 4, 5))
+    assert before.template != after.template and after.selector().endswith("index in [2, 3, 4, 5]")
