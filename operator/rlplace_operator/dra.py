@@ -147,22 +147,21 @@ def claimed_devices(body: Mapping) -> list[ClaimedDevice]:
     ]
 
 
-def used_host_gpus(
-    devices: Sequence[Device], driver: str, claimed: Iterable[ClaimedDevice], skip_job: tuple[str, str] | None = None
-) -> set[int]:
-    """Host GPU numbers of `devices` (one node's, in host order) that allocated claims hold (`skip_job`'s own
-    claims left out: (namespace, job))."""
-    position = {(d.pool, d.name): i for i, d in enumerate(devices)}
-    used = set()
-    for claim in claimed:
-        if claim.driver != driver:
-            continue
-        if skip_job is not None and claim.job == skip_job[1] and claim.claim.split("/", 1)[0] == skip_job[0]:
-            continue
-        at = position.get((claim.pool, claim.device))
-        if at is not None:
-            used.add(at)
-    return used
+def devices_annotation(gpus: Mapping[str, Sequence[int]]) -> str:
+    """The RayCluster annotation value with the GPUs a job's pods claim (names.GPUS_ANNOTATION): `node=0,1,2,3`
+    per DRA node, space separated."""
+    return " ".join(f"{node}={','.join(map(str, sorted(ids)))}" for node, ids in sorted(gpus.items()))
+
+
+def parse_devices_annotation(text: str) -> dict[str, frozenset[int]]:
+    """Node -> host GPU numbers from a `devices_annotation` value (malformed entries are skipped)."""
+    gpus: dict[str, frozenset[int]] = {}
+    for entry in text.split():
+        node, _, ids = entry.partition("=")
+        numbers = [int(i) for i in ids.split(",") if i.isdigit()]
+        if node and numbers:
+            gpus[node] = frozenset(numbers)
+    return gpus
 
 
 # -- the claim of one worker pod ----------------------------------------------------------------------------

@@ -57,8 +57,8 @@ class NodeInfo:
         """The node's devices of a DRA driver in host GPU order (position = host GPU number)."""
         return node_devices(self.slices, driver)
 
-    def gpus(self, spec: NodeGroupSpec) -> int:
-        """The GPUs a group counts on this node: its DRA driver's devices, else its unit resource's count."""
+    def units(self, spec: NodeGroupSpec) -> int:
+        """The units a group counts on this node: its DRA driver's devices, else its unit resource's count."""
         dra = spec.dra_driver
         if dra is not None:
             return len(self.devices(dra.driver))
@@ -172,12 +172,11 @@ def accelerator_of(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> tuple[str 
 def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation: int | None) -> NodeGroupStatus:
     """The status a NodeGroup should have for the current nodes (conditions are added by the handler)."""
     matched = group_nodes(spec, nodes)
-    resource = unit_resource(spec)
     kind = hardware_type(spec, matched)
     entries = []
     for i, n in enumerate(matched):
         problem = dra_problem(spec, n)
-        units = n.gpus(spec) if spec.dra_driver is not None else (n.count(resource) if resource and kind else 0)
+        units = n.units(spec) if kind else 0
         entries.append(NodeStatus(name=n.name, rank=i, units=units, ready=n.ready and problem is None, problem=problem))
     accelerator, memory = accelerator_of(spec, matched) if kind == ACCELERATOR else (None, None)
     return NodeGroupStatus(

@@ -14,7 +14,15 @@ from placement_core.plan import build_plan
 from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster, claim_templates
-from rlplace_operator.dra import Device, NodeSlice, claimed_devices, device_pin, host_order, node_slice
+from rlplace_operator.dra import (
+    Device,
+    NodeSlice,
+    claimed_devices,
+    device_pin,
+    host_order,
+    node_slice,
+    parse_devices_annotation,
+)
 from rlplace_operator.handlers.queue import (
     DraNode,
     Holding,
@@ -22,7 +30,6 @@ from rlplace_operator.handlers.queue import (
     World,
     admit,
     dra_node,
-    parse_devices_annotation,
     queue_pass,
     raycluster_nodes_index,
 )

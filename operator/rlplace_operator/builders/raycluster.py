@@ -25,7 +25,7 @@ from rlplace_operator.builders.podtemplate import (
     wire,
     with_volume,
 )
-from rlplace_operator.dra import CLAIM_REQUEST, DevicePin, claim_template
+from rlplace_operator.dra import CLAIM_REQUEST, DevicePin, claim_template, devices_annotation
 from rlplace_operator.models import RLJobSpec, Toleration
 from rlplace_operator.names import (
     GPUS_ANNOTATION,
@@ -375,7 +375,7 @@ def held_annotations(nodes: Sequence[WorkerNode]) -> dict[str, str]:
     annotations = {NODES_ANNOTATION: ",".join(node.name for node in nodes)}
     pinned = {node.name: node.pin.host_gpus for node in nodes if node.pin is not None}
     if pinned:
-        annotations[GPUS_ANNOTATION] = " ".join(f"{n}={','.join(map(str, g))}" for n, g in sorted(pinned.items()))
+        annotations[GPUS_ANNOTATION] = devices_annotation(pinned)
     return annotations
 
 

@@ -30,7 +30,14 @@ from rlplace_operator.admission import (
     decide,
     fit,
 )
-from rlplace_operator.dra import DRA_GROUP, DRA_VERSION, ClaimedDevice, Device, claimed_devices
+from rlplace_operator.dra import (
+    DRA_GROUP,
+    DRA_VERSION,
+    ClaimedDevice,
+    Device,
+    claimed_devices,
+    parse_devices_annotation,
+)
 from rlplace_operator.handlers.nodegroup import copy_index, indexed
 from rlplace_operator.kueue import queue_name
 from rlplace_operator.models import JobPhase, RLJobSpec
@@ -122,22 +129,6 @@ def resourceclaim_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tupl
     return {key: tuple(devices) for key, devices in held.items()} or None
 
 
-def devices_annotation(gpus: Mapping[str, Sequence[int]]) -> str:
-    """The GPUS_ANNOTATION value: `node=0,1,2,3` per DRA node, space separated."""
-    return " ".join(f"{node}={','.join(map(str, sorted(ids)))}" for node, ids in sorted(gpus.items()))
-
-
-def parse_devices_annotation(text: str) -> dict[str, frozenset[int]]:
-    """Node -> host GPU numbers from a GPUS_ANNOTATION value (malformed entries are skipped)."""
-    gpus: dict[str, frozenset[int]] = {}
-    for entry in text.split():
-        node, _, ids = entry.partition("=")
-        numbers = [int(i) for i in ids.split(",") if i.isdigit()]
-        if node and numbers:
-            gpus[node] = frozenset(numbers)
-    return gpus
-
-
 @dataclass(frozen=True, slots=True)
 class Holding:
     """What an admitted job holds: whole nodes, and GPUs of DRA nodes."""
@@ -170,6 +161,7 @@ class Ledger:
     """Reservations of this operator process and the planned demand of each job, under one lock."""
 
     lock: threading.Lock = field(default_factory=threading.Lock)
+    #: Nodes admitted jobs hold whole (device-plugin groups).
     reserved: dict[JobKey, frozenset[str]] = field(default_factory=dict)
     #: GPUs of DRA nodes reserved by admitted jobs (node -> host GPU numbers), until their claims hold them.
     reserved_gpus: dict[JobKey, Mapping[str, frozenset[int]]] = field(default_factory=dict)
@@ -190,7 +182,7 @@ class Ledger:
 
     def reserve(self, key: JobKey, admitted: Admitted) -> None:
         """Hold what `admitted` picked for its job (the caller holds the lock)."""
-        self.reserved[key] = admitted.worker_nodes
+        self.reserved[key] = admitted.nodes
         self.reserved_gpus[key] = {node: frozenset(ids) for node, ids in admitted.gpus}
 
     def demand(self, key: JobKey, fingerprint: tuple) -> PlannedDemand | None:
@@ -324,11 +316,9 @@ def _held(ledger: Ledger, world: World) -> tuple[dict[str, JobKey], dict[str, di
             ledger.reserved_gpus.pop(key, None)
             ledger.demands.pop(key, None)
             continue
-        reserved_gpus = ledger.reserved_gpus.get(key, {})
         for node in nodes:
-            if node not in reserved_gpus:
-                held.setdefault(node, key)
-        for node, ids in reserved_gpus.items():
+            held.setdefault(node, key)
+        for node, ids in ledger.reserved_gpus.get(key, {}).items():
             for gpu in ids:
                 gpus.setdefault(node, {}).setdefault(gpu, key)
     return held, gpus

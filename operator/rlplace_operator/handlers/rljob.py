@@ -482,6 +482,12 @@ def _pinned(
 ) -> JobPlan:
     """The plan with the exact GPUs admission reserved on each DRA node pinned on its worker (the k-th of the
     plan's GPUs on the node is the k-th reserved one, so the plan's order is kept)."""
+    if spec.framework_job:
+        message = (
+            f"NodeGroup of node {min(gpus)} allocates GPUs through DRA; framework jobs run on devicePlugin NodeGroups "
+            "only for now (their GPU numbering is the framework's)"
+        )
+        raise job.fail(cond.PLACED, cond.PLACEMENT_INVALID, message)
     settings = {}
     for group in groups:
         dra = group.spec.dra_driver
@@ -500,12 +506,6 @@ def _pinned(
                 )
             except (PinError, IndexError) as err:
                 raise job.fail(cond.PLACED, cond.PLACEMENT_INVALID, str(err)) from None
-            if spec.framework_job:
-                message = (
-                    f"NodeGroup of node {worker.name} allocates GPUs through DRA; framework jobs run on devicePlugin "
-                    "NodeGroups only for now (their GPU numbering is the framework's)"
-                )
-                raise job.fail(cond.PLACED, cond.PLACEMENT_INVALID, message)
             worker = dataclasses.replace(worker, pin=pin, requests={})
         workers.append(worker)
     # A pod that claims its GPUs uses those only, not its node's.
