@@ -6,11 +6,12 @@ made it):
 - tools: the control plane's binaries (e2e/cluster/tools.sh, cached by version outside the repo);
 - images: the real nodes' images (e2e/images/build.sh);
 - lint: ruff and helm lint;
-- unit: every test that needs no cluster (pytest -m 'not e2e'), while the clusters start;
+- unit: every test that needs no cluster (pytest -m 'not e2e'), while the clusters start and the e2e runs;
 - cluster start: with no KUBECONFIG, one local cluster per e2e shard (e2e/cluster/up.sh, RLPLACE_E2E_DIR
   .e2e/shard-<i>), started side by side; each has its own control plane, kwok and real nodes, operator, so no
   test of one shard can see another's jobs, nodes, NodeGroups or operator restarts;
-- e2e: pytest -m e2e, one process per shard, each on its own cluster. The tests are dealt to the shards by
+- e2e: pytest -m e2e, one process per shard, each on its own cluster as soon as that is up (not waiting for
+  the unit tests or the other clusters). The tests are dealt to the shards by
   their measured durations (tests/e2e/durations.json, overridden by every full run's .e2e/suite/durations.json),
   longest first, each to the shard with the fewest seconds so far; a shard runs its tests in collection order.
 
@@ -80,25 +81,42 @@ def say(text: str) -> None:
     print(f"[suite] {text}", flush=True)
 
 
+#: The commands running now (phases run side by side): stopped when the suite is interrupted.
+RUNNING: set[subprocess.Popen[str]] = set()
+
+
 def run(command: Sequence[str], *, env: dict[str, str] | None = None, prefix: str = "") -> int:
     """Run `command` from the repo root, its output streamed (each line prefixed when `prefix` is given)."""
-    if not prefix:
-        return subprocess.call(list(command), cwd=REPO, env=env)
-    process = subprocess.Popen(
-        list(command), cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, bufsize=1
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        sys.stdout.write(f"{prefix}{line}")
-        sys.stdout.flush()
-    return process.wait()
+    piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "bufsize": 1} if prefix else {}
+    process = subprocess.Popen(list(command), cwd=REPO, env=env, text=True, **piped)  # type: ignore[call-overload]
+    RUNNING.add(process)
+    try:
+        if process.stdout is not None:
+            for line in process.stdout:
+                sys.stdout.write(f"{prefix}{line}")
+                sys.stdout.flush()
+        return process.wait()
+    finally:
+        RUNNING.discard(process)
 
 
-def timed(phases: list[Phase], name: str, command: Sequence[str], **kwargs: object) -> bool:
+def stop_running() -> None:
+    """Stop every command still running (SIGTERM, then SIGKILL after 10 s)."""
+    for process in list(RUNNING):
+        process.terminate()
+    for process in list(RUNNING):
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+
+
+def timed(phases: list[Phase], name: str, command: Sequence[str], *, note: str = "") -> bool:
     say(f"{name}: {' '.join(command)}")
     start = time.monotonic()
-    rc = run(command, **kwargs)  # type: ignore[arg-type]
-    phases.append(Phase(name, time.monotonic() - start, rc == 0, "" if rc == 0 else f"exit {rc}"))
+    rc = run(command)
+    notes = [text for text in (note, "" if rc == 0 else f"exit {rc}") if text]
+    phases.append(Phase(name, time.monotonic() - start, rc == 0, ", ".join(notes)))
     return rc == 0
 
 
@@ -237,8 +255,15 @@ def main() -> int:
     wall = time.monotonic()
 
     def stop_clusters() -> None:
-        for state_dir in started_clusters:
-            cluster_script("down", state_dir, prefix=f"[down {state_dir.name}] ")
+        # Side by side: each takes about 40 s, mostly waiting for processes to exit.
+        stoppers = [
+            threading.Thread(target=cluster_script, args=("down", d), kwargs={"prefix": f"[down {d.name}] "})
+            for d in started_clusters
+        ]
+        for thread in stoppers:
+            thread.start()
+        for thread in stoppers:
+            thread.join()
         started_clusters.clear()
 
     # Ctrl-C or CI's stop (SIGTERM): the clusters started here go down too.
@@ -247,6 +272,7 @@ def main() -> int:
         ok = phases_in_order(args, python, phases, counts, started_clusters)
     except KeyboardInterrupt:
         say("interrupted")
+        stop_running()
         ok = False
     finally:
         stop_clusters()
@@ -266,89 +292,120 @@ def phases_in_order(
 
     external = os.environ.get("KUBECONFIG")
     shards = deal(e2e_tests(python), 1 if external else args.shards)
-    state_dirs = [] if external else [E2E_STATE / f"shard-{i + 1}" for i in range(len(shards))]
+    state_dirs: list[Path | None] = [None] if external else [E2E_STATE / f"shard-{i + 1}" for i in range(len(shards))]
+    for index, tests in enumerate(shards):
+        modules = sorted({test.split("::")[0].removeprefix("tests/e2e/").removesuffix(".py") for test in tests})
+        say(f"e2e shard {index + 1}/{len(shards)}: {len(tests)} tests of {', '.join(modules)}")
 
-    # The clusters start while the unit tests run (both phases' own times are printed).
-    starts: dict[Path, int] = {}
-    start_seconds: list[float] = []
-
-    def start(state_dir: Path) -> None:
-        begin = time.monotonic()
-        status = cluster_script("status", state_dir, prefix="", quiet=True)
-        if status != 0:
-            if status == 2:  # a component died: start over
-                cluster_script("down", state_dir, prefix=f"[{state_dir.name}] ")
-            started_clusters.append(state_dir)
-            starts[state_dir] = cluster_script("up", state_dir, prefix=f"[{state_dir.name}] ")
-        else:
-            starts[state_dir] = 0
-        start_seconds.append(time.monotonic() - begin)
-
-    starters = [threading.Thread(target=start, args=(d,)) for d in state_dirs]
-    cluster_began = time.monotonic()
-    for thread in starters:
+    # Each shard starts its cluster and runs its tests on it as soon as it is up, while the unit tests run: the
+    # unit tests mostly wait on Ray start-ups (about 80 s of CPU in 190 s), so the e2e need not wait for them.
+    xmls = [RESULTS / f"e2e-{i + 1}.xml" for i in range(len(shards))]
+    for xml in xmls:
+        xml.unlink(missing_ok=True)
+    e2e = E2eRun(python, shards, state_dirs, xmls, started_clusters)
+    threads = [threading.Thread(target=e2e.shard, args=(i,)) for i in range(len(shards))]
+    for thread in threads:
         thread.start()
     unit_xml = RESULTS / "unit.xml"
     unit_ok = timed(
         phases,
         "unit",
         [python, "-m", "pytest", "-m", "not e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={unit_xml}"],
+        note="beside the clusters' start and the e2e",
     )
     counts.add(junit_counts(unit_xml))
-    for thread in starters:
+    for thread in threads:
         thread.join()
-    if state_dirs:
-        phases.append(
-            Phase(
-                "cluster start",
-                max(start_seconds, default=0.0),
-                all(rc == 0 for rc in starts.values()),
-                f"{len(state_dirs)} clusters side by side; waited {time.monotonic() - cluster_began:.0f} s in all",
-            )
-        )
-        if not all(rc == 0 for rc in starts.values()):
-            return False
-
-    e2e_ok, e2e_counts = run_e2e(python, shards, state_dirs, phases)
-    counts.add(e2e_counts)
-    return unit_ok and e2e_ok
+    phases.extend(e2e.phases())
+    counts.add(e2e.counts())
+    return unit_ok and e2e.ok()
 
 
-def run_e2e(python: str, shards: list[list[str]], state_dirs: list[Path], phases: list[Phase]) -> tuple[bool, Counts]:
-    """Each shard's modules in its own pytest process on its own cluster, side by side."""
-    results: dict[int, int] = {}
-    xmls = [RESULTS / f"e2e-{i + 1}.xml" for i in range(len(shards))]
+class E2eRun:
+    """The e2e shards, each its own pytest process on its own cluster (started here unless KUBECONFIG is set;
+    a state dir of None), side by side. Each shard's thread starts its cluster, then its tests."""
 
-    def shard(index: int) -> None:
+    def __init__(
+        self,
+        python: str,
+        shards: list[list[str]],
+        state_dirs: list[Path | None],
+        xmls: list[Path],
+        started_clusters: list[Path],
+    ) -> None:
+        self.python, self.shards, self.state_dirs, self.xmls = python, shards, state_dirs, xmls
+        self.started_clusters = started_clusters
+        self.begin = time.monotonic()
+        self.start_seconds: dict[int, float] = {}
+        self.start_codes: dict[int, int] = {}
+        self.spans: dict[int, tuple[float, float]] = {}
+        self.results: dict[int, int] = {}
+        self.lock = threading.Lock()
+
+    def start_cluster(self, state_dir: Path) -> int:
+        """Up, or reused when it already runs healthy (a component died: started over)."""
+        status = cluster_script("status", state_dir, prefix="", quiet=True)
+        if status == 0:
+            return 0
+        if status == 2:
+            cluster_script("down", state_dir, prefix=f"[{state_dir.name}] ")
+        with self.lock:
+            self.started_clusters.append(state_dir)
+        return cluster_script("up", state_dir, prefix=f"[{state_dir.name}] ")
+
+    def shard(self, index: int) -> None:
         env = dict(os.environ)
-        if state_dirs:
-            env["RLPLACE_E2E_DIR"] = str(state_dirs[index])
-        prefix = f"[e2e {index + 1}/{len(shards)}] " if len(shards) > 1 else ""
-        command = [python, "-m", "pytest", "-m", "e2e", "-q", "-p", "no:cacheprovider", f"--junitxml={xmls[index]}"]
-        command += ["-o", "junit_logging=system-out"]  # the figures e2e tests print stay in the shard's XML
-        results[index] = run([*command, *shards[index]], env=env, prefix=prefix)
+        state_dir = self.state_dirs[index]
+        if state_dir is not None:
+            began = time.monotonic()
+            self.start_codes[index] = self.start_cluster(state_dir)
+            self.start_seconds[index] = time.monotonic() - began
+            if self.start_codes[index] != 0:
+                return
+            env["RLPLACE_E2E_DIR"] = str(state_dir)
+        prefix = f"[e2e {index + 1}/{len(self.shards)}] " if len(self.shards) > 1 else ""
+        command = [self.python, "-m", "pytest", "-m", "e2e", "-q", "-p", "no:cacheprovider"]
+        command += [f"--junitxml={self.xmls[index]}", "-o", "junit_logging=system-out"]  # figures printed stay
+        began = time.monotonic()
+        self.results[index] = run([*command, *self.shards[index]], env=env, prefix=prefix)
+        self.spans[index] = (began, time.monotonic())
 
-    for index, tests in enumerate(shards):
-        modules = sorted({test.split("::")[0].removeprefix("tests/e2e/").removesuffix(".py") for test in tests})
-        say(f"e2e shard {index + 1}/{len(shards)}: {len(tests)} tests of {', '.join(modules)}")
-    begin = time.monotonic()
-    threads = [threading.Thread(target=shard, args=(i,)) for i in range(len(shards))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    counts = Counts()
-    measured: dict[str, float] = {}
-    for xml in xmls:
-        shard_counts = junit_counts(xml)
-        counts.add(shard_counts)
-        measured.update((name, seconds) for seconds, name in shard_counts.slow)
-    if measured:
-        known = json.loads(MEASURED_TEST_SECONDS.read_text()) if MEASURED_TEST_SECONDS.exists() else {}
-        MEASURED_TEST_SECONDS.write_text(json.dumps({**known, **measured}, indent=1, sort_keys=True) + "\n")
-    ok = all(rc in (0, 5) for rc in results.values()) and len(results) == len(shards)
-    phases.append(Phase("e2e", time.monotonic() - begin, ok, f"{len(shards)} shard(s)"))
-    return ok, counts
+    def phases(self) -> list[Phase]:
+        phases = []
+        if self.start_seconds:
+            phases.append(
+                Phase(
+                    "cluster start",
+                    max(self.start_seconds.values()),
+                    all(rc == 0 for rc in self.start_codes.values()),
+                    f"{len(self.start_seconds)} clusters side by side",
+                )
+            )
+        if self.spans:
+            first, last = min(b for b, _ in self.spans.values()), max(e for _, e in self.spans.values())
+            shards = ", ".join(f"{end - began:.0f}" for _, (began, end) in sorted(self.spans.items()))
+            note = f"{len(self.shards)} shard(s) of {shards} s, from {first - self.begin:.0f} s on"
+            phases.append(Phase("e2e", last - first, self.ok(), note))
+        return phases
+
+    def ok(self) -> bool:
+        return len(self.results) == len(self.shards) and all(rc in (0, 5) for rc in self.results.values())
+
+    def counts(self) -> Counts:
+        counts = Counts()
+        measured: dict[str, float] = {}
+        for xml in self.xmls:
+            shard_counts = junit_counts(xml)
+            counts.add(shard_counts)
+            measured.update((name, seconds) for seconds, name in shard_counts.slow)
+        if measured:
+            known = json.loads(MEASURED_TEST_SECONDS.read_text()) if MEASURED_TEST_SECONDS.exists() else {}
+            MEASURED_TEST_SECONDS.write_text(json.dumps({**known, **measured}, indent=1, sort_keys=True) + "\n")
+        for index, code in sorted(self.start_codes.items()):
+            if code != 0:
+                counts.errors += 1
+                counts.failures.append(f"e2e shard {index + 1}: its cluster did not start (exit {code}); no test ran")
+        return counts
 
 
 def finish(phases: list[Phase], counts: Counts, wall: float, *, ok: bool) -> int:
