@@ -134,6 +134,7 @@ from rlplace_fixtures import (  # noqa: E402, F401
     jobs,
     local_nodegroups,
     operator_kubeconfig,
+    real_dra_node,
     real_nodes,
     restart_operator,
     rlplace_chart,

@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.contract import plan_from_configmap
 
-from e2e_cluster import e2e_dir, wait_for
+from e2e_cluster import DRA_DRIVER, e2e_dir, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
@@ -117,6 +117,8 @@ RELEASE = "rlplace"
 RELEASE_NAMESPACE = "rlplace-system"
 OPERATOR_SERVICE_ACCOUNT = "rlplace-operator"
 REAL_NODE_LABEL = "rlplace.io/real-node"
+#: The label of the real nodes whose GPUs come from the local DRA driver (e2e/cluster/nodes.sh).
+REAL_DRA_LABEL = "rlplace.io/real-gpu-allocation"
 #: Pods of the chart's Deployment (the chart's selector labels).
 OPERATOR_POD_SELECTOR = f"app.kubernetes.io/name=rlplace,app.kubernetes.io/instance={RELEASE}"
 
@@ -239,6 +241,42 @@ def real_nodes(k8s: client.ApiClient, kubeconfig: str, rlplace_crds: None) -> li
         pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes to run a driver on")
     kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
     return [n.metadata.name for n in nodes]
+
+
+def device_class_from_chart(kubeconfig: str) -> None:
+    """The chart's DeviceClass for the local DRA driver, as `helm install --set dra.deviceClasses...` makes it."""
+    rendered = run_tool(
+        "helm",
+        kubeconfig,
+        "template",
+        "rlplace",
+        str(REPO / "charts" / "rlplace"),
+        "--kube-version",
+        "1.35.4",
+        "--set",
+        f"dra.deviceClasses[0].name={DRA_DRIVER},dra.deviceClasses[0].driver={DRA_DRIVER}",
+        "--show-only",
+        "templates/deviceclass.yaml",
+    ).stdout
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=rendered)
+
+
+def shared_node_example() -> list[dict]:
+    """examples/rljob-shared-node.yaml: the DRA NodeGroup real-dra over the real DRA node, and two RLJobs."""
+    return [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-shared-node.yaml").read_text()) if doc]
+
+
+@pytest.fixture
+def real_dra_node(k8s: client.ApiClient, kubeconfig: str, real_nodes: list[str]) -> str:
+    """The local cluster's real DRA node (its GPUs from dra-example-kubeletplugin), with the example's NodeGroup
+    real-dra and the chart's DeviceClass; skips on a cluster without one."""
+    nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_DRA_LABEL}=dra").items
+    if not nodes:
+        pytest.skip(f"no real node labelled {REAL_DRA_LABEL}=dra (e2e/cluster/nodes.sh makes real-dra-0)")
+    device_class_from_chart(kubeconfig)
+    (group,) = [doc for doc in shared_node_example() if doc["kind"] == "NodeGroup"]
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(group))
+    return nodes[0].metadata.name
 
 
 @pytest.fixture(scope="session")

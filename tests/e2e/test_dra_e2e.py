@@ -8,6 +8,7 @@ GPUs from inside the containers (the local cluster's real-dra-0 runs dra-example
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +20,15 @@ from kubernetes.client.exceptions import ApiException
 from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
 from e2e_cluster import DRA_DRIVER, fake_resource_slice, ignore_missing, wait_for
-from rlplace_fixtures import GROUP, VERSION, Jobs, kubectl, run_tool
+from rlplace_fixtures import (
+    GROUP,
+    REAL_DRA_LABEL,
+    VERSION,
+    Jobs,
+    device_class_from_chart,
+    kubectl,
+    shared_node_example,
+)
 
 pytestmark = pytest.mark.e2e
 
@@ -28,24 +37,6 @@ DRA = ("resource.k8s.io", "v1")
 NODE = "dra-kwok-0"
 NODE_LABEL = "rlplace.io/dra-e2e"
 NODEGROUP = "dra-e2e"
-
-
-def device_class_from_chart(kubeconfig: str) -> None:
-    """The chart's DeviceClass for the local driver, as `helm install --set dra.deviceClasses...` makes it."""
-    rendered = run_tool(
-        "helm",
-        kubeconfig,
-        "template",
-        "rlplace",
-        str(REPO / "charts" / "rlplace"),
-        "--kube-version",
-        "1.35.4",
-        "--set",
-        f"dra.deviceClasses[0].name={DRA_DRIVER},dra.deviceClasses[0].driver={DRA_DRIVER}",
-        "--show-only",
-        "templates/deviceclass.yaml",
-    ).stdout
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=rendered)
 
 
 @pytest.fixture
@@ -279,29 +270,6 @@ def test_a_dra_nodegroup_names_a_node_that_publishes_no_devices_and_a_node_that_
 # -- real nodes: the GPUs seen from inside each container -----------------------------------------------------
 
 
-@pytest.fixture
-def real_dra_node(
-    k8s: client.ApiClient,
-    kubeconfig: str,
-    real_nodes: list[str],  # noqa: F811
-) -> str:
-    """The local cluster's real DRA node (its GPUs from dra-example-kubeletplugin), with the example's NodeGroup
-    and the chart's DeviceClass; skips on a cluster without one."""
-    nodes = client.CoreV1Api(k8s).list_node(label_selector="rlplace.io/real-gpu-allocation=dra").items
-    if not nodes:
-        pytest.skip("no real node labelled rlplace.io/real-gpu-allocation=dra (e2e/cluster/nodes.sh makes real-dra-0)")
-    device_class_from_chart(kubeconfig)
-    (group,) = [doc for doc in shared_node_example() if doc["kind"] == "NodeGroup"]
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(group))
-    return nodes[0].metadata.name
-
-
-def shared_node_example() -> list[dict]:
-    import yaml
-
-    return [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-shared-node.yaml").read_text()) if doc]
-
-
 def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a_third_claim_waits(
     run_jobs: RunJobs,  # noqa: F811
     real_dra_node: str,
@@ -352,3 +320,103 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
             assert check.host_gpus == tuple(pinned[pod_gpus.index(g)] for g in sorted(process.held_gpus)), check
         host_sets.append(set(pinned))
     assert not host_sets[0] & host_sets[1] and len(host_sets[0]) == len(host_sets[1]) == 4
+
+
+@contextlib.contextmanager
+def claims_seen(jobs: Jobs, job: str) -> Iterator[list[dict]]:
+    """Every state of the job's ResourceClaims from now on, as a watch delivers them (a claim lives only as long
+    as its pod: a poll may miss one)."""
+    import threading
+
+    from kubernetes import watch
+    from urllib3.exceptions import ProtocolError
+
+    seen: list[dict] = []
+    stream = watch.Watch()
+
+    def record() -> None:
+        # A watch ends with the connection when the test is over (stopped, or its namespace deleted).
+        with contextlib.suppress(ApiException, ProtocolError):
+            for event in stream.stream(
+                jobs.custom.list_namespaced_custom_object,
+                *DRA,
+                jobs.namespace,
+                "resourceclaims",
+                label_selector=f"rlplace.io/job={job}",
+                timeout_seconds=600,
+            ):
+                seen.append(event["object"])
+
+    thread = threading.Thread(target=record, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        stream.stop()
+
+
+def test_a_dra_node_lost_mid_run_is_left_out_and_the_job_claims_gpus_of_another_dra_node(
+    run_jobs: RunJobs,  # noqa: F811
+    real_dra_node: str,
+    fake_node: Callable[..., object],
+) -> None:
+    """Re-placement after a node loss on a DRA group. A resumable job runs on real-dra-0's GPUs; a spare node joins
+    the group (kwok, its 8 GPUs from a ResourceSlice); real-dra-0 is cordoned and the job's worker force-deleted.
+    The driver fails, the job restarts leaving real-dra-0 out, and is admitted on the spare's GPUs: attempt 2's
+    claim template (a new name; attempt 1's deleted), and its worker pod's claim allocated exactly the pinned
+    devices of the spare. kwok runs no container, so attempt 2's driver never runs (KubeRay fails its RayJob once
+    its submitter pod "completes"): the test ends at the re-placement; test_lifecycle's node-loss test runs the
+    resumed job to its end on whole nodes."""
+    from test_lifecycle import EVERY, force_delete, ray_pods, resumable_job, wait_verified_at
+
+    run_jobs.create(resumable_job(run_jobs, "dra-lose", "real-dra"))
+    (first,) = wait_verified_at(run_jobs, "dra-lose", EVERY)["gpuClaims"]
+    assert first["node"] == real_dra_node, first
+    spare = "dra-spare-0"
+    fake_node(spare, labels={REAL_DRA_LABEL: "dra"})
+    slice_name = fake_resource_slice(spare)["metadata"]["name"]
+    run_jobs.custom.create_cluster_custom_object(*DRA, "resourceslices", fake_resource_slice(spare))
+    try:
+
+        def grown() -> bool:
+            group = run_jobs.custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "real-dra")
+            return (group.get("status") or {}).get("totalUnits") == 16
+
+        wait_for(grown, 30, "NodeGroup real-dra counting the spare's 8 GPUs")
+        with claims_seen(run_jobs, "dra-lose") as seen:
+            run_jobs.core.patch_node(real_dra_node, {"spec": {"unschedulable": True}})
+            for pod in ray_pods(run_jobs, "dra-lose", "worker"):
+                force_delete(run_jobs, pod)
+
+            def on_spare(claim: dict) -> bool:
+                results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results")
+                return (
+                    bool(results)
+                    and {r["pool"] for r in results} == {spare}
+                    and bool(claim["status"].get("reservedFor"))
+                )
+
+            def moved() -> tuple[dict, dict] | None:
+                status = run_jobs.status("dra-lose")
+                claims = status.get("gpuClaims") or []
+                allocated_there = [c for c in list(seen) if on_spare(c)]
+                if claims and claims[0]["node"] == spare and allocated_there:
+                    return status, allocated_there[0]
+                return None
+
+            status, claim = wait_for(moved, 240, "dra-lose re-admitted on the spare, its claim allocated there")
+        assert [e["name"] for e in status["excludedNodes"]] == [real_dra_node], status
+        assert status["restarts"][-1]["nodesReplaced"] == [real_dra_node], status["restarts"]
+        assert status["attempts"] == 2, status
+        (second,) = status["gpuClaims"]
+        assert second["template"] != first["template"], (first, second)
+        assert allocated(claim) == second["devices"] and len(second["devices"]) == len(first["devices"]), claim
+        (reserved,) = claim["status"]["reservedFor"]
+        assert reserved["name"].startswith("dra-lose-") and "-worker-" in reserved["name"], reserved
+        templates = run_jobs.custom.list_namespaced_custom_object(
+            *DRA, run_jobs.namespace, "resourceclaimtemplates", label_selector="rlplace.io/job=dra-lose"
+        )["items"]
+        assert first["template"] not in [t["metadata"]["name"] for t in templates]  # attempt 1's deleted
+    finally:
+        run_jobs.core.patch_node(real_dra_node, {"spec": {"unschedulable": None}})
+        ignore_missing(lambda: run_jobs.custom.delete_cluster_custom_object(*DRA, "resourceslices", slice_name))

@@ -108,8 +108,14 @@ def test_a_bad_split_is_re_placed_from_its_measured_step_times(jobs: Jobs, real_
     assert status().get("replacements") == replaced  # moved once
 
 
-def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, real_nodes: list[str]) -> None:
+def test_a_profile_first_job_profiles_collocated_then_is_re_placed_on_new_dra_claims(
+    jobs: Jobs, real_nodes: list[str], real_dra_node: str
+) -> None:
+    """The example on the DRA group real-dra instead of real-a800 (the closed loop on DRA GPUs; the bad-split
+    test above keeps it on whole nodes): each placement's worker pod claims the node's 8 GPUs through a claim
+    template of its own attempt, and the searched placement is verified from inside on the new claim."""
     body = _example("rljob-profile-first.yaml")
+    body["spec"]["nodeGroups"] = ["real-dra"]
     jobs.create(body)
     name = body["metadata"]["name"]
 
@@ -122,6 +128,8 @@ def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, r
     jobs.wait_phase(name, "Running", timeout=300)
     started = status()
     assert started["appliedPlacement"] == COLLOCATED and started["gpus"] == 8, started
+    (profiling_claim,) = started["gpuClaims"]
+    assert profiling_claim["node"] == real_dra_node and len(profiling_claim["devices"]) == 8, profiling_claim
     assert profiled().get("reason") == "Profiling", profiled()
     if not _reports_progress(jobs, name):
         pytest.skip("the operator serves no progress endpoint here (a local operator process: run in the cluster)")
@@ -153,3 +161,8 @@ def test_a_profile_first_job_profiles_collocated_then_is_re_placed(jobs: Jobs, r
     assert abs(observed - predicted) / predicted <= 0.15
     assert observed < before and 1 - observed / before >= 1 - predicted / before
     assert status().get("replacements") == replaced  # moved once: the gain is below minGain from now on
+    now = status()
+    (claim,) = now["gpuClaims"]
+    assert claim["template"] != profiling_claim["template"] and claim["devices"] == profiling_claim["devices"], claim
+    binding = next(c for c in now["conditions"] if c["type"] == "BindingVerified")
+    assert binding["status"] == "True" and "actor 4/4" in binding["message"], binding
