@@ -107,6 +107,8 @@ if [[ -f $STATE/ports.env ]] && command -v ss >/dev/null; then
   ((${#busy[@]} == 0)) || log "WARNING: still listening after stop: ${busy[*]}"
 fi
 
+rm -f "$E2E_PORT_CLAIMS/$E2E_CLUSTER_ID" # the ports are free for another cluster-up
+
 if [[ ${E2E_KEEP_LOGS:-0} == 1 ]]; then
   # cluster-up failed: keep the logs for the person to read; the next cluster-up removes them.
   rm -rf "$PIDS" "$E2E_DIR/kubeconfig"

@@ -97,6 +97,8 @@ component_pid() {
 INOTIFY_LIMIT=/proc/sys/fs/inotify/max_user_instances
 INOTIFY_WANTED=1024
 INOTIFY_SAVED=$E2E_CACHE/inotify-max-user-instances.orig
+# The ports each running cluster-up chose, one file per cluster id (up.sh writes it, down.sh removes it).
+E2E_PORT_CLAIMS=$E2E_CACHE/port-claims
 
 inotify_raise() {
   [[ -w $INOTIFY_LIMIT ]] || return 0

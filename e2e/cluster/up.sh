@@ -116,26 +116,30 @@ wait_for() {
 }
 
 # ---------------------------------------------------------------------------------------------------------
-# One cluster-up at a time chooses and binds ports (another one could otherwise pick a port that is chosen
-# here but not yet bound). The lock is released once every component listens; components do not inherit it.
-mkdir -p "$E2E_CACHE"
+# One cluster-up at a time chooses its ports and its real nodes' subnet. The ports are claimed in
+# $E2E_PORT_CLAIMS/<cluster id> (another cluster-up avoids them until down.sh removes the claim), the subnet
+# by the route its bridge adds; the lock is released as soon as both are taken, so clusters started side by
+# side (make test's shards) start their components at the same time. Components do not inherit the lock.
+mkdir -p "$E2E_CACHE" "$E2E_PORT_CLAIMS"
 exec 8>"$E2E_CACHE/.cluster-up.lock"
 if ! flock -n 8; then
-  log "another cluster-up is starting its components; waiting for it to bind its ports ..."
+  log "another cluster-up is choosing its ports and subnet; waiting for it ..."
   flock -w 300 8 || die "gave up waiting for $E2E_CACHE/.cluster-up.lock after 300 s"
 fi
 inotify_raise
 
-# Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now.
-# Each candidate is bound once to make sure it is free; if another process grabs it before the component
-# binds, the component fails to start and the message says which port.
+# Free ports: random ports in 20000-32000 (below the ephemeral range) that nothing listens on now and no
+# other cluster-up has claimed. Each candidate is bound once to make sure it is free; if a process that is no
+# cluster-up grabs it before the component binds, the component fails to start and the message says which port.
 read -r P_ETCD P_ETCD_PEER P_API P_KCM P_SCHED P_KWOK P_RAY_METRICS P_RAY_PROBE \
-  P_KUEUE_WEBHOOK P_KUEUE_METRICS P_KUEUE_PROBE < <(python3 - <<'EOF'
-import random, socket
+  P_KUEUE_WEBHOOK P_KUEUE_METRICS P_KUEUE_PROBE < <(python3 - "$E2E_PORT_CLAIMS" "$E2E_CLUSTER_ID" <<'EOF'
+import pathlib, random, socket, sys
+claims, own = pathlib.Path(sys.argv[1]), sys.argv[2]
+taken = {int(p) for f in claims.iterdir() if f.name != own for p in f.read_text().split()}
 ports = set()
 while len(ports) < 11:
     p = random.randint(20000, 32000)
-    if p in ports:
+    if p in ports or p in taken:
         continue
     with socket.socket() as s:
         try:
@@ -146,6 +150,8 @@ while len(ports) < 11:
 print(*ports)
 EOF
 )
+echo "$P_ETCD $P_ETCD_PEER $P_API $P_KCM $P_SCHED $P_KWOK $P_RAY_METRICS $P_RAY_PROBE $P_KUEUE_WEBHOOK" \
+  "$P_KUEUE_METRICS $P_KUEUE_PROBE" >"$E2E_PORT_CLAIMS/$E2E_CLUSTER_ID"
 cat >"$STATE/ports.env" <<EOF
 ETCD=$P_ETCD
 ETCD_PEER=$P_ETCD_PEER
@@ -211,6 +217,7 @@ if [[ ${RLPLACE_E2E_REAL_NODES:-1} != 0 ]]; then
     ip netns exec "$ns" iptables -t nat -A POSTROUTING -s "10.245.$i.0/24" ! -d "$E2E_POD_CIDR" -j MASQUERADE
   done
 fi
+exec 8>&- # ports claimed, subnet routed: another cluster-up may choose its own now
 
 # ---------------------------------------------------------------------------------------------------------
 # Certificates: one CA; apiserver serving cert; client certs for admin and each component;
@@ -492,7 +499,6 @@ kueue_webhooks_answer() { # a ResourceFlavor created as a dry run: Kueue's defau
     [[ $got == *kueue.x-k8s.io/resource-in-use* ]]
 }
 wait_for kueue "answering its admission webhooks" kueue_webhooks_answer
-exec 8>&- # every port is bound now: let another cluster-up choose its own
 
 # kwok reports the nodes Ready; pods can be created once the namespace's "default" ServiceAccount exists.
 wait_for kwok "running every node in e2e/nodes.yaml (Ready)" \
