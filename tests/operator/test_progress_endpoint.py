@@ -247,9 +247,10 @@ def test_reports_are_throttled_per_job_and_the_latest_wins() -> None:
         # the first report is written at once, the other 19 arrive within the interval: one more write, the latest
         assert [w["iteration"] for _, w in writes] == [1, 20]
         assert service.stats.writes == 2 and service.identities.reviews == 1
-        assert max(service.stats.staleness) < 0.3 + 0.2
+        assert max(service.stats.staleness) < 6.0 + 0.5  # the latest waited at most one interval
 
-    serve_and(scenario, interval=0.3)
+    # 6 s: on a 2-core machine under make test's load (three clusters beside), 20 posts took up to 2.5 s.
+    serve_and(scenario, interval=6.0)
 
 
 def test_only_the_job_the_operator_wants_a_checkpoint_of_is_asked_for_one() -> None:

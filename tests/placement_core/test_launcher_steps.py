@@ -165,8 +165,10 @@ def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path
     assert [r.iteration for r in reports] == [1, 2, 3]
     for report in reports[1:]:  # the first step includes warm-up
         seconds = report.seconds()
-        assert seconds["actor"] == pytest.approx(expected["actor"], abs=0.15)
-        assert seconds["rollout"] == pytest.approx(expected["rollout"], abs=0.15)
+        # A component's time runs from its first process's start to its last one's end: its law plus the skew
+        # of Ray's calls to its processes (0.32 s on a loaded 2-core CI machine). The floor is exact.
+        for component in ("actor", "rollout"):
+            assert expected[component] - 0.02 <= seconds[component] <= expected[component] + 0.4, seconds
         # Ray's call overhead adds to a step's wall time (0.4 s more on a loaded 2-core CI machine): the floor
         # is exact (collocated components run one after the other), the ceiling leaves room for the load.
         assert expected["iteration"] - 0.05 <= report.iteration_seconds <= expected["iteration"] + 0.5

@@ -49,8 +49,9 @@ def test_the_timer_sums_phases_per_component_and_keeps_weight_sync_apart() -> No
     report = timer.report(7)
     seconds = report.seconds()
     assert list(seconds) == ["rollout", "actor", "reward"]
-    assert 0.05 <= seconds["rollout"] < 0.2 and 0.04 <= seconds["actor"] < 0.2 and seconds["reward"] == 1.5
-    assert 0.01 <= report.weight_sync_seconds < 0.1
+    # Floors exact; ceilings loose (a sleep overshoots on a loaded machine).
+    assert 0.05 <= seconds["rollout"] < 1.0 and 0.04 <= seconds["actor"] < 1.0 and seconds["reward"] == 1.5
+    assert 0.01 <= report.weight_sync_seconds < 1.0
     assert report.iteration_seconds >= 0.1
     assert (report.iteration, report.bottleneck()) == (7, "reward")
     ordered = StepTimer(order=["actor", "rollout"])
