@@ -166,6 +166,14 @@ def foreign_claim(
     return claim, pod
 
 
+def cannot_allocate(pod: client.V1Pod) -> bool:
+    """The pod waits because the scheduler cannot allocate its claims (a device it pins is taken)."""
+    return any(
+        c.type == "PodScheduled" and c.status == "False" and "cannot allocate all claims" in (c.message or "")
+        for c in (pod.status.conditions if pod.status else None) or []
+    )
+
+
 @pytest.fixture
 def kuberay_paused() -> Iterator[Callable[[bool], None]]:
     """Pause (SIGSTOP) and resume the local cluster's KubeRay operator, so a test can act between admission and
@@ -207,15 +215,19 @@ def test_a_pod_whose_pinned_gpu_another_claim_took_is_named_and_the_job_runs_on_
         "the foreign claim allocated gpu-0",
     )
     kuberay_paused(False)
-    began = time.monotonic()
+    waiting_since: list[float] = []  # when the test first saw the worker pod Pending for the taken GPU
 
     def named() -> dict | None:
+        if not waiting_since and any(cannot_allocate(pod) for pod in jobs.pods("late")):
+            waiting_since.append(time.monotonic())
         status = jobs.get("late").get("status") or {}
         admitted = next((c for c in status.get("conditions") or [] if c["type"] == "Admitted"), {})
         return admitted if admitted.get("reason") == "GPUsUnavailable" else None
 
-    said = wait_for(named, 60, "late saying GPUsUnavailable")
-    assert time.monotonic() - began < 40, "named within 30 s of its pod waiting (plus KubeRay making the pod)"
+    # KubeRay, resumed, makes the pod and the scheduler says why it waits: under make test's load that took up
+    # to a minute. The promise is about what follows: named within 30 s of the pod waiting.
+    said = wait_for(named, 120, "late saying GPUsUnavailable")
+    assert waiting_since and time.monotonic() - waiting_since[0] <= 32, "named within 30 s of its pod waiting"
     assert "cannot allocate all claims" in said["message"], said
     devices = wait_for(lambda: running_on_devices(jobs, "late"), 120, "late running on other GPUs")
     assert "gpu-0" not in devices and len(devices) == 4, devices
