@@ -185,8 +185,8 @@ def cluster_script(script: str, state_dir: Path, *, prefix: str, quiet: bool = F
     """e2e/cluster/<script>.sh on the cluster of `state_dir` (its output prefixed, or dropped when `quiet`)."""
     env = {**os.environ, "RLPLACE_E2E_DIR": str(state_dir)}
     env.pop("KUBECONFIG", None)
-    # Every shard's control plane starts at once, beside the unit tests and the first e2e tests: on 2 cores a
-    # component may take longer than up.sh's default 90 s to answer.
+    # Every shard's control plane starts at once, beside the unit tests: on 2 cores a component may take
+    # longer than up.sh's default 90 s to answer.
     env.setdefault("RLPLACE_E2E_START_TIMEOUT", "180")
     if quiet:
         return subprocess.run(["bash", f"e2e/cluster/{script}.sh"], cwd=REPO, env=env, capture_output=True).returncode

@@ -150,8 +150,6 @@ while len(ports) < 11:
 print(*ports)
 EOF
 )
-echo "$P_ETCD $P_ETCD_PEER $P_API $P_KCM $P_SCHED $P_KWOK $P_RAY_METRICS $P_RAY_PROBE $P_KUEUE_WEBHOOK" \
-  "$P_KUEUE_METRICS $P_KUEUE_PROBE" >"$E2E_PORT_CLAIMS/$E2E_CLUSTER_ID"
 cat >"$STATE/ports.env" <<EOF
 ETCD=$P_ETCD
 ETCD_PEER=$P_ETCD_PEER
@@ -165,6 +163,7 @@ KUEUE_WEBHOOK=$P_KUEUE_WEBHOOK
 KUEUE_METRICS=$P_KUEUE_METRICS
 KUEUE_PROBE=$P_KUEUE_PROBE
 EOF
+cut -d= -f2 "$STATE/ports.env" >"$E2E_PORT_CLAIMS/$E2E_CLUSTER_ID" # the same ports, claimed
 log "state in $STATE; apiserver will listen on https://127.0.0.1:$P_API"
 
 # ---------------------------------------------------------------------------------------------------------
