@@ -127,14 +127,16 @@ def test_a_queue_pass_over_1000_queued_jobs_admits_one_per_free_node_well_under_
         rljobs[key] = [{"status": {"phase": "Queued"}, "priority": 0, "created": f"2026-11-24T00:00:{i % 60:02d}Z"}]
         ledger.demands[key] = ((), PlannedDemand(one_node_demand(), RLJobSpec(node_groups=["gpu"]), None))
     world = QueueWorld(rljobs, {}, {}, {"gpu": nodes}, {"nvidia.com/gpu"})
-    started = time.perf_counter()
+    # The pass's own CPU time: it is pure computation, and wall time on a machine shared with starting
+    # clusters measured the load (8.3 s at load 30; 0.06 s idle), not the pass.
+    started = time.thread_time()
     decisions = queue_pass(ledger, world)
-    took = time.perf_counter() - started
+    took = time.thread_time() - started
     admitted = [d for d in decisions.values() if isinstance(d, Admitted)]
     assert len(admitted) == 1000
     assert len({node for d in admitted for node in d.nodes}) == 1000  # never the same node twice
     assert len(ledger.reserved) == 1000
-    assert took < 1.0, f"a queue pass at 1,000 queued jobs took {took:.2f} s (its period is 2 s)"
+    assert took < 1.0, f"a queue pass at 1,000 queued jobs took {took:.2f} s of CPU (its period is 2 s)"
 
 
 def test_an_index_is_copied_whole_while_other_threads_change_it() -> None:
