@@ -27,6 +27,100 @@ make_cgroup_root() { # make_cgroup_root <name>
 node_ip() { echo "$NODE_NET.$((10 + $1))"; }
 in_node() { local i=$1; shift; nsenter --net="/run/netns/$E2E_NETNS_PREFIX$i" -- "$@"; }
 
+# Images: every archive `make images` saved, in every node's containerd (namespace k8s.io, the CRI's) before
+# it starts. Importing them into each node (~2.7 GB to copy and unpack, 4 nodes per cluster, 3 clusters per
+# suite) wrote ~30 GB beside the starting clusters and the unit tests and kept 2 cores busy for minutes. So
+# they are imported once into a seed root, cached by containerd's version and the archives' image ids, and
+# each node's root is a hard-linked copy of it, as kind ships its node image with the images preloaded. The
+# shared files are never written in place: content blobs and committed snapshots are immutable, and a
+# container writes to a new snapshot of its own. The bolt databases, which are written in place, and the
+# daemon's uuid are each node's own.
+IMAGE_ARCHIVES=("$IMAGES_DIR"/*.tar)
+image_seed_key() {
+  local tar
+  echo "containerd $CONTAINERD_VERSION"
+  for tar in "${IMAGE_ARCHIVES[@]}"; do
+    echo "${tar##*/} $(cat "$tar.id" 2>/dev/null || stat -c %s-%Y "$tar")"
+  done
+}
+IMAGE_SEED="$IMAGES_DIR/containerd-seed-$(image_seed_key | sha256sum | cut -c1-16)"
+
+# build_image_seed: import every archive into a containerd of its own, then move its root to $IMAGE_SEED. It is
+# built in this cluster's state dir, so that down.sh stops its containerd and unmounts what an interrupted
+# unpack left mounted; only a complete root moves into the cache.
+build_image_seed() {
+  local build="$E2E_NODES_STATE/image-seed" run="$E2E_NODES_RUN/image-seed" pid tar deadline
+  rm -rf "$build" "$run"
+  mkdir -p "$build" "$run"
+  cat >"$build/containerd.toml" <<TOML
+version = 3
+root = "$build/root"
+state = "$run/state"
+# Only the content store, the snapshotter and the image store are needed here: no CRI, NRI or tracing.
+disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime", "io.containerd.cri.v1.images",
+  "io.containerd.nri.v1.nri", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
+[grpc]
+  address = "$run/containerd.sock"
+[ttrpc]
+  address = "$run/containerd.sock.ttrpc"
+TOML
+  setsid "${BIN[containerd]}" --config "$build/containerd.toml" >"$LOGS/containerd-image-seed.log" 2>&1 </dev/null 8>&- 9>&- &
+  pid=$!
+  deadline=$((SECONDS + START_TIMEOUT))
+  until "${BIN[ctr]}" --address "$run/containerd.sock" version >/dev/null 2>&1; do
+    kill -0 "$pid" 2>/dev/null || { log "the image seed's containerd exited"; return 1; }
+    ((SECONDS < deadline)) || { log "the image seed's containerd is not serving after ${START_TIMEOUT}s"; return 1; }
+    sleep 0.2
+  done
+  for tar in "${IMAGE_ARCHIVES[@]}"; do
+    if ! "${BIN[ctr]}" --address "$run/containerd.sock" -n k8s.io images import --local --snapshotter overlayfs \
+      "$tar" >>"$LOGS/containerd-image-seed.log" 2>&1; then
+      log "importing $tar failed"
+      kill -TERM "$pid"
+      return 1
+    fi
+  done
+  # Stopped cleanly, so that its databases are closed before they are copied.
+  kill -TERM "$pid"
+  wait "$pid" || true
+  rm -rf "$IMAGE_SEED" "$run"
+  mv "$build/root" "$IMAGE_SEED.partial"
+  mv "$IMAGE_SEED.partial" "$IMAGE_SEED"
+  rm -rf "$build"
+}
+
+# seed_node_root <node>: the node's containerd root, a copy of the seed (hard links where it is on the same
+# file system, a full copy elsewhere; the seed may be a link to one).
+seed_node_root() {
+  local root="$E2E_NODES_STATE/$1/containerd/root" db
+  rm -rf "$root"
+  cp -al "$IMAGE_SEED/." "$root" 2>/dev/null || { rm -rf "$root" && cp -a "$IMAGE_SEED/." "$root"; } || return 1
+  while IFS= read -r -d '' db; do
+    cp --remove-destination "$IMAGE_SEED/${db#"$root/"}" "$db" || return 1
+  done < <(find "$root" -name '*.db' -print0)
+  rm -f "$root/io.containerd.grpc.v1.introspection/uuid"
+}
+
+# One cluster at a time builds or copies the seed (the suite starts three side by side). Seeds of other
+# image sets are removed: nodes copied from one keep their own links to its files.
+seed_started=$SECONDS
+if ! (
+  flock 9
+  if [[ ! -d $IMAGE_SEED ]]; then
+    log "importing ${#IMAGE_ARCHIVES[@]} images into a new seed root ${IMAGE_SEED#"$E2E_CACHE"/} (once per image set)"
+    find "$IMAGES_DIR" -maxdepth 1 -name 'containerd-seed-*' -exec rm -rf {} +
+    build_image_seed || exit 1
+  fi
+  for node in "${REAL_NODES[@]}"; do
+    mkdir -p "$E2E_NODES_STATE/$node/containerd"
+    seed_node_root "$node" || { log "copying the image seed into $node failed"; exit 1; }
+    touch "$E2E_NODES_STATE/$node/images.imported"
+  done
+) 9>"$IMAGES_DIR/.seed.lock"; then
+  die "the images could not be seeded into the real nodes (log: $LOGS/containerd-image-seed.log)"
+fi
+log "${#IMAGE_ARCHIVES[@]} images in ${#REAL_NODES[@]} nodes from ${IMAGE_SEED#"$E2E_CACHE"/} ($((SECONDS - seed_started)) s)"
+
 for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
   d="$E2E_NODES_STATE/$node"
@@ -145,43 +239,6 @@ for i in "${!REAL_NODES[@]}"; do
   node=${REAL_NODES[$i]}
   wait_for "containerd@$node" serving "${BIN[ctr]}" --address "$(node_socket "$node")" version
 done
-
-# Images: every archive `make images` saved, into every node (k8s.io: the namespace the CRI uses). What the
-# cluster itself needs (pause, CoreDNS) and the small base first; the Ray and operator images (~1.5 GB to
-# unpack per node) in the background, so that the nodes start meanwhile. Each node's background import
-# writes <node>/images.imported when done (or images.failed with the reason); tests wait for it.
-import_images() { # import_images <node> <archive>...
-  local sock tar
-  sock=$(node_socket "$1")
-  shift
-  for tar in "$@"; do
-    "${BIN[ctr]}" --address "$sock" -n k8s.io images import --local --snapshotter overlayfs "$tar" >/dev/null || return 1
-  done
-}
-import_jobs=()
-for node in "${REAL_NODES[@]}"; do
-  import_images "$node" "$IMAGES_DIR"/{pause,coredns,base}.tar >"$LOGS/images-$node.log" 2>&1 &
-  import_jobs+=($!)
-done
-for i in "${!REAL_NODES[@]}"; do
-  wait "${import_jobs[$i]}" || fail "containerd@${REAL_NODES[$i]}" "importing the images of $IMAGES_DIR failed ($(tail -1 "$LOGS/images-${REAL_NODES[$i]}.log"))"
-done
-log "pause, coredns and base images imported into ${#REAL_NODES[@]} nodes ($((SECONDS - T0)) s)"
-later=()
-for tar in "$IMAGES_DIR"/*.tar; do
-  case "${tar##*/}" in pause.tar | coredns.tar | base.tar) ;; *) later+=("$tar") ;; esac
-done
-for node in "${REAL_NODES[@]}"; do
-  d="$E2E_NODES_STATE/$node"
-  (
-    if import_images "$node" "${later[@]}"; then
-      touch "$d/images.imported"
-    else
-      tail -3 "$LOGS/images-$node-background.log" >"$d/images.failed"
-    fi
-  ) >"$LOGS/images-$node-background.log" 2>&1 </dev/null 8>&- &
-done
-log "importing in the background: ${later[*]##*/}"
 
 # Every kubelet serves its device-plugin registration socket at one fixed host path, whatever its --root-dir
 # (KUBELET_DEVICE_PLUGIN_SOCKET, nodes.sh). A starting kubelet empties that directory and then listens there,
