@@ -69,15 +69,6 @@ dra_values=(--set "dra.deviceClasses[0].name=gpu.example.com" --set "dra.deviceC
 if [[ -n $in_cluster ]]; then
   chart_values=(--set replicas=1 --set "image.repository=${OPERATOR_IMAGE%:*}" --set "image.tag=${OPERATOR_IMAGE##*:}"
     --set image.pullPolicy=Never --set-string 'nodeSelector.rlplace\.io/real-node=true')
-  # up.sh imports the Ray and operator images into the real nodes in the background (start-nodes.sh).
-  for state in "$E2E_DIR"/cluster/nodes/*/; do
-    for _ in $(seq 600); do
-      [[ -f $state/images.failed ]] && die "importing the images into $(basename "$state") failed: $(cat "$state/images.failed")"
-      [[ -f $state/images.imported ]] && break
-      sleep 1
-    done
-    [[ -f $state/images.imported ]] || die "the images were not imported into $(basename "$state") within 10 minutes"
-  done
   log "installing rlplace: helm install $RELEASE charts/rlplace -n $RELEASE_NAMESPACE (image $OPERATOR_IMAGE)"
 else
   log "installing rlplace's CRDs and RBAC: helm install $RELEASE charts/rlplace -n $RELEASE_NAMESPACE (replicas=0)"

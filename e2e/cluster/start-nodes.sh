@@ -114,7 +114,6 @@ if ! (
   for node in "${REAL_NODES[@]}"; do
     mkdir -p "$E2E_NODES_STATE/$node/containerd"
     seed_node_root "$node" || { log "copying the image seed into $node failed"; exit 1; }
-    touch "$E2E_NODES_STATE/$node/images.imported"
   done
 ) 9>"$IMAGES_DIR/.seed.lock"; then
   die "the images could not be seeded into the real nodes (log: $LOGS/containerd-image-seed.log)"

@@ -20,7 +20,7 @@ import pytest
 
 from placement_core import contract
 
-from e2e_cluster import CLUSTER_SCRIPTS, GPU, REPO, e2e_dir, run_script, wait_for
+from e2e_cluster import CLUSTER_SCRIPTS, GPU, REPO, run_script, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -44,17 +44,6 @@ def real_nodes(k8s) -> dict[str, dict[str, str]]:
     nodes = client.CoreV1Api(k8s).list_node(label_selector=f"{REAL_NODE_LABEL}=true").items
     if not nodes:
         pytest.skip(f"no node labelled {REAL_NODE_LABEL}=true: this cluster has no real nodes (see e2e/README.md)")
-    # The local cluster imports the Ray and operator images after it is up (e2e/cluster/start-nodes.sh).
-    for node in nodes:
-        state = e2e_dir() / "cluster" / "nodes" / node.metadata.name
-        if state.is_dir():
-
-            def imported(state: Path = state) -> bool:
-                failed = state / "images.failed"
-                assert not failed.exists(), f"{state.name}: importing images failed: {failed.read_text()}"
-                return (state / "images.imported").exists()
-
-            wait_for(imported, 600, f"the images imported into {node.metadata.name}", interval=1)
     return {n.metadata.name: n.metadata.labels for n in nodes}
 
 
