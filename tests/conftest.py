@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 from hypothesis import settings
 
 # CI runs every property test on the same examples (no flakes between a green local run and CI); locally,
@@ -11,3 +12,11 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True, print_blob=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that start a local Ray cluster run last, each kept in its order. `make test` runs the unit tests
+    while three e2e clusters start beside them on the same cores, and Ray gives a starting raylet 30 s to
+    register (hard-coded in ray._private.node): one that started at the busiest moment timed out in CI. Last,
+    they start after the clusters are up (about 100 s into the unit tests, which take about 450 s)."""
+    items.sort(key=lambda item: item.get_closest_marker("ray") is not None)
