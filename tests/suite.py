@@ -6,7 +6,8 @@ made it):
 - tools: the control plane's binaries (e2e/cluster/tools.sh, cached by version outside the repo);
 - images: the real nodes' images (e2e/images/build.sh);
 - lint: ruff and helm lint;
-- unit: every test that needs no cluster (pytest -m 'not e2e'), while the clusters start;
+- unit: every test that needs no cluster (pytest -m 'not e2e'), while the clusters start; those that start a
+  local Ray cluster last (tests/conftest.py);
 - cluster start: with no KUBECONFIG, one local cluster per e2e shard (e2e/cluster/up.sh, RLPLACE_E2E_DIR
   .e2e/shard-<i>), started side by side; each has its own control plane, kwok and real nodes, operator, so no
   test of one shard can see another's jobs, nodes, NodeGroups or operator restarts;
