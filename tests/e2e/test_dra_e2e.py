@@ -294,7 +294,8 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
     for body in bodies:
         run_jobs.create(body)
     names = [body["metadata"]["name"] for body in bodies]
-    # While both run, a claim pinning one of their GPUs stays Pending: nobody else gets them.
+    # While both run, a claim pinning one of their GPUs is refused (nobody else gets them); it gets the GPU once
+    # the job holding it is done.
     wait_for(
         lambda: all(c.get("phase") == "Running" or c.get("phase") == "Succeeded" for c in map(run_jobs.status, names)),
         300,
@@ -304,6 +305,15 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
     claim, pod = foreign_claim(run_jobs.namespace, real_dra_node, taken)
     run_jobs.custom.create_namespaced_custom_object(*DRA, run_jobs.namespace, "resourceclaims", claim)
     run_jobs.core.create_namespaced_pod(run_jobs.namespace, pod)
+
+    def squatter() -> client.V1Pod:
+        return run_jobs.core.read_namespaced_pod("squatter", run_jobs.namespace)
+
+    def refused() -> client.V1Pod | None:
+        pod = squatter()
+        return pod if cannot_allocate(pod) else None
+
+    assert not wait_for(refused, 60, "the squatter refused: its GPU is taken").spec.node_name
     reports = {}
     for name in names:
         status = run_jobs.wait_phase(name, "Succeeded", timeout=420)
@@ -312,8 +322,9 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
         report = find_report(kubectl(kubeconfig, "logs", "-n", run_jobs.namespace, f"job/{name}"))
         assert report is not None and report.ok
         reports[name] = (status, report)
-    squatter = run_jobs.core.read_namespaced_pod("squatter", run_jobs.namespace)
-    assert squatter.status.phase == "Pending" and not squatter.spec.node_name
+    # Once the first job is done and its claim gone, the GPU is free, and the claim that waited gets it.
+    wait_for(lambda: squatter().status.phase == "Running", 180, "the squatter running once the GPU is free")
+    assert squatter().spec.node_name == real_dra_node
     host_sets = []
     for name, (status, report) in reports.items():
         (claim_status,) = status["gpuClaims"]
