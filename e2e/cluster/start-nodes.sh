@@ -49,7 +49,7 @@ IMAGE_SEED="$IMAGES_DIR/containerd-seed-$(image_seed_key | sha256sum | cut -c1-1
 # built in this cluster's state dir, so that down.sh stops its containerd and unmounts what an interrupted
 # unpack left mounted; only a complete root moves into the cache.
 build_image_seed() {
-  local build="$E2E_NODES_STATE/image-seed" run="$E2E_NODES_RUN/image-seed" pid tar deadline
+  local build="$E2E_NODES_STATE/image-seed" run="$E2E_NODES_RUN/image-seed" pid tar
   rm -rf "$build" "$run"
   mkdir -p "$build" "$run"
   cat >"$build/containerd.toml" <<TOML
@@ -64,17 +64,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri", "io.containerd.cri.v1.runtime",
 [ttrpc]
   address = "$run/containerd.sock.ttrpc"
 TOML
-  setsid "${BIN[containerd]}" --config "$build/containerd.toml" >"$LOGS/containerd-image-seed.log" 2>&1 </dev/null 8>&- 9>&- &
+  # Without the seed lock's descriptor: a containerd left by a failed start must not hold the lock.
+  start containerd@image-seed "${BIN[containerd]}" --config "$build/containerd.toml" 9>&-
   pid=$!
-  deadline=$((SECONDS + START_TIMEOUT))
-  until "${BIN[ctr]}" --address "$run/containerd.sock" version >/dev/null 2>&1; do
-    kill -0 "$pid" 2>/dev/null || { log "the image seed's containerd exited"; return 1; }
-    ((SECONDS < deadline)) || { log "the image seed's containerd is not serving after ${START_TIMEOUT}s"; return 1; }
-    sleep 0.2
-  done
+  wait_for containerd@image-seed serving "${BIN[ctr]}" --address "$run/containerd.sock" version
   for tar in "${IMAGE_ARCHIVES[@]}"; do
     if ! "${BIN[ctr]}" --address "$run/containerd.sock" -n k8s.io images import --local --snapshotter overlayfs \
-      "$tar" >>"$LOGS/containerd-image-seed.log" 2>&1; then
+      "$tar" >>"$LOGS/containerd@image-seed.log" 2>&1; then
       log "importing $tar failed"
       kill -TERM "$pid"
       return 1
@@ -83,7 +79,7 @@ TOML
   # Stopped cleanly, so that its databases are closed before they are copied.
   kill -TERM "$pid"
   wait "$pid" || true
-  rm -rf "$IMAGE_SEED" "$run"
+  rm -rf "$run" "$PIDS/containerd@image-seed.pid"
   mv "$build/root" "$IMAGE_SEED.partial"
   mv "$IMAGE_SEED.partial" "$IMAGE_SEED"
   rm -rf "$build"
@@ -116,7 +112,7 @@ if ! (
     seed_node_root "$node" || { log "copying the image seed into $node failed"; exit 1; }
   done
 ) 9>"$IMAGES_DIR/.seed.lock"; then
-  die "the images could not be seeded into the real nodes (log: $LOGS/containerd-image-seed.log)"
+  die "the images could not be seeded into the real nodes (log: $LOGS/containerd@image-seed.log)"
 fi
 log "${#IMAGE_ARCHIVES[@]} images in ${#REAL_NODES[@]} nodes from ${IMAGE_SEED#"$E2E_CACHE"/} ($((SECONDS - seed_started)) s)"
 
