@@ -187,7 +187,7 @@ for entry in json.load(sys.stdin):
     for job in shared-a shared-b; do
       kubectl -n default logs "job/$job" | .venv/bin/python -c '
 import sys
-from placement_core.launcher.verify import find_report
+from placement_core.observe.verify import find_report
 report = find_report(sys.stdin.read())
 for check in report.checks if report else ():
     print(f"  '"$job"' {check.component:<8} rank {check.rank} node {check.node_name} host GPUs {check.host_gpus} of the container'"'"'s {check.pod_host_gpus}")'

@@ -37,7 +37,7 @@ JOB_ENV = "RLPLACE_JOB"
 NODE_RANK_ENV = "RLPLACE_NODE_RANK"
 #: The Kubernetes node a Ray pod runs on (downward API spec.nodeName), for checking a process's placement.
 KUBE_NODE_ENV = "RLPLACE_KUBE_NODE"
-#: The driver prints its binding report (launcher.verify.BindingReport JSON) on one log line after this
+#: The driver prints its binding report (observe.verify.BindingReport JSON) on one log line after this
 #: prefix; the operator reads it from the driver's log (the RayJob submitter's) into the RLJob's status.
 BINDING_REPORT_PREFIX = "rlplace-binding-report: "
 
@@ -52,7 +52,7 @@ CHECKPOINT_DIR_ENV = "RLPLACE_CHECKPOINT_DIR"
 
 # -- progress: per-component step times (the driver's side; see docs/driver.md) ------------------------------
 
-#: The driver prints each iteration's report (launcher.progress.IterationReport JSON) on one log line after
+#: The driver prints each iteration's report (observe.progress.IterationReport JSON) on one log line after
 #: this prefix.
 PROGRESS_REPORT_PREFIX = "rlplace-progress: "
 #: URL the driver POSTs its iteration reports to (JSON, throttled); unset: reports go to the log only. The
@@ -65,7 +65,7 @@ PROGRESS_TOKEN_FILE_ENV = "RLPLACE_PROGRESS_TOKEN_FILE"
 
 # -- framework jobs (spec.framework other than rlplace; see docs/frameworks.md) --------------------------------
 
-#: The probe (placement_core/launcher/probe.py) as the pods import it: the operator ships the file in the
+#: The probe (placement_core/observe/probe.py) as the pods import it: the operator ships the file in the
 #: job's ConfigMap under PROBE_FILE and mounts it at PROBE_MOUNT_DIR, which it puts on PYTHONPATH.
 PROBE_MODULE = "rlplace_probe"
 PROBE_FILE = f"{PROBE_MODULE}.py"

@@ -708,7 +708,7 @@ def _start_problem(
 
 # -- a lost process ------------------------------------------------------------------------------------------
 
-#: The launcher's one-line errors in a driver's log (placement_core.launcher.errors), WorkerDiedError first.
+#: The launcher's one-line errors in a driver's log (placement_core.errors), WorkerDiedError first.
 _LAUNCHER_LINE = re.compile(r"\b(WorkerDiedError|LaunchError): (.+)$")
 _DIED_RANK = re.compile(r"component '([^']+)' rank (\d+) \(node rank (\d+)\)")
 #: Kubelet and controller events that say a pod (maybe gone since) was stopped, and why.

@@ -24,7 +24,7 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from placement_core.launcher.verify import BindingReport
+from placement_core.observe.verify import BindingReport
 from rlplace_operator.models import Dra, PinAttribute
 from rlplace_operator.names import JOB_LABEL, child_labels
 

@@ -3,7 +3,7 @@
 The transport (Kubeflow Trainer's pattern): the Ray head pod of a job, where the driver runs, gets a projected
 ServiceAccount token with the audience `PROGRESS_AUDIENCE` and the URL of this endpoint for its own job
 (builders.raycluster.with_progress_reporting). The driver POSTs each iteration's report
-(placement_core.launcher.progress.IterationReport JSON) with that token. The operator:
+(placement_core.observe.progress.IterationReport JSON) with that token. The operator:
 
 1. asks the API server whether the token is valid for the rlplace audience (TokenReview); the token is bound
    to its pod, so the review names the pod (`authentication.kubernetes.io/pod-name` and `pod-uid`);
@@ -50,8 +50,8 @@ from aiohttp import web
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.launcher import adapters
-from placement_core.launcher.progress import IterationReport, ProgressAnswer
+from placement_core.observe import adapters
+from placement_core.observe.progress import IterationReport, ProgressAnswer
 from rlplace_operator.models import ComponentSeconds, Progress, dump
 from rlplace_operator.names import (
     JOB_LABEL,
@@ -130,7 +130,7 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
 
 def posted_report(body: bytes) -> IterationReport:
     """What a job's driver POSTed: an IterationReport (an rlplace driver's), or a framework's own metrics of
-    one step as a framework job's probe sends them (placement_core.launcher.adapters.from_posted)."""
+    one step as a framework job's probe sends them (placement_core.observe.adapters.from_posted)."""
     try:
         raw = json.loads(body)
     except ValueError as err:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from placement_core.cluster import Cluster
-from placement_core.launcher.verify import BindingReport
+from placement_core.observe.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
 from rlplace_operator import diagnosis, kueue, recommend

@@ -9,14 +9,14 @@ Ray cannot be asked for specific GPU ids, and mixing `num_gpus>0` actors with se
 double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resources of `placement_core.contract`
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
 GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls),
-`verify` (each actor checks at start that its environment, node and GPUs are its plan entry's; the driver
-gathers the checks into a BindingReport), `simulated` (a multi-node Ray cluster in one process tree),
-`checkpoint` (a driver's step and state saved atomically, resumed on a new attempt), `progress` and `adapters`
-(per-component step times, from a timer or a framework's metrics), `synthetic` (a synthetic workload whose step
-times follow declared laws; docs/driver.md). Ray is imported only when a cluster is used.
+`simulated` (a multi-node Ray cluster in one process tree), `checkpoint` (a driver's step and state saved
+atomically, resumed on a new attempt), `synthetic` (a synthetic workload whose step times follow declared laws;
+docs/driver.md) and `demo` (the reference driver). How each process is checked against its plan entry, and how
+step times are reported, is `placement_core.observe` (whoever launched the processes). Ray is imported only
+when a cluster is used.
 """
 
-from placement_core.launcher.errors import LaunchError, WorkerDiedError
+from placement_core.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.groups import (
     PLACEMENT_OPTIONS,
     GroupCall,
@@ -31,7 +31,7 @@ from placement_core.launcher.groups import (
 from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, load_plan, read_plan
 from placement_core.launcher.resources import check_resources
 from placement_core.launcher.simulated import simulated_cluster
-from placement_core.launcher.verify import BindingError, BindingReport, ProcessCheck
+from placement_core.observe.verify import BindingError, BindingReport, ProcessCheck
 
 __all__ = [
     "PLACEMENT_OPTIONS",

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from placement_core.contract import ATTEMPT_ENV, CHECKPOINT_DIR_ENV
-from placement_core.launcher.errors import LaunchError
+from placement_core.errors import LaunchError
 
 STATE_FILE = "state.json"
 #: The last step any attempt completed (`record_step`), kept beside the checkpoints.

@@ -39,15 +39,14 @@ from typing import Any
 
 from placement_core.components import sharing_groups
 from placement_core.contract import CHECKPOINT_DIR_ENV, KUBE_NODE_ENV
-from placement_core.errors import PlacementError
+from placement_core.errors import LaunchError, PlacementError
 from placement_core.launcher.checkpoint import CheckpointStore, attempt
-from placement_core.launcher.errors import LaunchError
 from placement_core.launcher.groups import GroupCall, WorkerGroup, binding_report, connect, launch_all
 from placement_core.launcher.plan import LaunchPlan, load_plan, read_plan
-from placement_core.launcher.progress import LogReporter, Reporter, StepTimer, reporter_from_env
 from placement_core.launcher.simulated import simulated_cluster
 from placement_core.launcher.synthetic import Law, component_gpus, parse_laws
-from placement_core.launcher.verify import BindingError, BindingReport, report_line
+from placement_core.observe.progress import LogReporter, Reporter, StepTimer, reporter_from_env
+from placement_core.observe.verify import BindingError, BindingReport, report_line
 from placement_core.plan import Plan
 
 #: The components an RL job starts; a plan without any of them starts all of its own.

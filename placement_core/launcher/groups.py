@@ -35,10 +35,10 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import placement_core
 from placement_core.contract import node_labels, node_resource, parse_node_resource
-from placement_core.launcher.errors import LaunchError, WorkerDiedError
+from placement_core.errors import LaunchError, WorkerDiedError
 from placement_core.launcher.plan import LaunchPlan, load_plan
 from placement_core.launcher.resources import absent_nodes, check_resources
-from placement_core.launcher.verify import (
+from placement_core.observe.verify import (
     Binding,
     BindingError,
     BindingReport,
@@ -245,7 +245,7 @@ class LaunchOptions:
     """Further Ray actor options (max_concurrency, memory, ...); placement ones are the launcher's."""
     verify: bool = True
     """Every actor checks at start that its environment, node and GPUs are its plan entry's (see
-    `placement_core.launcher.verify`); a mismatch stops the launch with BindingError naming the rank."""
+    `placement_core.observe.verify`); a mismatch stops the launch with BindingError naming the rank."""
 
 
 def launch(

@@ -18,9 +18,8 @@ from placement_core.contract import (
     read_plan_dir,
     read_pod_gpus,
 )
-from placement_core.errors import PlacementError
-from placement_core.launcher.errors import LaunchError
-from placement_core.launcher.verify import in_pod
+from placement_core.errors import LaunchError, PlacementError
+from placement_core.observe.verify import in_pod
 from placement_core.plan import Plan, ProcessPlan, build_plan
 
 if TYPE_CHECKING:

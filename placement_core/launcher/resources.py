@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 from placement_core.contract import node_resource, parse_gpu_resource, parse_node_resource
-from placement_core.launcher.errors import LaunchError
+from placement_core.errors import LaunchError
 from placement_core.launcher.plan import LaunchPlan
 
 

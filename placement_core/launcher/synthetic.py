@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placement_core.components import sharing_groups
-from placement_core.launcher.errors import LaunchError
+from placement_core.errors import LaunchError
 from placement_core.launcher.plan import LaunchPlan
 
 _NUMBER = r"\d+(?:\.\d*)?|\.\d+"

@@ -288,7 +288,7 @@ def test_two_jobs_on_one_real_node_each_see_exactly_their_gpus_from_inside_and_a
     kubeconfig: str,
 ) -> None:
     from placement_core.contract import plan_from_configmap
-    from placement_core.launcher.verify import find_report
+    from placement_core.observe.verify import find_report
 
     bodies = [doc for doc in shared_node_example() if doc["kind"] == "RLJob"]
     for body in bodies:

@@ -21,8 +21,8 @@ import pytest
 from kubernetes import client
 from test_run import RunJobs, driver_log, example
 
-from placement_core.launcher.observe import framework_report, observed_in
-from placement_core.launcher.observe_pools import observed_pools_in
+from placement_core.observe.pools import observed_pools_in
+from placement_core.observe.processes import framework_report, observed_in
 from placement_core.plan import Plan
 
 from e2e_cluster import wait_for

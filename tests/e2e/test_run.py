@@ -22,7 +22,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.launcher.verify import find_report
+from placement_core.observe.verify import find_report
 
 from e2e_cluster import wait_for
 from rlplace_fixtures import Jobs, kubectl, pinned_nodes, run_tool

@@ -431,7 +431,7 @@ def test_a_deleted_worker_pod_names_its_node_processes_and_the_launchers_line() 
     gone["metadata"] |= {"deletionTimestamp": at(25), "deletionGracePeriodSeconds": 30}
     log = (
         "[state-dump] NodeManager: ... 20,000 characters of it\n"
-        "placement_core.launcher.errors.WorkerDiedError: component 'actor' rank 8 (node rank 1) died during "
+        "placement_core.errors.WorkerDiedError: component 'actor' rank 8 (node rank 1) died during "
         "'train_step' (ActorDiedError)\n"
     )
     cause = lost_process([pod("job-head-h", role="head", group=None), gone], [], {}, PLAN, log)

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.launcher.plan import LaunchPlan
-from placement_core.launcher.verify import Binding, check_binding
+from placement_core.observe.verify import Binding, check_binding
 from placement_core.plan import build_plan
 from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.builders.configmap import build_placement_configmap
@@ -369,7 +369,7 @@ def test_a_worker_pod_whose_pinned_gpus_another_claim_holds_gives_them_back_with
 
 
 def test_the_operator_checks_the_reported_gpus_against_the_claims_it_recorded() -> None:
-    from placement_core.launcher.verify import BindingReport, ProcessCheck
+    from placement_core.observe.verify import BindingReport, ProcessCheck
     from rlplace_operator.dra import with_claims_checked
 
     seen = ProcessCheck("actor", 0, "n0", (), host_gpus=(4,), pod_host_gpus=(4, 5, 6, 7), claims=("uid",))

@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 
 from placement_core import contract
-from placement_core.launcher.progress import ComponentTime, HttpReporter, IterationReport
+from placement_core.observe.progress import ComponentTime, HttpReporter, IterationReport
 from rlplace_operator import handlers  # noqa: F401  (reconcile is imported through the handlers package)
 from rlplace_operator.builders.progress import PROGRESS_TOKEN_DIR, with_progress_reporting
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster

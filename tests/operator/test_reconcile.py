@@ -14,7 +14,7 @@ import time
 import pytest
 
 from placement_core.components import component_placement
-from placement_core.launcher.verify import BindingReport, ProcessCheck
+from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
 from rlplace_operator.admission import Admitted, GroupDemand, Waiting
 from rlplace_operator.handlers.nodegroup import copy_index

@@ -1,4 +1,4 @@
-"""A framework job's binding from its driver's log (launcher/observe.py), and the probe that writes it."""
+"""A framework job's binding from its driver's log (observe/processes.py), and the probe that writes it."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import pytest
 
 from placement_core import contract
 from placement_core.components import component_placement
-from placement_core.launcher import adapters, probe
-from placement_core.launcher.observe import Observed, component_of, framework_report, observed_in, worker_name
+from placement_core.observe import adapters, probe
+from placement_core.observe.processes import Observed, component_of, framework_report, observed_in, worker_name
 from placement_core.plan import Plan, build_plan
 
 # RLinf's heterogeneous example: actor on GPUs 0-1 of node 0, rollout on GPUs 0-1 of node 1, reward on the

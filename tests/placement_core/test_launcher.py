@@ -259,7 +259,7 @@ class Probe:
         import sysconfig
 
         shipped = os.environ["PYTHONPATH"].split(os.pathsep)[0]
-        code = "import placement_core.launcher.verify, placement_core; print(placement_core.__file__)"
+        code = "import placement_core.observe.verify, placement_core; print(placement_core.__file__)"
         path = os.pathsep.join([shipped, sysconfig.get_paths()["purelib"]])
         env = {"PYTHONPATH": path, "PATH": os.environ["PATH"]}
         done = subprocess.run([sys.executable, "-S", "-c", code], env=env, cwd="/", capture_output=True, text=True)
@@ -465,7 +465,7 @@ def test_reference_driver_verifies_overlaps_and_prints_every_process(ray_cluster
     """The examples' driver (placement_core.launcher.demo) on the plan file: the report line the operator reads,
     the concurrent actor / rollout -> reward calls, and one table row per process as it saw itself."""
     from placement_core.launcher import demo
-    from placement_core.launcher.verify import find_report
+    from placement_core.observe.verify import find_report
 
     plan = plan_of({"actor": "14", "rollout": "15", "reward": "6"})
     (tmp_path / contract.PLAN_KEY).write_text(plan.to_json())
@@ -488,7 +488,7 @@ def test_reference_driver_verifies_overlaps_and_prints_every_process(ray_cluster
 
 def test_reference_driver_fails_a_tampered_plan_naming_the_rank(ray_cluster, tmp_path, capsys) -> None:
     from placement_core.launcher import demo
-    from placement_core.launcher.verify import find_report
+    from placement_core.observe.verify import find_report
 
     plan = plan_of({"actor": "14", "rollout": "15"})
     (tmp_path / "plan.json").write_text(plan.to_json())

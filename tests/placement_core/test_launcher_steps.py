@@ -15,10 +15,9 @@ import pytest
 
 from placement_core import launcher
 from placement_core.components import component_placement, sharing_groups
+from placement_core.errors import LaunchError
 from placement_core.launcher import demo
 from placement_core.launcher.checkpoint import CheckpointStore
-from placement_core.launcher.errors import LaunchError
-from placement_core.launcher.progress import find_progress
 from placement_core.launcher.synthetic import (
     Law,
     component_gpus,
@@ -26,6 +25,7 @@ from placement_core.launcher.synthetic import (
     parse_laws,
     predicted_iteration_seconds,
 )
+from placement_core.observe.progress import find_progress
 from placement_core.plan import Plan, build_plan
 
 
@@ -117,7 +117,7 @@ def test_step_options_read_the_contract_variables(tmp_path, monkeypatch) -> None
     """The driver's checkpoint directory and attempt, and the progress URL, come from the environment."""
     import argparse
 
-    from placement_core.launcher.progress import HttpReporter, LogReporter, Reporters
+    from placement_core.observe.progress import HttpReporter, LogReporter, Reporters
 
     parser = argparse.ArgumentParser()
     demo.add_step_arguments(parser)

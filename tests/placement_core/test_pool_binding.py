@@ -1,4 +1,4 @@
-"""The binding of a framework whose GPU ids Ray assigns (veRL), observed per pool (launcher/observe_pools.py),
+"""The binding of a framework whose GPU ids Ray assigns (veRL), observed per pool (observe/pools.py),
 and the probe's worker setup hook that writes it."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import pytest
 
 from placement_core import contract
 from placement_core.components import component_placement
-from placement_core.launcher import probe
-from placement_core.launcher.observe_pools import ObservedPools, observed_pools_in, pool_report, pools
+from placement_core.observe import probe
+from placement_core.observe.pools import ObservedPools, observed_pools_in, pool_report, pools
 from placement_core.plan import Plan, build_plan
 
 # veRL's usual shape: actor, rollout and ref collocated on the 8 GPUs of two a800 nodes (its global pool, one

@@ -14,8 +14,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from placement_core import contract
-from placement_core.launcher import adapters
-from placement_core.launcher.progress import (
+from placement_core.observe import adapters
+from placement_core.observe.progress import (
     ComponentTime,
     HttpReporter,
     IterationReport,

@@ -11,7 +11,7 @@ import pytest
 
 from placement_core import contract
 from placement_core.components import component_placement
-from placement_core.launcher.verify import (
+from placement_core.observe.verify import (
     Binding,
     BindingError,
     BindingReport,
@@ -222,7 +222,7 @@ def test_cuda_loaded_before_reads_this_process(tmp_path) -> None:
     shutil.copy(source, tmp_path / "libcuda.so.1")
     code = (
         "import ctypes, os, sys\n"
-        "from placement_core.launcher.verify import cuda_loaded_before\n"
+        "from placement_core.observe.verify import cuda_loaded_before\n"
         "print(cuda_loaded_before({'CUDA_VISIBLE_DEVICES': '3'}))\n"
         "ctypes.CDLL(sys.argv[1])\n"
         "os.environ['CUDA_VISIBLE_DEVICES'] = '3'\n"

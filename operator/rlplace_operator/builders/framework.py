@@ -9,14 +9,14 @@ node ranks are rlplace's, so:
   after the last worker; RLinf then needs `cluster.num_nodes` = workers + 1, appended to the
   entrypoint as a Hydra override;
 - no pod sets RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES: RLinf sets it per process with the variable;
-- the probe (placement_core/launcher/probe.py) is shipped in the job's ConfigMap and mounted in every pod on
+- the probe (placement_core/observe/probe.py) is shipped in the job's ConfigMap and mounted in every pod on
   PYTHONPATH: RLinf imports it in every Worker (RLINF_EXT_MODULE), Ray calls its hook in the driver
   (RAY_RUNTIME_ENV_HOOK), and Ray forwards every line to the driver's log whole (RAY_DEDUP_LOGS=0);
 - each pod declares more Ray CPUs than the plan's processes: every RLinf actor asks Ray for one CPU to be
   scheduled, and RLinf adds a node probe per node and a few managers of its own.
 
 veRL leaves GPU ids to Ray (placement groups of one-GPU bundles per node, `num_gpus` per actor), so rlplace
-shapes the Ray cluster to the plan and observes (launcher/observe_pools.py):
+shapes the Ray cluster to the plan and observes (observe/pools.py):
 
 - no pod sets RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES (veRL reads it and then picks its GPU itself);
 - a worker pod whose node the plan uses only in part shows Ray only the plan's GPUs: Ray's num-gpus is their
@@ -35,7 +35,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from placement_core import contract
-from placement_core.launcher import probe
+from placement_core.observe import probe
 from rlplace_operator.builders.podtemplate import with_volume
 from rlplace_operator.models import Framework, RLJobSpec
 from rlplace_operator.names import placement_configmap_name

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
-from placement_core.launcher.verify import BindingReport
+from placement_core.observe.verify import BindingReport
 from placement_core.plan import Plan
 from rlplace_operator import conditions as cond
 from rlplace_operator import kueue

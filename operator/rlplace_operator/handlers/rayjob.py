@@ -2,7 +2,7 @@
 
 Phase Succeeded or Failed when the driver ends (KubeRay's jobStatus and jobDeploymentStatus), the
 DriverSucceeded condition with KubeRay's reason, the command that prints the driver's log, and the binding
-report the driver printed (placement_core.launcher.verify): the BindingVerified condition and per-component
+report the driver printed (placement_core.observe.verify): the BindingVerified condition and per-component
 verified counts; a mismatch fails the job naming the first bad rank.
 
 The decisions are in `reconcile.py`; the handlers that follow RayJobs are in `handlers/lifecycle.py`.
@@ -19,9 +19,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from placement_core.launcher.observe import Observed, framework_report, observed_in
-from placement_core.launcher.observe_pools import ObservedPools, observed_pools_in, pool_report
-from placement_core.launcher.verify import BindingReport, find_report
+from placement_core.observe.pools import ObservedPools, observed_pools_in, pool_report
+from placement_core.observe.processes import Observed, framework_report, observed_in
+from placement_core.observe.verify import BindingReport, find_report
 from placement_core.plan import Plan
 from rlplace_operator.conditions import set_condition
 from rlplace_operator.k8s import Kube
@@ -170,7 +170,7 @@ def driver_status(
 
 def observed_placement(report: BindingReport) -> list[dict[str, Any]]:
     """Per component and node, the processes seen and the GPU ids Ray gave each (only for a report whose GPU
-    ids were Ray's: launcher/observe_pools.py), in wire form."""
+    ids were Ray's: observe/pools.py), in wire form."""
     by_place: dict[tuple[str, str], list[tuple[int, str]]] = {}
     for check in report.checks:
         if check.gpu_ids is not None:
@@ -227,8 +227,8 @@ def read_framework_report(
     final: bool,
     framework: Framework,
 ) -> BindingReport | None:
-    """A framework job's binding report, from the probe's lines in the driver's log (launcher/observe.py; for
-    veRL, whose GPU ids Ray assigns, launcher/observe_pools.py): None while no planned process was seen to
+    """A framework job's binding report, from the probe's lines in the driver's log (observe/processes.py; for
+    veRL, whose GPU ids Ray assigns, observe/pools.py): None while no planned process was seen to
     differ and some are not seen yet, unless `final` (the driver ended, or the bound on its workers' start
     passed), when a process not seen is a problem too."""
     logs, _ = _report_logs(kube, namespace, job, mode, rayjob)

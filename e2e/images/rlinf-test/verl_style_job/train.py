@@ -1,7 +1,7 @@
 """TEST-ONLY: a training program that leaves GPU ids to Ray the way veRL's resource pools do (veRL itself needs
 a CUDA torch build, about 5.9 GB, which the e2e suite does not carry; docs/frameworks.md says what it costs).
 
-What it shares with a veRL run, because rlplace's observed check (placement_core/launcher/observe_pools.py)
+What it shares with a veRL run, because rlplace's observed check (placement_core/observe/pools.py)
 depends on it, and nothing of veRL's code:
 - the config keys veRL's PPO trainer reads for its pools (trainer.nnodes, trainer.n_gpus_per_node,
   reward_model.enable_resource_pool / nnodes / n_gpus_per_node), as Hydra-style `key=value` overrides;

@@ -2,7 +2,7 @@
 
 A framework job (RLJob spec.framework: rlinf) runs the framework's own launcher; rlplace's launcher never
 starts its processes. What each process really got is shown two ways, both printed into the driver's log by
-the probe (launcher/probe.py), which the operator ships to the pods:
+the probe (observe/probe.py), which the operator ships to the pods:
 
 - from inside each process (`rlplace-probe:` lines): its group and rank, the placement variables the framework
   set (RANK, CUDA_VISIBLE_DEVICES, ...), the node rank and Kubernetes node of its pod, and the device UUIDs
@@ -31,7 +31,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from placement_core.contract import ACTORS_PREFIX, KUBE_NODE_ENV, NODE_RANK_ENV, PROBE_PREFIX
-from placement_core.launcher.verify import Binding, BindingReport, ProcessCheck
+from placement_core.observe.verify import Binding, BindingReport, ProcessCheck
 from placement_core.plan import Plan, ProcessPlan
 
 #: RLinf's Ray namespace: its worker actors live there.

@@ -14,12 +14,12 @@ check asks what can be held against the plan, not more:
   processes on one GPU may share it). The planned process a check is written for is the one of the same
   node, in rank order: veRL's ranks follow its IP order, so which node gets which veRL rank is Ray's and IP's
   choice, not the plan's, and is not compared;
-- **both views:** each process's own record (launcher/probe.py's worker setup hook: its node, and the GPU
+- **both views:** each process's own record (observe/probe.py's worker setup hook: its node, and the GPU
   ids and CUDA_VISIBLE_DEVICES Ray gave it) and Ray's State API (its actor on a Ray node of the same rank).
 
 Every component of a pool gets the same verdict for each of its processes. The GPU ids are reported
 (ProcessCheck.gpu_ids; the RLJob's status.observedPlacement) but never compared with the plan's ids: they
-were observed, not enforced. As in launcher/observe.py, there is no report (None) until every planned process
+were observed, not enforced. As in observe/processes.py, there is no report (None) until every planned process
 was seen in both views, unless one seen already differs or `final`.
 """
 
@@ -32,8 +32,8 @@ from dataclasses import dataclass, field
 from itertools import combinations
 
 from placement_core.contract import KUBE_NODE_ENV, NODE_RANK_ENV
-from placement_core.launcher.observe import probe_lines
-from placement_core.launcher.verify import BindingReport, ProcessCheck
+from placement_core.observe.processes import probe_lines
+from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import Plan, ProcessPlan
 
 #: veRL's worker actor names: `<prefix><class>_<placement group index>:<local rank>`.

@@ -1,6 +1,6 @@
 """Per-component step times from a driver: time each component's phase, report each iteration.
 
-    from placement_core.launcher.progress import StepTimer, reporter_from_env
+    from placement_core.observe.progress import StepTimer, reporter_from_env
     reporter = reporter_from_env()                  # a log line per iteration, and POSTs when configured
     for iteration in range(start, steps + 1):
         timer = StepTimer()
@@ -23,7 +23,7 @@ The operator asks a driver to checkpoint now (before it stops the job: Kueue pre
 (`ProgressAnswer.checkpoint`); `Reporter.checkpoint_requested()` says so, and a report carries the step of the
 driver's newest checkpoint (`IterationReport.checkpoint_step`), sent at once when it is new (docs/driver.md).
 Frameworks that already time their phases (RLinf, veRL, NeMo-RL, OpenRLHF) can turn their metric dicts into a
-report with `launcher.adapters`.
+report with `observe.adapters`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ directory on PYTHONPATH under the module name `rlplace_probe` (placement_core.co
   rlplace node-rank label, its pid and the CUDA_VISIBLE_DEVICES of its runtime_env) and prints it as
   `rlplace-actors: {json}` whenever it changed: the outside view of the binding. For RLinf it passes the step
   times RLinf logs (MetricLogger.log, its `time/*` keys) to the operator's progress endpoint, raw: the operator
-  maps them (placement_core.launcher.adapters).
+  maps them (placement_core.observe.adapters).
 - For a framework that leaves GPU ids to Ray (veRL: RLPLACE_FRAMEWORK=verl on the head), the same hook adds
   `worker_setup` as the job's `worker_process_setup_hook`, which Ray runs in every worker process of the job.
   Ray assigns an actor's GPUs (CUDA_VISIBLE_DEVICES) only after the hook, when the actor's creation task runs,

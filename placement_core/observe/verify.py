@@ -34,7 +34,7 @@ from placement_core.contract import (
     container_ordinals,
     dra_devices_seen,
 )
-from placement_core.launcher.errors import LaunchError
+from placement_core.errors import LaunchError
 from placement_core.placement import placement_env
 from placement_core.plan import ProcessPlan
 
@@ -97,10 +97,10 @@ class ProcessCheck:
     """What a GPU library showed the process; None when neither NVML nor torch is importable."""
     device_source: str | None = None
     seen: bool = True
-    """False for a process a framework job's check has not seen yet (launcher/observe.py): not verified, but
+    """False for a process a framework job's check has not seen yet (observe/processes.py): not verified, but
     not the mismatch to name either."""
     gpu_ids: tuple[str, ...] | None = None
-    """The GPU ids Ray gave the process, where Ray chose them (launcher/observe_pools.py); None otherwise."""
+    """The GPU ids Ray gave the process, where Ray chose them (observe/pools.py); None otherwise."""
     host_gpus: tuple[int, ...] | None = None
     """In a pod given exactly its GPUs: the host GPU numbers of the process's own GPUs (its ordinals through the
     pod's host set), None otherwise."""
@@ -314,7 +314,7 @@ class BindingReport:
     components: tuple[str, ...] = field(default=())
     """Components in launch order (the keys of `verified`)."""
     enforced: bool = True
-    """False where the GPU ids were Ray's choice, observed and not set by the plan (launcher/observe_pools.py):
+    """False where the GPU ids were Ray's choice, observed and not set by the plan (observe/pools.py):
     the summary says so."""
 
     @classmethod

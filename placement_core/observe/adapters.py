@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from placement_core.launcher.progress import ComponentTime, IterationReport
+from placement_core.observe.progress import ComponentTime, IterationReport
 
 #: Marks a phase as the weight sync in the tables below.
 WEIGHT_SYNC = "<weight sync>"
@@ -112,7 +112,7 @@ def _report(phases: dict[str, float], iteration: int) -> IterationReport:
         ComponentTime(name, seconds) for name, seconds in phases.items() if name not in (WEIGHT_SYNC, ITERATION)
     )
     if not components:
-        raise ValueError("no known timing keys in the metrics (see placement_core.launcher.adapters)")
+        raise ValueError("no known timing keys in the metrics (see placement_core.observe.adapters)")
     return IterationReport(iteration, components, phases.get(WEIGHT_SYNC), phases.get(ITERATION))
 
 
