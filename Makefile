@@ -40,12 +40,12 @@ cluster-down:  ## stop the demo operator and every process cluster-up started, a
 	  if [ -d "$$dir" ]; then RLPLACE_E2E_DIR=$(CURDIR)/$$dir bash e2e/cluster/down.sh || exit 1; fi; \
 	done
 
-crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/models.py
-	$(PY) -m rlplace_operator.crdgen
-	$(PY) -m rlplace_operator.docgen
+crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/api/models.py
+	$(PY) -m rlplace_operator.api.crdgen
+	$(PY) -m rlplace_operator.api.docgen
 
 docs: setup  ## regenerate the RLJob and NodeGroup field reference in docs/reference/ from the models
-	$(PY) -m rlplace_operator.docgen
+	$(PY) -m rlplace_operator.api.docgen
 
 test-unit: setup  ## tests that need no cluster
 	$(PY) -m pytest -m 'not e2e'

@@ -24,7 +24,7 @@ import random
 import statistics
 from dataclasses import dataclass
 
-from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, decide
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide
 
 GPUS_PER_NODE = 8
 SIZES = (1, 2, 4, 8)

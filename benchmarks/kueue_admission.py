@@ -73,7 +73,7 @@ from operator_scale import (  # noqa: E402
 )
 
 from rlplace_operator import kueue  # noqa: E402
-from rlplace_operator.names import JOB_LABEL  # noqa: E402
+from rlplace_operator.api.names import JOB_LABEL  # noqa: E402
 
 STATE = REPO / ".e2e" / "bench-kueue"
 KUEUE = (kueue.KUEUE_GROUP, kueue.KUEUE_VERSION)

@@ -68,7 +68,7 @@ def fake_api_server(port: int, ready: mp.Event) -> None:  # type: ignore[valid-t
 def operator(port: int, api_port: int, ready: mp.Event, interval: float) -> None:  # type: ignore[valid-type]
     from kubernetes import client
 
-    from rlplace_operator.progress import Caller, ProgressService, kube_write_progress
+    from rlplace_operator.server.progress import Caller, ProgressService, kube_write_progress
 
     configuration = client.Configuration()
     configuration.host = f"http://127.0.0.1:{api_port}"

@@ -47,7 +47,7 @@ from operator_scale import (
     wait_for,
 )
 
-from rlplace_operator.names import placement_configmap_name
+from rlplace_operator.api.names import placement_configmap_name
 
 
 class Stamps:

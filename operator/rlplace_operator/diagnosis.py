@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from placement_core.plan import Plan
-from rlplace_operator.names import SUBMITTER_CONTAINER
+from rlplace_operator.api.names import SUBMITTER_CONTAINER
 
 # -- reasons (condition reasons on the RLJob) ------------------------------------------------------------------
 POD_SECURITY_REFUSED = "PodSecurityRefused"

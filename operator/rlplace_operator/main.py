@@ -20,16 +20,14 @@ from typing import Any
 import kopf
 import kubernetes
 
-from rlplace_operator import (
-    handlers,  # noqa: F401  (registers the handlers)
-    progress,
-)
+from rlplace_operator import handlers  # noqa: F401  (registers the handlers)
+from rlplace_operator.api.models import GROUP, VERSION
+from rlplace_operator.api.names import NODEGROUP_PLURAL, RLJOB_PLURAL
 from rlplace_operator.diagnosis import StartBounds
 from rlplace_operator.handlers.queue import Ledger
-from rlplace_operator.k8s import Kube
-from rlplace_operator.metrics import metrics_app
-from rlplace_operator.models import GROUP, VERSION
-from rlplace_operator.names import NODEGROUP_PLURAL, RLJOB_PLURAL
+from rlplace_operator.kube import Kube
+from rlplace_operator.server import progress
+from rlplace_operator.server.metrics import metrics_app
 
 #: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
 MAX_WORKERS = 32

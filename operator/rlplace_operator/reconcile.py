@@ -25,12 +25,11 @@ from typing import Any
 from placement_core.cluster import Cluster
 from placement_core.observe.verify import BindingReport
 from placement_core.plan import Plan
-from rlplace_operator import conditions as cond
-from rlplace_operator import diagnosis, kueue, recommend
-from rlplace_operator.admission import Admitted, Decision, Waiting
-from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
-from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
-from rlplace_operator.models import (
+from rlplace_operator import diagnosis
+from rlplace_operator.admission import kueue
+from rlplace_operator.admission.rules import Admitted, Decision, Waiting
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.models import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_PREEMPTION_GRACE_SECONDS,
     MAX_RESTARTS_KEPT,
@@ -45,7 +44,10 @@ from rlplace_operator.models import (
     SubmissionMode,
     dump,
 )
-from rlplace_operator.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.api.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
+from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
+from rlplace_operator.planning import recommend
 
 #: A job with a worker pod still unbound this long after the pod was created (another workload took its node in
 #: between) gives its nodes back and queues again.

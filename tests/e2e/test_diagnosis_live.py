@@ -25,10 +25,10 @@ from kubernetes import client
 from placement_core.components import component_placement
 from placement_core.plan import Plan, build_plan
 from rlplace_operator import diagnosis
+from rlplace_operator.api.models import RLJobSpec
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
 from rlplace_operator.handlers.rayjob import DRIVER_LOG_TAIL_LINES
-from rlplace_operator.models import RLJobSpec
 
 from e2e_cluster import delete_namespace_freeing_nodes, wait_for
 from rlplace_fixtures import Jobs, images_env, kubectl

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from rlplace_operator.admission import (
+from rlplace_operator.admission.rules import (
     Admitted,
     GroupDemand,
     Pool,

@@ -10,6 +10,8 @@ import yaml
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
+from rlplace_operator.api.models import RLJobSpec
+from rlplace_operator.api.names import HOSTNAME_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import (
     WorkerNode,
@@ -18,8 +20,6 @@ from rlplace_operator.builders.raycluster import (
     pod_security_context,
 )
 from rlplace_operator.builders.rayjob import build_rayjob
-from rlplace_operator.models import RLJobSpec
-from rlplace_operator.names import HOSTNAME_LABEL, JOB_LABEL, MANAGED_BY_LABEL
 
 SPEC = RLJobSpec.model_validate(
     {

@@ -10,7 +10,10 @@ from pydantic import ValidationError
 
 from placement_core import contract
 from placement_core.placement import Placement, placement_env
-from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
+from rlplace_operator.api.crdgen import build_crds
+from rlplace_operator.api.models import PLAN_ENV_NAMES, NodeGroupSpec, PodOptions, RLJobSpec
+from rlplace_operator.api.names import JOB_LABEL, SUBMITTER_CONTAINER
 from rlplace_operator.builders.podtemplate import SHM_VOLUME, effective_worker, merge
 from rlplace_operator.builders.raycluster import (
     NODE_RANKS_VOLUME,
@@ -20,12 +23,9 @@ from rlplace_operator.builders.raycluster import (
     pod_security_context,
 )
 from rlplace_operator.builders.rayjob import build_rayjob
-from rlplace_operator.crdgen import build_crds
-from rlplace_operator.models import PLAN_ENV_NAMES, NodeGroupSpec, PodOptions, RLJobSpec
-from rlplace_operator.names import JOB_LABEL, SUBMITTER_CONTAINER
-from rlplace_operator.planning import plan_job
-from rlplace_operator.selection import JobGroup, NodeInfo, nodegroup_status, untolerated_nodes
-from rlplace_operator.taints import Taint
+from rlplace_operator.cluster.selection import JobGroup, NodeInfo, nodegroup_status, untolerated_nodes
+from rlplace_operator.cluster.taints import Taint
+from rlplace_operator.planning.plan import plan_job
 
 GPU_TAINT = Taint("nvidia.com/gpu", "present", "NoSchedule")
 PODS = {

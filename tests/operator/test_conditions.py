@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlplace_operator.conditions import MAX_MESSAGE_CHARS, apply_merge_patch, merge_patch, set_condition
+from rlplace_operator.api.conditions import MAX_MESSAGE_CHARS, apply_merge_patch, merge_patch, set_condition
 
 
 def test_merge_patch_removes_emptied_fields_and_sends_only_changes() -> None:

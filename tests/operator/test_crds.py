@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from rlplace_operator import crdgen
-from rlplace_operator.crdgen import OUTPUT_DIRS, build_crds, render
+from rlplace_operator.api import crdgen
+from rlplace_operator.api.crdgen import OUTPUT_DIRS, build_crds, render
 
 
 def test_generated_crds_are_current() -> None:

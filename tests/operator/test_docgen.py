@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from rlplace_operator import docgen
+from rlplace_operator.api import docgen
 
 
 def test_generated_reference_is_current() -> None:

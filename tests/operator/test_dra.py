@@ -11,10 +11,12 @@ from placement_core.components import component_placement
 from placement_core.launcher.plan import LaunchPlan
 from placement_core.observe.verify import Binding, check_binding
 from placement_core.plan import build_plan
-from rlplace_operator.admission import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
+from rlplace_operator.api.models import Dra, NodeGroupSpec, PinAttribute, RLJobSpec
+from rlplace_operator.api.names import GPUS_ANNOTATION, JOB_LABEL, NODES_ANNOTATION
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster, claim_templates
-from rlplace_operator.dra import (
+from rlplace_operator.cluster.dra import (
     Device,
     NodeSlice,
     claimed_devices,
@@ -23,6 +25,7 @@ from rlplace_operator.dra import (
     node_slice,
     parse_devices_annotation,
 )
+from rlplace_operator.cluster.selection import NodeInfo, dra_problem, nodegroup_status
 from rlplace_operator.handlers.queue import (
     DraNode,
     Holding,
@@ -33,9 +36,6 @@ from rlplace_operator.handlers.queue import (
     queue_pass,
     raycluster_nodes_index,
 )
-from rlplace_operator.models import Dra, NodeGroupSpec, PinAttribute, RLJobSpec
-from rlplace_operator.names import GPUS_ANNOTATION, JOB_LABEL, NODES_ANNOTATION
-from rlplace_operator.selection import NodeInfo, dra_problem, nodegroup_status
 
 DRIVER = "gpu.example.com"
 INDEX_PIN = Dra(driver=DRIVER, pin_attribute=PinAttribute.INDEX)
@@ -370,7 +370,7 @@ def test_a_worker_pod_whose_pinned_gpus_another_claim_holds_gives_them_back_with
 
 def test_the_operator_checks_the_reported_gpus_against_the_claims_it_recorded() -> None:
     from placement_core.observe.verify import BindingReport, ProcessCheck
-    from rlplace_operator.dra import with_claims_checked
+    from rlplace_operator.cluster.dra import with_claims_checked
 
     seen = ProcessCheck("actor", 0, "n0", (), host_gpus=(4,), pod_host_gpus=(4, 5, 6, 7), claims=("uid",))
     whole = ProcessCheck("reward", 0, "a800-0", ())

@@ -11,8 +11,8 @@ import datetime as dt
 import pytest
 from test_reconcile import NOW, job, pod, rayjob, running_driver_status
 
-from rlplace_operator import kueue
-from rlplace_operator.models import LabelSelector, LabelSelectorRequirement, RLJobStatus, Toleration
+from rlplace_operator.admission import kueue
+from rlplace_operator.api.models import LabelSelector, LabelSelectorRequirement, RLJobStatus, Toleration
 from rlplace_operator.reconcile import (
     DeleteChildren,
     MarkWorkload,

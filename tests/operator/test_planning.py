@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from placement_core import CapacityError, PlacementError
+from rlplace_operator.api.models import NodeGroupSpec, RLJobSpec
 from rlplace_operator.builders.raycluster import build_raycluster_spec
-from rlplace_operator.models import NodeGroupSpec, RLJobSpec
-from rlplace_operator.planning import plan_job, profile_of
-from rlplace_operator.selection import JobGroup, NodeInfo, nodegroup_status
+from rlplace_operator.cluster.selection import JobGroup, NodeInfo, nodegroup_status
+from rlplace_operator.planning.plan import plan_job, profile_of
 
 A800 = NodeGroupSpec.model_validate(
     {"nodeSelector": {"matchLabels": {"gpu": "a800"}}, "env": [{"name": "NCCL_IB", "value": "1"}]}
@@ -79,8 +79,8 @@ def test_profile_comes_from_the_annotation_first() -> None:
 def test_context_parallelism_multiplies_the_actor_model_parallel_size() -> None:
     """tp 2, cp 2 on 16 GPUs: 4 data-parallel replicas of 4 GPUs each, not 8."""
     from placement_core.components import ModelParallelComponentPlacement
-    from rlplace_operator.planning import model_parallel_settings, placement_entries
-    from rlplace_operator.selection import job_cluster
+    from rlplace_operator.cluster.selection import job_cluster
+    from rlplace_operator.planning.plan import model_parallel_settings, placement_entries
 
     spec = job(
         placementMode="modelParallel",
@@ -121,8 +121,8 @@ def test_auto_placement_of_a_job_whose_entries_name_node_groups() -> None:
 )
 def test_profile_annotation_is_checked_like_spec_profile(raw: str, expected: str) -> None:
     from placement_core.errors import PlacementError
-    from rlplace_operator.models import RLJobSpec
-    from rlplace_operator.planning import profile_of
+    from rlplace_operator.api.models import RLJobSpec
+    from rlplace_operator.planning.plan import profile_of
 
     spec = RLJobSpec(node_groups=["a800"], auto_placement={"enabled": True})
     with pytest.raises(PlacementError, match=expected):

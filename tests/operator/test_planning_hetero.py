@@ -7,9 +7,8 @@ import json
 import pytest
 
 from placement_core import PlacementError
-from rlplace_operator.models import NodeGroupSpec, Profile, RLJobSpec
-from rlplace_operator.planning import plan_job, profile_of
-from rlplace_operator.selection import (
+from rlplace_operator.api.models import NodeGroupSpec, Profile, RLJobSpec
+from rlplace_operator.cluster.selection import (
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,
     JobGroup,
@@ -18,6 +17,7 @@ from rlplace_operator.selection import (
     job_cluster,
     nodegroup_status,
 )
+from rlplace_operator.planning.plan import plan_job, profile_of
 
 A800 = NodeGroupSpec.model_validate({"nodeSelector": {"matchLabels": {"pool": "a800"}}})
 RTX = NodeGroupSpec.model_validate({"nodeSelector": {"matchLabels": {"pool": "4090"}}})

@@ -17,12 +17,12 @@ from pydantic import ValidationError
 
 from placement_core import PlacementError
 from placement_core.cluster import Cluster
+from rlplace_operator.api.models import NodeGroupSpec, Progress, RLJobSpec, RLJobStatus, dump
+from rlplace_operator.cluster.selection import JobGroup, NodeInfo, nodegroup_status
 from rlplace_operator.handlers.lifecycle import _recommendation_due
-from rlplace_operator.models import NodeGroupSpec, Progress, RLJobSpec, RLJobStatus, dump
-from rlplace_operator.planning import plan_job
-from rlplace_operator.recommend import PROFILED, REPLACED, profiling_condition, replaced_spec, step
+from rlplace_operator.planning.plan import plan_job
+from rlplace_operator.planning.recommend import PROFILED, REPLACED, profiling_condition, replaced_spec, step
 from rlplace_operator.reconcile import DeleteChildren, Job, Outcome, World, with_recommendation
-from rlplace_operator.selection import JobGroup, NodeInfo, nodegroup_status
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rljob-profile-first.yaml"
 NOW = dt.datetime(2026, 11, 24, 1, 0, 0, tzinfo=dt.UTC)
@@ -236,7 +236,7 @@ def test_when_collocated_is_the_best_the_job_stays_and_profiling_ends() -> None:
 
 def test_the_first_move_off_the_profiling_run_does_not_raise_the_next_ones_bar() -> None:
     """After leaving the profiling run, a later re-placement needs minGain, not 2 x minGain."""
-    from rlplace_operator.recommend import history_of
+    from rlplace_operator.planning.recommend import history_of
 
     (*_, (_, last)) = profiling_run(example(), 4)
     status = RLJobStatus.model_validate({"replacements": [dump(last.replacement)]})

@@ -23,8 +23,8 @@ from aiohttp import web
 from placement_core.components import component_placement
 from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.plan import build_plan
-from rlplace_operator.names import progress_path
-from rlplace_operator.progress import Caller, JobKey, ProgressService, Refused
+from rlplace_operator.api.names import progress_path
+from rlplace_operator.server.progress import Caller, JobKey, ProgressService, Refused
 
 Writes = list[tuple[JobKey, dict[str, Any]]]
 

@@ -17,14 +17,14 @@ from aiohttp import web
 
 from placement_core import contract
 from placement_core.observe.progress import ComponentTime, HttpReporter, IterationReport
-from rlplace_operator import handlers  # noqa: F401  (reconcile is imported through the handlers package)
+from rlplace_operator.api.models import RLJobSpec
+from rlplace_operator.api.names import PROGRESS_AUDIENCE, progress_path
 from rlplace_operator.builders.progress import PROGRESS_TOKEN_DIR, with_progress_reporting
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
-from rlplace_operator.metrics import metrics_app
-from rlplace_operator.models import RLJobSpec
-from rlplace_operator.names import PROGRESS_AUDIENCE, progress_path
-from rlplace_operator.progress import (
+from rlplace_operator.reconcile import _status, status_wire
+from rlplace_operator.server.metrics import metrics_app
+from rlplace_operator.server.progress import (
     Caller,
     IdentityCache,
     JobKey,
@@ -35,7 +35,6 @@ from rlplace_operator.progress import (
     summarize,
     token_expiry,
 )
-from rlplace_operator.reconcile import _status, status_wire
 
 
 def report(
@@ -454,7 +453,7 @@ def pod_review(pod: str, uid: str) -> dict:
 def identify_against(api: StandInApi, token: str) -> Caller | Refused:
     from kubernetes import client as k8s
 
-    from rlplace_operator.progress import KubeIdentify
+    from rlplace_operator.server.progress import KubeIdentify
 
     async def main() -> Caller | Refused:
         runner = web.AppRunner(api.app())

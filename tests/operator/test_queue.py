@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
 
-from rlplace_operator.admission import Admitted, GroupDemand, QueuedJob, Waiting
+from rlplace_operator.admission.rules import Admitted, GroupDemand, QueuedJob, Waiting
+from rlplace_operator.api.models import RLJobSpec
 from rlplace_operator.handlers.queue import (
     Holding,
     Ledger,
@@ -15,7 +16,6 @@ from rlplace_operator.handlers.queue import (
     pod_unit_requests,
     pod_units_index,
 )
-from rlplace_operator.models import RLJobSpec
 
 NODES = [f"n{i}" for i in range(8)]
 
@@ -122,8 +122,8 @@ def test_a_taint_gone_since_the_job_was_planned_does_not_keep_it_waiting() -> No
     """A burst on fresh nodes: each node carries node.kubernetes.io/not-ready until it is Ready, so jobs planned
     then found every node tainted. The queue pass reads the taints as they are now (measured: 21 of 100 jobs
     waited forever on a taint gone for minutes when the pass reused the ones found at planning)."""
+    from rlplace_operator.cluster.taints import Taint
     from rlplace_operator.handlers.queue import queue_pass
-    from rlplace_operator.taints import Taint
 
     job = one_node_job("fresh")
     assert job.demand is not None

@@ -12,6 +12,7 @@ from placement_core.components import component_placement
 from placement_core.contract import BINDING_REPORT_PREFIX
 from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
+from rlplace_operator.api.models import JobPhase, RLJobSpec, SubmissionMode
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers.rayjob import (
@@ -22,7 +23,6 @@ from rlplace_operator.handlers.rayjob import (
     driver_status,
     report_in,
 )
-from rlplace_operator.models import JobPhase, RLJobSpec, SubmissionMode
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 SUBMITTER = {"cpu": "200m", "memory": "512Mi"}

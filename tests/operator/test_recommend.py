@@ -1,4 +1,4 @@
-"""status.recommendation and re-placement (operator/rlplace_operator/recommend.py, reconcile.with_recommendation):
+"""status.recommendation and re-placement (operator/rlplace_operator/planning/recommend.py, reconcile.with_recommendation):
 a running job's progress under a bad split of 8 GPUs -> a recommendation with its gain and an Event; with
 apply Auto, three reports in a row -> ApplyNow -> the next report re-places it (children deleted, the
 re-placement recorded) -> Provision plans the re-placement's entries.
@@ -11,9 +11,9 @@ from __future__ import annotations
 import datetime as dt
 
 from placement_core.cluster import Cluster
+from rlplace_operator.api.models import Progress, RLJobSpec, RLJobStatus, dump
 from rlplace_operator.handlers.lifecycle import _recommendation_due
-from rlplace_operator.models import Progress, RLJobSpec, RLJobStatus, dump
-from rlplace_operator.recommend import RECOMMENDED, REPLACED, replaced_spec, step
+from rlplace_operator.planning.recommend import RECOMMENDED, REPLACED, replaced_spec, step
 from rlplace_operator.reconcile import (
     DeleteChildren,
     Job,

@@ -14,13 +14,13 @@ from pydantic import ValidationError
 from test_reconcile import NOW, event, job, pod, rayjob, running_driver_status
 
 from placement_core import contract
-from rlplace_operator.admission import Admitted, GroupDemand, Waiting
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Waiting
+from rlplace_operator.api.models import RLJobSpec, dump
+from rlplace_operator.api.names import ATTEMPT_ANNOTATION
 from rlplace_operator.builders.raycluster import CHECKPOINT_VOLUME, WorkerNode
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers.queue import Ledger, PlannedDemand, queue_pass
 from rlplace_operator.handlers.queue import World as QueueWorld
-from rlplace_operator.models import RLJobSpec, dump
-from rlplace_operator.names import ATTEMPT_ANNOTATION
 from rlplace_operator.reconcile import RESTARTING, DeleteChildren, Post, Provision, ReleaseNodes, World, reconcile
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"

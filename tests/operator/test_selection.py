@@ -6,8 +6,8 @@ import pytest
 
 from placement_core import CapacityError
 from placement_core.cluster import ACCELERATOR
-from rlplace_operator.models import NodeGroupSpec
-from rlplace_operator.selection import JobGroup, NodeInfo, job_cluster, nodegroup_status
+from rlplace_operator.api.models import NodeGroupSpec
+from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, nodegroup_status
 
 
 def node(name: str, labels: dict[str, str], gpus: int = 0, ready: bool = True, **extra: str) -> NodeInfo:

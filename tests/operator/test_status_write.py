@@ -10,9 +10,9 @@ import copy
 
 from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator.conditions import apply_merge_patch
+from rlplace_operator.api.conditions import apply_merge_patch
 from rlplace_operator.handlers.lifecycle import _write_provisioned, job_of_body
-from rlplace_operator.k8s import Kube
+from rlplace_operator.kube import Kube
 
 
 class OneRLJobServer(Kube):

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 
 from placement_core.contract import NODE_RANKS_KEY, POD_GPUS_KEY, node_ranks_text, plan_payload, pod_gpus_text
 from placement_core.plan import Plan
-from rlplace_operator.names import child_labels, placement_configmap_name
+from rlplace_operator.api.names import child_labels, placement_configmap_name
 
 
 def build_placement_configmap(

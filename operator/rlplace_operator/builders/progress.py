@@ -10,8 +10,8 @@ from __future__ import annotations
 import copy
 
 from placement_core import contract
+from rlplace_operator.api.names import PROGRESS_AUDIENCE, progress_path
 from rlplace_operator.builders.raycluster import cluster_spec_of
-from rlplace_operator.names import PROGRESS_AUDIENCE, progress_path
 
 #: Where the token is mounted in the head's container, and its file name.
 PROGRESS_TOKEN_DIR = "/var/run/secrets/rlplace.io/progress"

@@ -17,17 +17,8 @@ from dataclasses import dataclass, field
 from kubernetes.utils.quantity import parse_quantity
 
 from placement_core import contract
-from rlplace_operator.builders import framework
-from rlplace_operator.builders.podtemplate import (
-    apply_pod_options,
-    effective_head,
-    effective_worker,
-    wire,
-    with_volume,
-)
-from rlplace_operator.dra import CLAIM_REQUEST, DevicePin, claim_template, devices_annotation
-from rlplace_operator.models import RLJobSpec, Toleration
-from rlplace_operator.names import (
+from rlplace_operator.api.models import RLJobSpec, Toleration
+from rlplace_operator.api.names import (
     GPUS_ANNOTATION,
     HOSTNAME_LABEL,
     JOB_LABEL,
@@ -41,7 +32,16 @@ from rlplace_operator.names import (
     raycluster_name,
     worker_group_name,
 )
-from rlplace_operator.taints import Taint, untolerated
+from rlplace_operator.builders import framework
+from rlplace_operator.builders.podtemplate import (
+    apply_pod_options,
+    effective_head,
+    effective_worker,
+    wire,
+    with_volume,
+)
+from rlplace_operator.cluster.dra import CLAIM_REQUEST, DevicePin, claim_template, devices_annotation
+from rlplace_operator.cluster.taints import Taint, untolerated
 
 #: The head's volume with the plan, the workers' with the node ranks (spec.pods volumes cannot start with
 #: `rlplace-`).

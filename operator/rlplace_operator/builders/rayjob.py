@@ -5,6 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rlplace_operator.api.models import RLJobSpec, SubmissionMode
+from rlplace_operator.api.names import (
+    ATTEMPT_ANNOTATION,
+    RAY_GROUP,
+    RAY_VERSION,
+    SUBMITTER_CONTAINER,
+    child_labels,
+    rayjob_name,
+)
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
 from rlplace_operator.builders.raycluster import (
@@ -16,15 +25,6 @@ from rlplace_operator.builders.raycluster import (
     on_nodes,
     pod_security_context,
     restart_env,
-)
-from rlplace_operator.models import RLJobSpec, SubmissionMode
-from rlplace_operator.names import (
-    ATTEMPT_ANNOTATION,
-    RAY_GROUP,
-    RAY_VERSION,
-    SUBMITTER_CONTAINER,
-    child_labels,
-    rayjob_name,
 )
 
 #: The submitter only runs `ray job submit` and streams the driver's log.

@@ -31,19 +31,11 @@ from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
 from placement_core.observe.verify import BindingReport
 from placement_core.plan import Plan
-from rlplace_operator import conditions as cond
-from rlplace_operator import kueue
-from rlplace_operator.admission import Decision
-from rlplace_operator.diagnosis import StartBounds, pods_not_started
-from rlplace_operator.dra import with_claims_checked
-from rlplace_operator.handlers import rayjob as driver
-from rlplace_operator.handlers import rljob
-from rlplace_operator.handlers.nodegroup import indexed
-from rlplace_operator.handlers.queue import Ledger, Snapshot, groups_with_nodes, queue_pass
-from rlplace_operator.handlers.raycluster import raycluster_ready
-from rlplace_operator.k8s import Kube, StatusConflict, api_message
-from rlplace_operator.models import GROUP, VERSION, JobPhase, PlacementMode
-from rlplace_operator.names import (
+from rlplace_operator.admission import kueue
+from rlplace_operator.admission.rules import Decision
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.models import GROUP, VERSION, JobPhase, PlacementMode
+from rlplace_operator.api.names import (
     API_VERSION,
     JOB_LABEL,
     MANAGED_BY,
@@ -58,6 +50,15 @@ from rlplace_operator.names import (
     raycluster_name,
     rayjob_name,
 )
+from rlplace_operator.cluster.dra import with_claims_checked
+from rlplace_operator.cluster.selection import job_cluster
+from rlplace_operator.diagnosis import StartBounds, pods_not_started
+from rlplace_operator.handlers import rayjob as driver
+from rlplace_operator.handlers import rljob
+from rlplace_operator.handlers.nodegroup import indexed
+from rlplace_operator.handlers.queue import Ledger, Snapshot, groups_with_nodes, queue_pass
+from rlplace_operator.handlers.raycluster import raycluster_ready
+from rlplace_operator.kube import Kube, StatusConflict, api_message
 from rlplace_operator.reconcile import (
     DeleteChildren,
     Job,
@@ -77,7 +78,6 @@ from rlplace_operator.reconcile import (
     with_kueue,
     with_recommendation,
 )
-from rlplace_operator.selection import job_cluster
 
 logger = logging.getLogger(__name__)
 

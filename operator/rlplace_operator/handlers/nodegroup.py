@@ -14,12 +14,12 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator import conditions as cond
-from rlplace_operator.dra import DRA_GROUP, DRA_VERSION, NodeSlice, node_slice
-from rlplace_operator.k8s import Kube
-from rlplace_operator.models import GROUP, VERSION, NodeGroupSpec, dump, is_live
-from rlplace_operator.names import API_VERSION, NODEGROUP_PLURAL, RLJOB_PLURAL
-from rlplace_operator.selection import NodeInfo, nodegroup_status, with_slices
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.models import GROUP, VERSION, NodeGroupSpec, dump, is_live
+from rlplace_operator.api.names import API_VERSION, NODEGROUP_PLURAL, RLJOB_PLURAL
+from rlplace_operator.cluster.dra import DRA_GROUP, DRA_VERSION, NodeSlice, node_slice
+from rlplace_operator.cluster.selection import NodeInfo, nodegroup_status, with_slices
+from rlplace_operator.kube import Kube
 
 #: How often a NodeGroup's status is recomputed from the node index (nodes joining, leaving, NotReady).
 RESYNC_SECONDS = 2.0

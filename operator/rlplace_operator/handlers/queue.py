@@ -19,7 +19,8 @@ from typing import Any
 
 import kopf
 
-from rlplace_operator.admission import (
+from rlplace_operator.admission.kueue import queue_name
+from rlplace_operator.admission.rules import (
     Admitted,
     Decision,
     GroupDemand,
@@ -30,18 +31,8 @@ from rlplace_operator.admission import (
     decide,
     fit,
 )
-from rlplace_operator.dra import (
-    DRA_GROUP,
-    DRA_VERSION,
-    ClaimedDevice,
-    Device,
-    claimed_devices,
-    parse_devices_annotation,
-)
-from rlplace_operator.handlers.nodegroup import copy_index, indexed
-from rlplace_operator.kueue import queue_name
-from rlplace_operator.models import JobPhase, RLJobSpec
-from rlplace_operator.names import (
+from rlplace_operator.api.models import JobPhase, RLJobSpec
+from rlplace_operator.api.names import (
     GPUS_ANNOTATION,
     JOB_LABEL,
     MANAGED_BY,
@@ -51,8 +42,17 @@ from rlplace_operator.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
 )
-from rlplace_operator.selection import JobGroup, untolerated_among, with_slices
-from rlplace_operator.taints import Taint
+from rlplace_operator.cluster.dra import (
+    DRA_GROUP,
+    DRA_VERSION,
+    ClaimedDevice,
+    Device,
+    claimed_devices,
+    parse_devices_annotation,
+)
+from rlplace_operator.cluster.selection import JobGroup, untolerated_among, with_slices
+from rlplace_operator.cluster.taints import Taint
+from rlplace_operator.handlers.nodegroup import copy_index, indexed
 
 #: KubeRay's label on the pods of a RayCluster (its value is the RayCluster's name). The operator's own Ray pods
 #: also carry the job label, which names the job when the cluster belongs to its RayJob.

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from rlplace_operator.conditions import (
+from rlplace_operator.api.conditions import (
     RAYCLUSTER_IS_READY,
     RAYCLUSTER_PROVISIONING,
     RAYCLUSTER_READY,
     is_true,
     set_condition,
 )
-from rlplace_operator.models import JobPhase
+from rlplace_operator.api.models import JobPhase
 
 #: KubeRay's condition type on a RayCluster whose pods all came up.
 KUBERAY_PROVISIONED = "RayClusterProvisioned"

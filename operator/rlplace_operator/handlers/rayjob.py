@@ -23,13 +23,13 @@ from placement_core.observe.pools import ObservedPools, observed_pools_in, pool_
 from placement_core.observe.processes import Observed, framework_report, observed_in
 from placement_core.observe.verify import BindingReport, find_report
 from placement_core.plan import Plan
-from rlplace_operator.conditions import set_condition
-from rlplace_operator.k8s import Kube
-from rlplace_operator.models import ComponentBinding, Framework, JobPhase, ObservedProcesses, SubmissionMode, dump
-from rlplace_operator.names import (
+from rlplace_operator.api.conditions import set_condition
+from rlplace_operator.api.models import ComponentBinding, Framework, JobPhase, ObservedProcesses, SubmissionMode, dump
+from rlplace_operator.api.names import (
     SUBMITTER_CONTAINER,
     rayjob_name,
 )
+from rlplace_operator.kube import Kube
 
 DRIVER_CONDITION = "DriverSucceeded"
 BINDING_CONDITION = "BindingVerified"

@@ -25,16 +25,36 @@ import kopf
 from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
-from rlplace_operator import conditions as cond
-from rlplace_operator import kueue, recommend
-from rlplace_operator.admission import JobKey, QueuedJob, Waiting, demand_from_workers
+from rlplace_operator.admission import kueue
+from rlplace_operator.admission.rules import JobKey, QueuedJob, Waiting, demand_from_workers
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.models import (
+    Framework,
+    GpuClaim,
+    JobPhase,
+    NodeGroupSpec,
+    NodeGroupStatus,
+    PlacementMode,
+    RLJobSpec,
+    RLJobStatus,
+    dump,
+    is_live,
+)
+from rlplace_operator.api.names import (
+    API_VERSION,
+    PROFILE_ANNOTATION,
+    raycluster_name,
+    rayjob_name,
+)
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.podtemplate import worker_tolerations
 from rlplace_operator.builders.progress import with_progress_reporting
 from rlplace_operator.builders.raycluster import build_raycluster, claim_templates
 from rlplace_operator.builders.rayjob import build_rayjob
-from rlplace_operator.dra import PinError, device_pin
+from rlplace_operator.cluster.dra import PinError, device_pin
+from rlplace_operator.cluster.selection import JobGroup, unit_resource, untolerated_nodes
+from rlplace_operator.cluster.taints import Taint
 from rlplace_operator.handlers import rayjob
 from rlplace_operator.handlers.nodegroup import indexed
 from rlplace_operator.handlers.queue import (
@@ -50,29 +70,10 @@ from rlplace_operator.handlers.queue import (
     status_excluded,
 )
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
-from rlplace_operator.k8s import Kube
-from rlplace_operator.models import (
-    Framework,
-    GpuClaim,
-    JobPhase,
-    NodeGroupSpec,
-    NodeGroupStatus,
-    PlacementMode,
-    RLJobSpec,
-    RLJobStatus,
-    dump,
-    is_live,
-)
-from rlplace_operator.names import (
-    API_VERSION,
-    PROFILE_ANNOTATION,
-    raycluster_name,
-    rayjob_name,
-)
-from rlplace_operator.planning import JobPlan, plan_job, profiling_spec, ranked_across, wants_auto_placement
+from rlplace_operator.kube import Kube
+from rlplace_operator.planning import recommend
+from rlplace_operator.planning.plan import JobPlan, plan_job, profiling_spec, ranked_across, wants_auto_placement
 from rlplace_operator.reconcile import Job, attempt_for_new_child, holds_nodes
-from rlplace_operator.selection import JobGroup, unit_resource, untolerated_nodes
-from rlplace_operator.taints import Taint
 
 #: Retries for causes that can change by themselves (a NodeGroup appears, nodes join, KubeRay is installed):
 #: the first after this many seconds, then doubling up to the cap, so a job left Pending for hours costs

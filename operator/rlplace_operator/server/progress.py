@@ -52,8 +52,8 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.observe import adapters
 from placement_core.observe.progress import IterationReport, ProgressAnswer
-from rlplace_operator.models import ComponentSeconds, Progress, dump
-from rlplace_operator.names import (
+from rlplace_operator.api.models import ComponentSeconds, Progress, dump
+from rlplace_operator.api.names import (
     JOB_LABEL,
     PROGRESS_AUDIENCE,
     RAY_GROUP,

@@ -13,7 +13,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from rlplace_operator.progress import ProgressService, iteration_seconds
+from rlplace_operator.server.progress import ProgressService, iteration_seconds
 
 _JOB = ["namespace", "rljob"]
 

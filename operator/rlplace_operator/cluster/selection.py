@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
+from rlplace_operator.api.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus, RLJobSpec
+from rlplace_operator.api.names import NODE_RANK_LABEL
 from rlplace_operator.builders.podtemplate import worker_tolerations
-from rlplace_operator.dra import Device, NodeSlice, node_devices
-from rlplace_operator.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus, RLJobSpec
-from rlplace_operator.names import NODE_RANK_LABEL
-from rlplace_operator.taints import Taint, refusal, untolerated
+from rlplace_operator.cluster.dra import Device, NodeSlice, node_devices
+from rlplace_operator.cluster.taints import Taint, refusal, untolerated
 
 GPU_RESOURCE = "nvidia.com/gpu"
 #: GPU feature discovery's node labels: the GPU model (`NVIDIA-A800-SXM4-80GB`) and its memory in MiB.

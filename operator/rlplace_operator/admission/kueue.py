@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlplace_operator import conditions as cond
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.models import LabelSelector, Toleration
+from rlplace_operator.api.names import HOSTNAME_LABEL, child_labels
 from rlplace_operator.builders.raycluster import cluster_spec_of, required_node_affinity
-from rlplace_operator.models import LabelSelector, Toleration
-from rlplace_operator.names import HOSTNAME_LABEL, child_labels
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSION = "v1beta2"

@@ -16,9 +16,7 @@ import kopf
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
-from rlplace_operator.dra import CLAIM_TEMPLATE_PLURAL, DRA_GROUP, DRA_VERSION
-from rlplace_operator.kueue import (
+from rlplace_operator.admission.kueue import (
     CLUSTERQUEUE_PLURAL,
     KUEUE_GROUP,
     KUEUE_VERSION,
@@ -26,8 +24,9 @@ from rlplace_operator.kueue import (
     PRIORITY_CLASS_PLURAL,
     WORKLOAD_PLURAL,
 )
-from rlplace_operator.models import GROUP, VERSION
-from rlplace_operator.names import (
+from rlplace_operator.api.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
+from rlplace_operator.api.models import GROUP, VERSION
+from rlplace_operator.api.names import (
     API_VERSION,
     JOB_LABEL,
     RAY_GROUP,
@@ -36,6 +35,7 @@ from rlplace_operator.names import (
     RAYJOB_PLURAL,
     RLJOB_PLURAL,
 )
+from rlplace_operator.cluster.dra import CLAIM_TEMPLATE_PLURAL, DRA_GROUP, DRA_VERSION
 
 FIELD_MANAGER = "rlplace"
 DISCOVERY_TTL_SECONDS = 60.0

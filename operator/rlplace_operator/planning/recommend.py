@@ -34,8 +34,8 @@ from placement_core.cluster import Cluster
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry
 from placement_core.jobconfig import REASONING, Job
-from rlplace_operator.conditions import timestamp
-from rlplace_operator.models import (
+from rlplace_operator.api.conditions import timestamp
+from rlplace_operator.api.models import (
     MAX_REPLACEMENTS_KEPT,
     AppliedPlacementEntry,
     AutoPlacement,
@@ -45,8 +45,8 @@ from rlplace_operator.models import (
     RLJobSpec,
     RLJobStatus,
 )
-from rlplace_operator.models import PlacementEntry as SpecEntry
-from rlplace_operator.planning import batch_settings, model_parallel_settings
+from rlplace_operator.api.models import PlacementEntry as SpecEntry
+from rlplace_operator.planning.plan import batch_settings, model_parallel_settings
 
 #: A recommendation at least this good is announced with an Event (whatever spec.autoPlacement.apply says).
 EVENT_GAIN = 0.10
