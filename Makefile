@@ -40,7 +40,7 @@ cluster-down:  ## stop the demo operator and every process cluster-up started, a
 	  if [ -d "$$dir" ]; then RLPLACE_E2E_DIR=$(CURDIR)/$$dir bash e2e/cluster/down.sh || exit 1; fi; \
 	done
 
-crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from operator/rlplace_operator/api/models.py
+crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from the models in operator/rlplace_operator/api/
 	$(PY) -m rlplace_operator.api.crdgen
 	$(PY) -m rlplace_operator.api.docgen
 

@@ -39,7 +39,7 @@ from operator_scale import (
     wait_for,
 )
 
-from rlplace_operator.api.models import RLJobSpec
+from rlplace_operator.api.rljob import RLJobSpec
 
 #: The processes whose CPU time the burst is charged with, by the name /proc gives them (the operator: its pid).
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kwok", "ray-operator", "kube-controller", "kube-scheduler")

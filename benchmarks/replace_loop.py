@@ -25,7 +25,8 @@ from placement_core.cluster import Cluster
 from placement_core.components import ComponentPlacement
 from placement_core.grammar import PlacementEntry
 from placement_core.launcher.synthetic import Law, iteration_seconds
-from rlplace_operator.api.models import AppliedPlacementEntry, Progress, RLJobSpec, RLJobStatus
+from rlplace_operator.api.rljob import AppliedPlacementEntry, RLJobSpec
+from rlplace_operator.api.status import Progress, RLJobStatus
 from rlplace_operator.planning.recommend import step, with_replacement
 
 CLUSTER = Cluster.from_config({"num_nodes": 1, "accelerators_per_node": 8})

@@ -24,8 +24,8 @@ from rlplace_operator.admission.kueue import (
     PRIORITY_CLASS_PLURAL,
     WORKLOAD_PLURAL,
 )
+from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
-from rlplace_operator.api.models import GROUP, VERSION
 from rlplace_operator.api.names import (
     API_VERSION,
     JOB_LABEL,

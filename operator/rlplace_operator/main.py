@@ -21,7 +21,7 @@ import kopf
 import kubernetes
 
 from rlplace_operator import handlers  # noqa: F401  (registers the handlers)
-from rlplace_operator.api.models import GROUP, VERSION
+from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.names import NODEGROUP_PLURAL, RLJOB_PLURAL
 from rlplace_operator.diagnosis import StartBounds
 from rlplace_operator.handlers.queue import Ledger

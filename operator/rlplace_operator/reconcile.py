@@ -29,22 +29,20 @@ from rlplace_operator import diagnosis
 from rlplace_operator.admission import kueue
 from rlplace_operator.admission.rules import Admitted, Decision, Waiting
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.models import (
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.conditions import Condition
+from rlplace_operator.api.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.api.podspec import OnMissingObject
+from rlplace_operator.api.rljob import (
     DEFAULT_MAX_RESTARTS,
     DEFAULT_PREEMPTION_GRACE_SECONDS,
-    MAX_RESTARTS_KEPT,
-    Condition,
     Framework,
-    JobPhase,
     OnBindingMismatch,
-    OnMissingObject,
     RestartPolicy,
     RLJobSpec,
-    RLJobStatus,
     SubmissionMode,
-    dump,
 )
-from rlplace_operator.api.names import ATTEMPT_ANNOTATION, JOB_LABEL, KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.api.status import MAX_RESTARTS_KEPT, JobPhase, RLJobStatus
 from rlplace_operator.handlers.raycluster import mirrored_status, raycluster_ready
 from rlplace_operator.handlers.rayjob import BINDING_CONDITION, driver_state, driver_status
 from rlplace_operator.planning import recommend

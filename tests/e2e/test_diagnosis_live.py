@@ -25,7 +25,7 @@ from kubernetes import client
 from placement_core.components import component_placement
 from placement_core.plan import Plan, build_plan
 from rlplace_operator import diagnosis
-from rlplace_operator.api.models import RLJobSpec
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
 from rlplace_operator.handlers.rayjob import DRIVER_LOG_TAIL_LINES

@@ -10,8 +10,8 @@ import yaml
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
-from rlplace_operator.api.models import RLJobSpec
 from rlplace_operator.api.names import HOSTNAME_LABEL, JOB_LABEL, MANAGED_BY_LABEL
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import (
     WorkerNode,

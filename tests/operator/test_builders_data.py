@@ -12,8 +12,10 @@ from placement_core import contract
 from placement_core.placement import Placement, placement_env
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.api.crdgen import build_crds
-from rlplace_operator.api.models import PLAN_ENV_NAMES, NodeGroupSpec, PodOptions, RLJobSpec
 from rlplace_operator.api.names import JOB_LABEL, SUBMITTER_CONTAINER
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.api.podspec import PLAN_ENV_NAMES, PodOptions
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.podtemplate import SHM_VOLUME, effective_worker, merge
 from rlplace_operator.builders.raycluster import (
     NODE_RANKS_VOLUME,

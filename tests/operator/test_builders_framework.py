@@ -8,7 +8,7 @@ from pydantic import ValidationError
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
-from rlplace_operator.api.models import FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE, RLJobSpec
+from rlplace_operator.api.rljob import FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE, RLJobSpec
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.framework import probe_data, probe_source
 from rlplace_operator.builders.raycluster import WorkerNode

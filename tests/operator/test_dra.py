@@ -12,8 +12,9 @@ from placement_core.launcher.plan import LaunchPlan
 from placement_core.observe.verify import Binding, check_binding
 from placement_core.plan import build_plan
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
-from rlplace_operator.api.models import Dra, NodeGroupSpec, PinAttribute, RLJobSpec
 from rlplace_operator.api.names import GPUS_ANNOTATION, JOB_LABEL, NODES_ANNOTATION
+from rlplace_operator.api.nodegroup import Dra, NodeGroupSpec, PinAttribute
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster, claim_templates
 from rlplace_operator.cluster.dra import (

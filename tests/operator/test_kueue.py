@@ -12,7 +12,9 @@ import pytest
 from test_reconcile import NOW, job, pod, rayjob, running_driver_status
 
 from rlplace_operator.admission import kueue
-from rlplace_operator.api.models import LabelSelector, LabelSelectorRequirement, RLJobStatus, Toleration
+from rlplace_operator.api.nodegroup import LabelSelector, LabelSelectorRequirement
+from rlplace_operator.api.podspec import Toleration
+from rlplace_operator.api.status import RLJobStatus
 from rlplace_operator.reconcile import (
     DeleteChildren,
     MarkWorkload,

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from placement_core import CapacityError, PlacementError
-from rlplace_operator.api.models import NodeGroupSpec, RLJobSpec
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.raycluster import build_raycluster_spec
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, nodegroup_status
 from rlplace_operator.planning.plan import plan_job, profile_of
@@ -121,7 +122,7 @@ def test_auto_placement_of_a_job_whose_entries_name_node_groups() -> None:
 )
 def test_profile_annotation_is_checked_like_spec_profile(raw: str, expected: str) -> None:
     from placement_core.errors import PlacementError
-    from rlplace_operator.api.models import RLJobSpec
+    from rlplace_operator.api.rljob import RLJobSpec
     from rlplace_operator.planning.plan import profile_of
 
     spec = RLJobSpec(node_groups=["a800"], auto_placement={"enabled": True})

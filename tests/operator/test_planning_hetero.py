@@ -7,7 +7,8 @@ import json
 import pytest
 
 from placement_core import PlacementError
-from rlplace_operator.api.models import NodeGroupSpec, Profile, RLJobSpec
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.api.rljob import Profile, RLJobSpec
 from rlplace_operator.cluster.selection import (
     GPU_MEMORY_LABEL,
     GPU_PRODUCT_LABEL,

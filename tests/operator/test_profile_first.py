@@ -17,7 +17,10 @@ from pydantic import ValidationError
 
 from placement_core import PlacementError
 from placement_core.cluster import Cluster
-from rlplace_operator.api.models import NodeGroupSpec, Progress, RLJobSpec, RLJobStatus, dump
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.api.rljob import RLJobSpec
+from rlplace_operator.api.status import Progress, RLJobStatus
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, nodegroup_status
 from rlplace_operator.handlers.lifecycle import _recommendation_due
 from rlplace_operator.planning.plan import plan_job

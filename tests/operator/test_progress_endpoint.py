@@ -17,8 +17,8 @@ from aiohttp import web
 
 from placement_core import contract
 from placement_core.observe.progress import ComponentTime, HttpReporter, IterationReport
-from rlplace_operator.api.models import RLJobSpec
 from rlplace_operator.api.names import PROGRESS_AUDIENCE, progress_path
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.progress import PROGRESS_TOKEN_DIR, with_progress_reporting
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob

@@ -5,7 +5,7 @@ from __future__ import annotations
 from concurrent.futures import ThreadPoolExecutor
 
 from rlplace_operator.admission.rules import Admitted, GroupDemand, QueuedJob, Waiting
-from rlplace_operator.api.models import RLJobSpec
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.handlers.queue import (
     Holding,
     Ledger,

@@ -12,7 +12,8 @@ from placement_core.components import component_placement
 from placement_core.contract import BINDING_REPORT_PREFIX
 from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
-from rlplace_operator.api.models import JobPhase, RLJobSpec, SubmissionMode
+from rlplace_operator.api.rljob import RLJobSpec, SubmissionMode
+from rlplace_operator.api.status import JobPhase
 from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers.rayjob import (

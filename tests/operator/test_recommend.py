@@ -11,7 +11,9 @@ from __future__ import annotations
 import datetime as dt
 
 from placement_core.cluster import Cluster
-from rlplace_operator.api.models import Progress, RLJobSpec, RLJobStatus, dump
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.rljob import RLJobSpec
+from rlplace_operator.api.status import Progress, RLJobStatus
 from rlplace_operator.handlers.lifecycle import _recommendation_due
 from rlplace_operator.planning.recommend import RECOMMENDED, REPLACED, replaced_spec, step
 from rlplace_operator.reconcile import (

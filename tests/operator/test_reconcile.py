@@ -17,7 +17,8 @@ from placement_core.components import component_placement
 from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import build_plan
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Waiting
-from rlplace_operator.api.models import RLJobSpec, dump
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.handlers.nodegroup import copy_index
 from rlplace_operator.handlers.queue import Ledger, PlannedDemand, queue_pass
 from rlplace_operator.handlers.queue import World as QueueWorld

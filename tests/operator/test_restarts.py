@@ -15,8 +15,9 @@ from test_reconcile import NOW, event, job, pod, rayjob, running_driver_status
 
 from placement_core import contract
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Waiting
-from rlplace_operator.api.models import RLJobSpec, dump
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import ATTEMPT_ANNOTATION
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.raycluster import CHECKPOINT_VOLUME, WorkerNode
 from rlplace_operator.builders.rayjob import build_rayjob
 from rlplace_operator.handlers.queue import Ledger, PlannedDemand, queue_pass

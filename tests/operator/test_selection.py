@@ -6,7 +6,7 @@ import pytest
 
 from placement_core import CapacityError
 from placement_core.cluster import ACCELERATOR
-from rlplace_operator.api.models import NodeGroupSpec
+from rlplace_operator.api.nodegroup import NodeGroupSpec
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, nodegroup_status
 
 

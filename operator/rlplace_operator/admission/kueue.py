@@ -24,8 +24,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.models import LabelSelector, Toleration
 from rlplace_operator.api.names import HOSTNAME_LABEL, child_labels
+from rlplace_operator.api.nodegroup import LabelSelector
+from rlplace_operator.api.podspec import Toleration
 from rlplace_operator.builders.raycluster import cluster_spec_of, required_node_affinity
 
 KUEUE_GROUP = "kueue.x-k8s.io"

@@ -8,7 +8,27 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
+
+from rlplace_operator.api.base import CamelModel
+
+
+class Condition(CamelModel):
+    """A metav1.Condition."""
+
+    type: str
+    """Condition type, e.g. Ready, Validated, Placed, RayClusterReady."""
+    status: Literal["True", "False", "Unknown"]
+    """True, False or Unknown."""
+    reason: str
+    """A CamelCase word saying why."""
+    message: str = ""
+    """A sentence for people."""
+    last_transition_time: str
+    """When the status last changed (RFC 3339)."""
+    observed_generation: int | None = None
+    """The metadata.generation the condition was set for."""
+
 
 # -- condition types -----------------------------------------------------------------------------------------
 #: RLJob: the spec (and its NodeGroups) are valid.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from rlplace_operator.api.models import GROUP, VERSION
+from rlplace_operator.api.base import GROUP, VERSION
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rlplace"

@@ -36,8 +36,8 @@ from pathlib import Path
 
 from placement_core import contract
 from placement_core.observe import probe
-from rlplace_operator.api.models import Framework, RLJobSpec
 from rlplace_operator.api.names import placement_configmap_name
+from rlplace_operator.api.rljob import Framework, RLJobSpec
 from rlplace_operator.builders.podtemplate import with_volume
 
 #: The pods' volume with the probe (the job's ConfigMap, its probe key only).

@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rlplace_operator.api.models import SHM_MOUNT_PATH, PodOptions, RLJobSpec, Toleration
+from rlplace_operator.api.podspec import SHM_MOUNT_PATH, PodOptions, Toleration
+from rlplace_operator.api.rljob import RLJobSpec
 
 #: The in-memory emptyDir that gives /dev/shm its size (shmSize).
 SHM_VOLUME = "rlplace-shm"

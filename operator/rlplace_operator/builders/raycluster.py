@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 from kubernetes.utils.quantity import parse_quantity
 
 from placement_core import contract
-from rlplace_operator.api.models import RLJobSpec, Toleration
 from rlplace_operator.api.names import (
     GPUS_ANNOTATION,
     HOSTNAME_LABEL,
@@ -32,6 +31,8 @@ from rlplace_operator.api.names import (
     raycluster_name,
     worker_group_name,
 )
+from rlplace_operator.api.podspec import Toleration
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.podtemplate import (
     apply_pod_options,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rlplace_operator.api.models import RLJobSpec, SubmissionMode
 from rlplace_operator.api.names import (
     ATTEMPT_ANNOTATION,
     RAY_GROUP,
@@ -14,6 +13,7 @@ from rlplace_operator.api.names import (
     child_labels,
     rayjob_name,
 )
+from rlplace_operator.api.rljob import RLJobSpec, SubmissionMode
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
 from rlplace_operator.builders.raycluster import (

@@ -25,8 +25,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.observe.verify import BindingReport
-from rlplace_operator.api.models import Dra, PinAttribute
 from rlplace_operator.api.names import JOB_LABEL, child_labels
+from rlplace_operator.api.nodegroup import Dra, PinAttribute
 
 DRA_GROUP = "resource.k8s.io"
 DRA_VERSION = "v1"

@@ -10,8 +10,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
-from rlplace_operator.api.models import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus, RLJobSpec
 from rlplace_operator.api.names import NODE_RANK_LABEL
+from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.podtemplate import worker_tolerations
 from rlplace_operator.cluster.dra import Device, NodeSlice, node_devices
 from rlplace_operator.cluster.taints import Taint, refusal, untolerated

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from rlplace_operator.api.models import Toleration
+from rlplace_operator.api.podspec import Toleration
 
 #: Taint effects that keep a pod off a node; PreferNoSchedule only discourages the scheduler.
 BLOCKING_EFFECTS = frozenset({"NoSchedule", "NoExecute"})

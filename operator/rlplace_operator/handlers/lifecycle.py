@@ -34,7 +34,7 @@ from placement_core.plan import Plan
 from rlplace_operator.admission import kueue
 from rlplace_operator.admission.rules import Decision
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.models import GROUP, VERSION, JobPhase, PlacementMode
+from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.names import (
     API_VERSION,
     JOB_LABEL,
@@ -50,6 +50,8 @@ from rlplace_operator.api.names import (
     raycluster_name,
     rayjob_name,
 )
+from rlplace_operator.api.rljob import PlacementMode
+from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import with_claims_checked
 from rlplace_operator.cluster.selection import job_cluster
 from rlplace_operator.diagnosis import StartBounds, pods_not_started

@@ -15,8 +15,10 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.models import GROUP, VERSION, NodeGroupSpec, dump, is_live
+from rlplace_operator.api.base import GROUP, VERSION, dump
 from rlplace_operator.api.names import API_VERSION, NODEGROUP_PLURAL, RLJOB_PLURAL
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.api.status import is_live
 from rlplace_operator.cluster.dra import DRA_GROUP, DRA_VERSION, NodeSlice, node_slice
 from rlplace_operator.cluster.selection import NodeInfo, nodegroup_status, with_slices
 from rlplace_operator.kube import Kube

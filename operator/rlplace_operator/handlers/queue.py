@@ -31,7 +31,6 @@ from rlplace_operator.admission.rules import (
     decide,
     fit,
 )
-from rlplace_operator.api.models import JobPhase, RLJobSpec
 from rlplace_operator.api.names import (
     GPUS_ANNOTATION,
     JOB_LABEL,
@@ -42,6 +41,8 @@ from rlplace_operator.api.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
 )
+from rlplace_operator.api.rljob import RLJobSpec
+from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import (
     DRA_GROUP,
     DRA_VERSION,

@@ -9,7 +9,7 @@ from rlplace_operator.api.conditions import (
     is_true,
     set_condition,
 )
-from rlplace_operator.api.models import JobPhase
+from rlplace_operator.api.status import JobPhase
 
 #: KubeRay's condition type on a RayCluster whose pods all came up.
 KUBERAY_PROVISIONED = "RayClusterProvisioned"

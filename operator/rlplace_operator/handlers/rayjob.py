@@ -23,12 +23,14 @@ from placement_core.observe.pools import ObservedPools, observed_pools_in, pool_
 from placement_core.observe.processes import Observed, framework_report, observed_in
 from placement_core.observe.verify import BindingReport, find_report
 from placement_core.plan import Plan
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.conditions import set_condition
-from rlplace_operator.api.models import ComponentBinding, Framework, JobPhase, ObservedProcesses, SubmissionMode, dump
 from rlplace_operator.api.names import (
     SUBMITTER_CONTAINER,
     rayjob_name,
 )
+from rlplace_operator.api.rljob import Framework, SubmissionMode
+from rlplace_operator.api.status import ComponentBinding, JobPhase, ObservedProcesses
 from rlplace_operator.kube import Kube
 
 DRIVER_CONDITION = "DriverSucceeded"

@@ -28,24 +28,16 @@ from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator.admission import kueue
 from rlplace_operator.admission.rules import JobKey, QueuedJob, Waiting, demand_from_workers
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.models import (
-    Framework,
-    GpuClaim,
-    JobPhase,
-    NodeGroupSpec,
-    NodeGroupStatus,
-    PlacementMode,
-    RLJobSpec,
-    RLJobStatus,
-    dump,
-    is_live,
-)
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import (
     API_VERSION,
     PROFILE_ANNOTATION,
     raycluster_name,
     rayjob_name,
 )
+from rlplace_operator.api.nodegroup import NodeGroupSpec, NodeGroupStatus
+from rlplace_operator.api.rljob import Framework, PlacementMode, RLJobSpec
+from rlplace_operator.api.status import GpuClaim, JobPhase, RLJobStatus, is_live
 from rlplace_operator.builders import framework
 from rlplace_operator.builders.configmap import build_placement_configmap
 from rlplace_operator.builders.podtemplate import worker_tolerations

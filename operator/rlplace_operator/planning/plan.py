@@ -21,15 +21,10 @@ from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, parse_placement_entries
 from placement_core.jobconfig import REASONING, BatchSettings, Job, ModelParallelSettings, ParallelSizes
 from placement_core.plan import Plan, build_plan
-from rlplace_operator.api.models import (
-    ComponentSummary,
-    PlacementMode,
-    Profile,
-    ResolvedPlacement,
-    RLJobSpec,
-)
-from rlplace_operator.api.models import PlacementEntry as SpecEntry
 from rlplace_operator.api.names import HOSTNAME_LABEL, PROFILE_ANNOTATION
+from rlplace_operator.api.rljob import PlacementEntry as SpecEntry
+from rlplace_operator.api.rljob import PlacementMode, Profile, RLJobSpec
+from rlplace_operator.api.status import ComponentSummary, ResolvedPlacement
 from rlplace_operator.builders.raycluster import WorkerNode
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, unit_resource
 

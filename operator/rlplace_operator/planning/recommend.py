@@ -35,17 +35,9 @@ from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry
 from placement_core.jobconfig import REASONING, Job
 from rlplace_operator.api.conditions import timestamp
-from rlplace_operator.api.models import (
-    MAX_REPLACEMENTS_KEPT,
-    AppliedPlacementEntry,
-    AutoPlacement,
-    PlacementMode,
-    Recommendation,
-    Replacement,
-    RLJobSpec,
-    RLJobStatus,
-)
-from rlplace_operator.api.models import PlacementEntry as SpecEntry
+from rlplace_operator.api.rljob import AppliedPlacementEntry, AutoPlacement, PlacementMode, RLJobSpec
+from rlplace_operator.api.rljob import PlacementEntry as SpecEntry
+from rlplace_operator.api.status import MAX_REPLACEMENTS_KEPT, Recommendation, Replacement, RLJobStatus
 from rlplace_operator.planning.plan import batch_settings, model_parallel_settings
 
 #: A recommendation at least this good is announced with an Event (whatever spec.autoPlacement.apply says).

@@ -52,7 +52,7 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.observe import adapters
 from placement_core.observe.progress import IterationReport, ProgressAnswer
-from rlplace_operator.api.models import ComponentSeconds, Progress, dump
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import (
     JOB_LABEL,
     PROGRESS_AUDIENCE,
@@ -63,6 +63,7 @@ from rlplace_operator.api.names import (
     RLJOB_PLURAL,
     progress_path,
 )
+from rlplace_operator.api.status import ComponentSeconds, Progress
 
 logger = logging.getLogger("rlplace.progress")
 
