@@ -72,11 +72,17 @@ from operator_scale import (  # noqa: E402
     wait_group_ready,
 )
 
-from rlplace_operator import kueue  # noqa: E402
-from rlplace_operator.api.names import JOB_LABEL  # noqa: E402
+from rlplace_operator.admission import kueue  # noqa: E402
+from rlplace_operator.api.names import (  # noqa: E402
+    JOB_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    WORKLOAD_GROUP,
+    WORKLOAD_VERSION,
+)
 
 STATE = REPO / ".e2e" / "bench-kueue"
-KUEUE = (kueue.KUEUE_GROUP, kueue.KUEUE_VERSION)
+KUEUE = (WORKLOAD_GROUP, WORKLOAD_VERSION)
 RAY = ("ray.io", "v1")
 RAY_IMAGE = "rayproject/ray:2.60.0"
 #: KubeRay's label on the RayCluster it makes for a RayJob: the RayJob's name.
@@ -322,7 +328,7 @@ def ray_cluster_spec() -> dict:
 
 
 def kueue_labels(queue: str, priority: str | None) -> dict[str, str]:
-    return {kueue.QUEUE_LABEL: queue, **({kueue.PRIORITY_CLASS_LABEL: priority} if priority else {})}
+    return {QUEUE_LABEL: queue, **({PRIORITY_CLASS_LABEL: priority} if priority else {})}
 
 
 def kueue_raycluster(name: str, queue: str, priority: str | None = None) -> dict:

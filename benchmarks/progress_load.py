@@ -68,6 +68,7 @@ def fake_api_server(port: int, ready: mp.Event) -> None:  # type: ignore[valid-t
 def operator(port: int, api_port: int, ready: mp.Event, interval: float) -> None:  # type: ignore[valid-type]
     from kubernetes import client
 
+    from rlplace_operator.kube import Kube
     from rlplace_operator.server.progress import Caller, ProgressService, kube_write_progress
 
     configuration = client.Configuration()
@@ -80,7 +81,7 @@ def operator(port: int, api_port: int, ready: mp.Event, interval: float) -> None
         reviews.append(token)
         return Caller(("bench", token.removeprefix("token-")), f"{token}-head", time.monotonic() + 600)
 
-    service = ProgressService(identify, kube_write_progress(client.ApiClient(configuration)), interval=interval)
+    service = ProgressService(identify, kube_write_progress(Kube(client.ApiClient(configuration))), interval=interval)
     app = service.app()
 
     async def bare(_: web.Request) -> web.Response:

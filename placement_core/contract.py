@@ -87,6 +87,45 @@ FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
 VERL_METRICS_ENV = "VERL_FILE_LOGGER_PATH"
 VERL_METRICS_PATH = "/tmp/rlplace/verl-metrics.jsonl"
 
+# -- the variables of a planned process ------------------------------------------------------------------------
+
+#: Variables a placement sets in each process (placement_core.placement.placement_env), and Ray's flag and the
+#: rendezvous address the operator sets beside them: a user's pod settings cannot name them (the RLJob CRD
+#: refuses them, as every RLPLACE_* variable).
+PLAN_ENV_NAMES = (
+    "RANK",
+    "WORLD_SIZE",
+    "NODE_RANK",
+    "CLUSTER_NODE_RANK",
+    "LOCAL_ACCELERATOR_RANK",
+    "NODE_LOCAL_RANK",
+    "NODE_LOCAL_WORLD_SIZE",
+    "VISIBLE_DEVICES",
+    "CUDA_VISIBLE_DEVICES",
+    "NVIDIA_VISIBLE_DEVICES",
+    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
+    "ISOLATE_ACCELERATOR",
+    "LOCAL_HARDWARE_RANKS",
+    "NODE_GROUP_LABEL",
+    "MASTER_ADDR",
+)
+#: What the probe records of a framework's process, where set: the plan's variables, the framework's names for
+#: the process, and what the operator set in the pod. The probe is a file of its own (the framework's image need
+#: not have rlplace), so the operator hands it this list in PROBE_VARIABLES_ENV.
+PROBE_VARIABLES = (
+    "GROUP_NAME",
+    "WORKER_NAME",
+    *PLAN_ENV_NAMES,
+    NODE_RANK_ENV,
+    KUBE_NODE_ENV,
+    RLINF_NODE_RANK_ENV,
+    ATTEMPT_ENV,
+    CHECKPOINT_DIR_ENV,
+    "WG_PREFIX",
+    "RAY_LOCAL_WORLD_SIZE",
+)
+PROBE_VARIABLES_ENV = "RLPLACE_PROBE_VARIABLES"
+
 
 def plan_payload(plan: Plan) -> tuple[str, str | bytes]:
     """The ConfigMap key and content for a plan: JSON text, or gzip bytes when the text is too large."""

@@ -13,33 +13,65 @@ import time
 from collections.abc import Iterator, Mapping
 
 import kopf
-from kubernetes import client
+from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator.admission.kueue import (
-    CLUSTERQUEUE_PLURAL,
-    KUEUE_GROUP,
-    KUEUE_VERSION,
-    LOCALQUEUE_PLURAL,
-    PRIORITY_CLASS_PLURAL,
-    WORKLOAD_PLURAL,
-)
 from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.conditions import STATUS_REJECTED, STATUS_WRITTEN, merge_patch, set_condition, short
 from rlplace_operator.api.names import (
     API_VERSION,
+    CLAIM_TEMPLATE_PLURAL,
+    CLUSTERQUEUE_PLURAL,
+    DRA_GROUP,
+    DRA_VERSION,
     JOB_LABEL,
+    LOCALQUEUE_PLURAL,
+    NODEGROUP_PLURAL,
+    PRIORITY_CLASS_PLURAL,
     RAY_GROUP,
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
     RAYJOB_PLURAL,
     RLJOB_PLURAL,
+    WORKLOAD_GROUP,
+    WORKLOAD_PLURAL,
+    WORKLOAD_VERSION,
 )
-from rlplace_operator.cluster.dra import CLAIM_TEMPLATE_PLURAL, DRA_GROUP, DRA_VERSION
 
 FIELD_MANAGER = "rlplace"
 DISCOVERY_TTL_SECONDS = 60.0
 _APPLY = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": "application/apply-patch+yaml"}
+
+
+def load_config() -> None:
+    """The API server and credentials: the pod's ServiceAccount in a cluster, else the kubeconfig."""
+    try:
+        config.load_incluster_config()
+    except config.ConfigException:
+        config.load_kube_config()
+
+
+def api_client(pool_size: int) -> client.ApiClient:
+    """A client with one pooled connection per thread that calls the API: a smaller pool makes threads open (and
+    TLS-handshake) a fresh connection for every call under load."""
+    load_config()
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = pool_size
+    return client.ApiClient(configuration)
+
+
+def missing_crds() -> list[str]:
+    """rlplace's resources the API server does not serve (asked through discovery, which needs no RBAC)."""
+    load_config()
+    with client.ApiClient() as api:
+        try:
+            resources = client.CustomObjectsApi(api).get_api_resources(GROUP, VERSION).resources
+        except ApiException as err:
+            if err.status != 404:
+                raise
+            resources = []
+    served = {r.name for r in resources or []}
+    return [f"{plural}.{GROUP}" for plural in (RLJOB_PLURAL, NODEGROUP_PLURAL) if plural not in served]
 
 
 class StatusConflict(Exception):
@@ -49,10 +81,8 @@ class StatusConflict(Exception):
 class Kube:
     """Thin typed wrappers over the official client, made once at operator start-up."""
 
-    def __init__(self, api_client: client.ApiClient, progress_url: str | None = None) -> None:
+    def __init__(self, api_client: client.ApiClient) -> None:
         self.api_client = api_client
-        #: Base URL at which the job's pods reach the operator's progress endpoint (None: not served).
-        self.progress_url = progress_url
         self.core = client.CoreV1Api(api_client)
         self.custom = client.CustomObjectsApi(api_client)
         self._served_until: dict[str, float] = {}
@@ -130,8 +160,8 @@ class Kube:
             raise
         return True
 
-    def rayjob_crd_installed(self) -> bool:
-        """Whether the API serves ray.io/v1 RayJobs (see raycluster_crd_installed)."""
+    def rayjob_served(self) -> bool:
+        """Whether the API serves ray.io/v1 RayJobs (see raycluster_served)."""
         return self._ray_kind_served(RAYJOB_PLURAL)
 
     def _container_logs(
@@ -189,7 +219,7 @@ class Kube:
             raise
         return json.loads(response.data)
 
-    def raycluster_crd_installed(self) -> bool:
+    def raycluster_served(self) -> bool:
         """Whether the API serves ray.io/v1 RayClusters."""
         return self._ray_kind_served(RAYCLUSTER_PLURAL)
 
@@ -217,33 +247,33 @@ class Kube:
             self._served_until[key] = time.monotonic() + DISCOVERY_TTL_SECONDS
         return served
 
-    # -- Kueue ------------------------------------------------------------------------------------------------
+    # -- Kueue's objects --------------------------------------------------------------------------------------
 
-    def kueue_installed(self) -> bool:
-        """Whether the API serves kueue.x-k8s.io/v1beta2 Workloads (API discovery, remembered for a minute)."""
-        return self._kind_served(KUEUE_GROUP, KUEUE_VERSION, WORKLOAD_PLURAL)
+    def workloads_served(self) -> bool:
+        """Whether the API serves Kueue's Workloads (API discovery, remembered for a minute)."""
+        return self._kind_served(WORKLOAD_GROUP, WORKLOAD_VERSION, WORKLOAD_PLURAL)
 
-    def _get_kueue(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
+    def _get_queue_object(self, plural: str, name: str, namespace: str | None = None) -> dict | None:
         try:
             if namespace is None:
-                return self.custom.get_cluster_custom_object(KUEUE_GROUP, KUEUE_VERSION, plural, name)
-            return self.custom.get_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, plural, name)
+                return self.custom.get_cluster_custom_object(WORKLOAD_GROUP, WORKLOAD_VERSION, plural, name)
+            return self.custom.get_namespaced_custom_object(WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, plural, name)
         except ApiException as err:
             if err.status == 404:
                 return None
             raise
 
     def get_workload(self, namespace: str, name: str) -> dict | None:
-        return self._get_kueue(WORKLOAD_PLURAL, name, namespace)
+        return self._get_queue_object(WORKLOAD_PLURAL, name, namespace)
 
     def get_localqueue(self, namespace: str, name: str) -> dict | None:
-        return self._get_kueue(LOCALQUEUE_PLURAL, name, namespace)
+        return self._get_queue_object(LOCALQUEUE_PLURAL, name, namespace)
 
     def get_clusterqueue(self, name: str) -> dict | None:
-        return self._get_kueue(CLUSTERQUEUE_PLURAL, name)
+        return self._get_queue_object(CLUSTERQUEUE_PLURAL, name)
 
     def get_workload_priority_class(self, name: str) -> dict | None:
-        return self._get_kueue(PRIORITY_CLASS_PLURAL, name)
+        return self._get_queue_object(PRIORITY_CLASS_PLURAL, name)
 
     def create_claim_template(self, namespace: str, body: dict) -> None:
         """Create a worker pod's ResourceClaimTemplate (one of that name is the same pin: templates are
@@ -275,7 +305,7 @@ class Kube:
         """Create the job's Workload (an existing one of that name is the same demand: read it instead)."""
         try:
             return self.custom.create_namespaced_custom_object(
-                KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, body
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, body
             )
         except ApiException as err:
             if err.status != 409:
@@ -285,13 +315,15 @@ class Kube:
     def job_workloads(self, namespace: str, job: str) -> list[dict]:
         """The Workloads rlplace made for `job` (its job label)."""
         listed = self.custom.list_namespaced_custom_object(
-            KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, label_selector=f"{JOB_LABEL}={job}"
+            WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, label_selector=f"{JOB_LABEL}={job}"
         )
         return list(listed.get("items") or [])
 
     def delete_workload(self, namespace: str, name: str) -> None:
         try:
-            self.custom.delete_namespaced_custom_object(KUEUE_GROUP, KUEUE_VERSION, namespace, WORKLOAD_PLURAL, name)
+            self.custom.delete_namespaced_custom_object(
+                WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, name
+            )
         except ApiException as err:
             if err.status != 404:
                 raise
@@ -302,7 +334,7 @@ class Kube:
         wrote in between, and the caller reads it again."""
         metadata = workload["metadata"]
         body = {
-            "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
+            "apiVersion": f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}",
             "kind": "Workload",
             "metadata": {
                 "name": metadata["name"],
@@ -314,7 +346,7 @@ class Kube:
         }
         try:
             self.custom.replace_namespaced_custom_object_status(
-                KUEUE_GROUP, KUEUE_VERSION, metadata["namespace"], WORKLOAD_PLURAL, metadata["name"], body
+                WORKLOAD_GROUP, WORKLOAD_VERSION, metadata["namespace"], WORKLOAD_PLURAL, metadata["name"], body
             )
         except ApiException as err:
             if err.status == 409:
@@ -377,6 +409,46 @@ class Kube:
                 if again.status != 422:
                     raise
                 kopf.warn(dict(body), reason=STATUS_REJECTED, message=refusal)
+        return True
+
+    # -- the progress endpoint (server/progress.py) ------------------------------------------------------------
+
+    def review_token(self, token: str, audience: str) -> client.V1TokenReviewStatus:
+        """The API server's TokenReview of a bearer token for `audience` (who it is, if anyone)."""
+        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[audience]))
+        return client.AuthenticationV1Api(self.api_client).create_token_review(review).status
+
+    def read_pod(self, namespace: str, name: str) -> client.V1Pod:
+        return self.core.read_namespaced_pod(name, namespace)
+
+    def get_custom(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict | None:
+        """A namespaced custom object, None when it does not exist."""
+        try:
+            return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def write_progress(self, namespace: str, name: str, progress: Mapping) -> bool:
+        """A merge patch of the job's status.progress alone; False when the job is gone. The answer (the whole job)
+        is not parsed: nothing needs it, and parsing it is most of the client's cost per write."""
+        try:
+            response = self.custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                RLJOB_PLURAL,
+                name,
+                {"status": {"progress": dict(progress)}},
+                _preload_content=False,
+            )
+            response.read()  # read to the end, so the pooled connection is reused
+            response.release_conn()
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
         return True
 
     def _as_dict(self, obj: object) -> dict:

@@ -130,20 +130,3 @@ def _iteration(metrics: Mapping[str, Any], given: int | None, key: str) -> int:
     if key not in metrics:
         raise ValueError(f"no '{key}' in the metrics; pass the iteration")
     return int(_seconds(metrics[key], key))
-
-
-#: Each framework's adapter, by the name a framework job's probe posts its metrics under (probe.send_metrics).
-BY_FRAMEWORK = {"rlinf": from_rlinf, "verl": from_verl, "nemo-rl": from_nemo_rl, "openrlhf": from_openrlhf}
-
-
-def from_posted(body: Mapping[str, Any]) -> IterationReport:
-    """The report of one step a framework logged, as the probe posts it to the operator:
-    `{"framework": "rlinf", "iteration": 3, "metrics": {"time/step": 1.2, ...}}`. A one-line ValueError for a
-    framework without an adapter or metrics without known timing keys."""
-    name, metrics, iteration = body.get("framework"), body.get("metrics"), body.get("iteration")
-    adapter = BY_FRAMEWORK.get(str(name))
-    if adapter is None:
-        raise ValueError(f"no adapter for framework {name!r} (known: {', '.join(BY_FRAMEWORK)})")
-    if not isinstance(metrics, Mapping) or not isinstance(iteration, int) or isinstance(iteration, bool):
-        raise ValueError("a framework's metrics need 'metrics' (an object) and 'iteration' (an integer)")
-    return adapter(metrics, iteration)

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: The line prefixes; the operator's parser uses the same texts (placement_core.contract: PROBE_PREFIX,
@@ -51,33 +51,10 @@ WATCH_INTERVAL_S = 2.0
 WATCH_QUIET_S = 120.0
 #: The most entries Ray's State API returns by default (RAY_MAX_LIMIT_FROM_API_SERVER raises it).
 STATE_API_LIMIT = 10_000
-#: Variables the record carries, where set: the placement's (placement_core.placement.placement_env), the
-#: framework's names for the process, and what the operator set in the pod.
-VARIABLES = (
-    "GROUP_NAME",
-    "WORKER_NAME",
-    "RANK",
-    "WORLD_SIZE",
-    "NODE_RANK",
-    "CLUSTER_NODE_RANK",
-    "LOCAL_ACCELERATOR_RANK",
-    "NODE_LOCAL_RANK",
-    "NODE_LOCAL_WORLD_SIZE",
-    "VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-    "ISOLATE_ACCELERATOR",
-    "LOCAL_HARDWARE_RANKS",
-    "NODE_GROUP_LABEL",
-    "RLPLACE_NODE_RANK",
-    "RLPLACE_KUBE_NODE",
-    "RLINF_NODE_RANK",
-    "MASTER_ADDR",
-    "RLPLACE_ATTEMPT",
-    "RLPLACE_CHECKPOINT_DIR",
-    "WG_PREFIX",
-    "RAY_LOCAL_WORLD_SIZE",
-)
+#: The variable with the names of the variables the record carries, where set (comma-separated): the plan's, the
+#: framework's names for the process, and what the operator set in the pod. The operator sets it in every pod of
+#: a framework job from placement_core.contract.PROBE_VARIABLES, the one list of them.
+VARIABLES_ENV = "RLPLACE_PROBE_VARIABLES"
 #: The head's variable naming the framework (placement_core.contract.FRAMEWORK_ENV).
 FRAMEWORK_ENV = "RLPLACE_FRAMEWORK"
 #: Where veRL's `file` logger writes each step's metrics, one JSON object per line (`{"step", "data"}`).
@@ -118,12 +95,17 @@ def device_uuids(visible: str | None) -> list[str] | None:
     return chosen
 
 
+def recorded_variables(environ: Mapping[str, str]) -> list[str]:
+    """The names of the variables a record carries (VARIABLES_ENV, as the operator set it in the pod)."""
+    return [name for name in environ.get(VARIABLES_ENV, "").split(",") if name]
+
+
 def record(**extra: object) -> dict[str, object]:
     """What this process sees now (and `extra`: what Ray told it)."""
     environ = os.environ
     return {
         "pid": os.getpid(),
-        "env": {key: environ[key] for key in VARIABLES if key in environ},
+        "env": {key: environ[key] for key in recorded_variables(environ) if key in environ},
         "uuids": device_uuids(environ.get("CUDA_VISIBLE_DEVICES")),
         **extra,
     }

@@ -1,11 +1,11 @@
-"""diagnosis.py on real objects: pods refused, images that cannot be pulled, crashing containers, unschedulable
+"""diagnosis/ on real objects: pods refused, images that cannot be pulled, crashing containers, unschedulable
 and deleted pods, and a worker pod deleted under a running driver, made on the local cluster (KubeRay, kwok and
 real nodes) in a namespace that enforces the `restricted` Pod Security Standard. Each test reads the live pods,
 events and nodes the way the operator does and checks the cause diagnosis names.
 
 RLPLACE_DIAGNOSIS_SNAPSHOTS=<dir> also writes each case's objects (trimmed to what a diagnosis reads) with the
 expected cause as <dir>/<case>.json: tests/operator/snapshots/ holds such captures, replayed by
-tests/operator/test_diagnosis.py without a cluster.
+tests/operator/diagnosis/test_diagnosis.py without a cluster.
 """
 
 from __future__ import annotations
@@ -24,11 +24,15 @@ from kubernetes import client
 
 from placement_core.components import component_placement
 from placement_core.plan import Plan, build_plan
-from rlplace_operator import diagnosis
+from rlplace_operator.api.conditions import MAX_LINE_CHARS
 from rlplace_operator.api.rljob import RLJobSpec
-from rlplace_operator.builders.raycluster import WorkerNode, build_raycluster
-from rlplace_operator.diagnosis import Cause, lost_process, provisioning_failure
-from rlplace_operator.handlers.rayjob import DRIVER_LOG_TAIL_LINES
+from rlplace_operator.builders.raycluster import build_raycluster
+from rlplace_operator.diagnosis import causes as diagnosis
+from rlplace_operator.diagnosis.causes import Cause
+from rlplace_operator.diagnosis.losses import lost_process
+from rlplace_operator.diagnosis.starting import provisioning_failure
+from rlplace_operator.planning.plan import WorkerNode
+from rlplace_operator.reconcile.driver import DRIVER_LOG_TAIL_LINES
 
 from e2e_cluster import delete_namespace_freeing_nodes, wait_for
 from rlplace_fixtures import Jobs, images_env, kubectl
@@ -110,7 +114,7 @@ def record(
     """Check that `cause` holds every part, and write the snapshot when RLPLACE_DIAGNOSIS_SNAPSHOTS is set."""
     for part in parts:
         assert part in cause.message, (part, cause)
-    assert len(cause.message) <= diagnosis.MAX_MESSAGE_CHARS
+    assert len(cause.message) <= MAX_LINE_CHARS
     folder = os.environ.get("RLPLACE_DIAGNOSIS_SNAPSHOTS")
     if not folder:
         return

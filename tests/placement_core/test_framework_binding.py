@@ -10,7 +10,7 @@ import pytest
 
 from placement_core import contract
 from placement_core.components import component_placement
-from placement_core.observe import adapters, probe
+from placement_core.observe import probe
 from placement_core.observe.processes import Observed, component_of, framework_report, observed_in, worker_name
 from placement_core.plan import Plan, build_plan
 
@@ -82,10 +82,15 @@ def test_the_probe_and_the_parser_spell_the_contract_the_same_and_the_probe_stan
         contract.ACTORS_PREFIX,
         contract.NODE_LABEL,
     )
-    assert (probe.FRAMEWORK_ENV, probe.VERL_METRICS_ENV) == (contract.FRAMEWORK_ENV, contract.VERL_METRICS_ENV)
+    assert (probe.FRAMEWORK_ENV, probe.VERL_METRICS_ENV, probe.VARIABLES_ENV) == (
+        contract.FRAMEWORK_ENV,
+        contract.VERL_METRICS_ENV,
+        contract.PROBE_VARIABLES_ENV,
+    )
     assert f"{contract.PROBE_MODULE}.py" == contract.PROBE_FILE
-    # The probe reports every variable a placement sets (it cannot import the list: it stands alone).
-    assert set(PLAN.component("actor").processes[0].env) <= set(probe.VARIABLES)
+    # The probe is handed the list of what it records (it cannot import it: it stands alone), and that list has
+    # every variable a placement sets.
+    assert set(PLAN.component("actor").processes[0].env) <= set(contract.PROBE_VARIABLES)
     # Shipped into images without rlplace: nothing but the standard library (and Ray, pynvml, RLinf inside).
     tree = ast.parse(Path(probe.__file__).read_text())
     imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
@@ -180,27 +185,17 @@ def test_a_cut_or_foreign_line_is_skipped() -> None:
 def test_the_probe_prints_one_record_line(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("WORKER_NAME", "RolloutGroup:1")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv(contract.PROBE_VARIABLES_ENV, ",".join(contract.PROBE_VARIABLES))
     probe.register()
     (line,) = capsys.readouterr().out.splitlines()
     observed = observed_in(line)
     assert observed.probes[("RolloutGroup", 1)].env["CUDA_VISIBLE_DEVICES"] == "1"
-
-
-def test_metrics_a_framework_logged_become_an_iteration_report() -> None:
-    body = {
-        "framework": "rlinf",
-        "iteration": 4,
-        "metrics": {"time/generate_rollouts": 0.3, "time/actor_training": 0.4, "time/step": 0.8},
-    }
-    report = adapters.from_posted(body)
-    assert (report.iteration, [(c.name, c.seconds) for c in report.components]) == (
-        4,
-        [("rollout", 0.3), ("actor", 0.4)],
-    )
-    with pytest.raises(ValueError, match="no adapter for framework 'slime'"):
-        adapters.from_posted({**body, "framework": "slime"})
-    with pytest.raises(ValueError, match="'iteration' \\(an integer\\)"):
-        adapters.from_posted({**body, "iteration": "4"})
+    # Only what the operator's list names is recorded (a pod's other variables, its secrets, are not).
+    monkeypatch.setenv(contract.PROBE_VARIABLES_ENV, "WORKER_NAME,CUDA_VISIBLE_DEVICES")
+    probe.register()
+    (line,) = capsys.readouterr().out.splitlines()
+    assert "RANK" not in observed_in(line).probes[("RolloutGroup", 1)].env
 
 
 def test_a_mismatch_seen_before_every_process_is_named_and_the_unseen_are_not_counted_verified() -> None:

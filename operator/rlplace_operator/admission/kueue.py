@@ -6,42 +6,32 @@ whole-node pods each (the worker pod's requests: all of a node's GPUs), so Kueue
 priorities and preemption, and its Topology-Aware Scheduling (a Topology whose lowest level is
 `kubernetes.io/hostname`) picks the nodes. When the Workload is admitted, `topologyAssignment` names the
 granted hosts; rlplace plans on exactly those and makes the RayCluster or RayJob with no queue label, so no
-Kueue integration manages it.
+Kueue integration manages it (builders/workload.py builds both).
 
 No Kueue job reconciler owns such a Workload, so rlplace does what one would (Kueue's `jobframework`): it sets
 `PodsReady` once every worker pod runs, `Finished` at the end (the quota frees at once), and after an eviction,
 once none of the job's pods is left, it releases the reservation (clears `status.admission`, `QuotaReserved`
 and `Admitted` False, `Requeued` True), which Kueue waits for before it admits the preemptor (docs/kueue.md).
+
+Every Kueue decision is here; pure: the objects observed in, typed decisions out, which the reconcile applies.
 """
 
 from __future__ import annotations
 
-import copy
-import hashlib
-import json
+import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlplace_operator.admission.ledger import PlannedDemand
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import HOSTNAME_LABEL, child_labels
-from rlplace_operator.api.nodegroup import LabelSelector
-from rlplace_operator.api.podspec import Toleration
-from rlplace_operator.builders.raycluster import cluster_spec_of, required_node_affinity
+from rlplace_operator.api.names import HOSTNAME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
+from rlplace_operator.api.rljob import DEFAULT_PREEMPTION_GRACE_SECONDS, RLJobSpec
+from rlplace_operator.api.status import JobPhase
+from rlplace_operator.builders.workload import PodSet, Priority, build_workload, pod_set_name, workload_name
+from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource
+from rlplace_operator.cluster.snapshot import indexed
 
-KUEUE_GROUP = "kueue.x-k8s.io"
-KUEUE_VERSION = "v1beta2"
-WORKLOAD_PLURAL = "workloads"
-LOCALQUEUE_PLURAL = "localqueues"
-CLUSTERQUEUE_PLURAL = "clusterqueues"
-PRIORITY_CLASS_PLURAL = "workloadpriorityclasses"
-
-#: The RLJob label that sends it through Kueue (the LocalQueue in the job's namespace), as on any Kueue job.
-QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
-#: The RLJob label naming its WorkloadPriorityClass.
-PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
-#: On rlplace's Ray pods of a Kueue job: TAS counts them inside their Workload, not again as pods outside it.
-UNCONSTRAINED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-unconstrained-topology"
 #: Kueue's limit on a Workload's PodSets: at most this many NodeGroups in a job admitted by Kueue.
 MAX_POD_SETS = 18
 
@@ -58,89 +48,6 @@ DEACTIVATED = "Deactivated"
 def queue_name(labels: Mapping[str, str]) -> str | None:
     """The LocalQueue an RLJob names (None: rlplace's own queue admits it)."""
     return labels.get(QUEUE_LABEL) or None
-
-
-@dataclass(frozen=True)
-class PodSet:
-    """What the job needs of one NodeGroup: `count` whole nodes, each running one worker pod."""
-
-    group: str
-    count: int
-    requests: Mapping[str, str]
-    """The worker pod's requests (its CPU, memory and all of a node's units, e.g. nvidia.com/gpu)."""
-    selector: LabelSelector
-    """The NodeGroup's node selector: Kueue picks the flavor whose nodeLabels match, and TAS only those nodes."""
-    tolerations: tuple[Toleration, ...] = ()
-
-    def wire(self) -> dict[str, Any]:
-        container = {"name": "ray-worker", "resources": {"requests": dict(self.requests)}}
-        template: dict[str, Any] = {
-            "spec": {
-                "containers": [container],
-                "affinity": required_node_affinity([{"matchExpressions": node_selector_terms(self.selector)}]),
-                "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations],
-                "restartPolicy": "Never",
-            }
-        }
-        # Topology-Aware Scheduling picks the hosts (any of the group's): a flavor without a Topology cannot take
-        # such a PodSet, so Kueue says so instead of granting quota without nodes.
-        topology = {"unconstrained": True}
-        return {
-            "name": pod_set_name(self.group),
-            "count": self.count,
-            "template": template,
-            "topologyRequest": topology,
-        }
-
-
-def node_selector_terms(selector: LabelSelector) -> list[dict[str, Any]]:
-    """A NodeGroup's label selector as node affinity expressions (the same nodes)."""
-    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(selector.match_labels.items())]
-    for expression in selector.match_expressions:
-        term: dict[str, Any] = {"key": expression.key, "operator": str(expression.operator)}
-        if expression.values:
-            term["values"] = list(expression.values)
-        terms.append(term)
-    return terms
-
-
-def pod_set_name(group: str) -> str:
-    """A PodSet's name (a DNS label of at most 63 characters) for a NodeGroup's name (up to 253)."""
-    if len(group) <= 63 and "." not in group:
-        return group
-    digest = hashlib.sha256(group.encode()).hexdigest()[:8]
-    return f"{group.replace('.', '-')[:54].strip('-')}-{digest}"
-
-
-def workload_name(job: str, pod_sets: Sequence[PodSet]) -> str:
-    """The Workload of a job's demand: a new demand (a new spec) is a new Workload (PodSets cannot change while
-    Kueue holds a reservation for them)."""
-    digest = hashlib.sha256(json.dumps([p.wire() for p in pod_sets], sort_keys=True).encode()).hexdigest()[:8]
-    return f"{job[:244]}-{digest}"
-
-
-@dataclass(frozen=True)
-class Priority:
-    """A WorkloadPriorityClass the job names, and its value (the Workload must carry both)."""
-
-    name: str
-    value: int
-
-
-def build_workload(
-    job: str, queue: str, pod_sets: Sequence[PodSet], priority: Priority | None = None
-) -> dict[str, Any]:
-    """The job's Workload (the caller adopts it: the RLJob owns it, and deleting the job deletes it)."""
-    spec: dict[str, Any] = {"queueName": queue, "podSets": [p.wire() for p in pod_sets]}
-    if priority is not None:
-        spec["priorityClassRef"] = {"group": KUEUE_GROUP, "kind": "WorkloadPriorityClass", "name": priority.name}
-        spec["priority"] = priority.value
-    return {
-        "apiVersion": f"{KUEUE_GROUP}/{KUEUE_VERSION}",
-        "kind": "Workload",
-        "metadata": {"name": workload_name(job, pod_sets), "labels": child_labels(job)},
-        "spec": spec,
-    }
 
 
 # -- what Kueue wrote ------------------------------------------------------------------------------------------
@@ -297,19 +204,341 @@ def released(status: Mapping[str, Any], requeue: bool, now: str | None = None) -
     return result
 
 
-def for_kueue(child: dict[str, Any]) -> dict[str, Any]:
-    """`child` (the RayCluster or RayJob of a job Kueue admitted) without the job's Kueue labels, so no Kueue
-    integration takes it for a job of its own (kopf.adopt copies the RLJob's labels onto it), and with every
-    pod template annotated as counted in the job's Workload (TAS then does not subtract them again)."""
-    body = copy.deepcopy(child)
-    labels = body["metadata"].get("labels") or {}
-    for label in (QUEUE_LABEL, PRIORITY_CLASS_LABEL):
-        labels.pop(label, None)
-    cluster = cluster_spec_of(body)
-    templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster.get("workerGroupSpecs", []))]
-    if "submitterPodTemplate" in body["spec"]:
-        templates.append(body["spec"]["submitterPodTemplate"])
-    for template in templates:
-        metadata = template.setdefault("metadata", {})
-        metadata.setdefault("annotations", {})[UNCONSTRAINED_TOPOLOGY_ANNOTATION] = "true"
-    return body
+# -- admission: the Workload of a job's demand, and what Kueue granted -------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueObjects:
+    """What Kueue admission of one job reads from the API (observed by the reconcile when it provisions)."""
+
+    served: bool
+    """Whether the API serves Kueue's Workloads (Kueue is installed)."""
+    workloads: tuple[Mapping[str, Any], ...] = ()
+    """The Workloads rlplace made for the job (its job label, owned by it)."""
+    local_queue: Mapping[str, Any] | None = None
+    cluster_queue: Mapping[str, Any] | None = None
+    priority_class: Mapping[str, Any] | None = None
+    """The WorkloadPriorityClass the job's label names, when it names one and it exists."""
+
+
+@dataclass(frozen=True)
+class Refused:
+    """Kueue cannot admit the job as it is: `permanent` ends it (the spec must change), else it waits with a
+    retry (what is missing may appear)."""
+
+    reason: str
+    message: str
+    permanent: bool
+
+
+@dataclass(frozen=True)
+class Waits:
+    """The job stays Queued until Kueue admits it."""
+
+    reason: str
+    waiting_for: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Granted:
+    """Kueue admitted the job: per NodeGroup in the job's order, the granted nodes in the group's rank order."""
+
+    cluster: tuple[tuple[str, tuple[str, ...]], ...]
+    flavors: Mapping[str, str]
+    """NodeGroup -> the ResourceFlavor its nodes were granted from."""
+    message: str
+
+    @property
+    def nodes(self) -> frozenset[str]:
+        return frozenset(n for _, names in self.cluster for n in names)
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What Kueue admission decided for a job now, and the Workload objects to make or delete for it."""
+
+    verdict: Granted | Waits | Refused
+    create: Mapping[str, Any] | None = None
+    """The job's Workload to create (not adopted yet: the reconcile makes the job its owner)."""
+    delete: tuple[str, ...] = ()
+    """The job's Workloads of an earlier demand."""
+    kueue: Mapping[str, Any] | None = None
+    """status.kueue (wire form)."""
+
+
+def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | None:
+    """(LocalQueue, WorkloadPriorityClass or None) a job's admission reads, or None for a job Kueue does not admit."""
+    queue = queue_name(labels)
+    return None if queue is None else (queue, labels.get(PRIORITY_CLASS_LABEL) or None)
+
+
+def pod_sets(
+    spec: RLJobSpec, groups: Sequence[JobGroup], demand: PlannedDemand, node_index: Mapping[str, Any]
+) -> list[PodSet] | Refused:
+    """The job's PodSets: per NodeGroup its plan uses, that many whole-node worker pods."""
+    found = []
+    by_name = {group.name: group for group in groups}
+    for group_demand in demand.demand:
+        if not group_demand.used:
+            continue
+        group = by_name[group_demand.group]
+        ranked = ready_nodes(group, node_index)
+        resource = unit_resource(group.spec)
+        units = {indexed(node_index, ranked[i]).count(resource) for i in group_demand.used} if resource else set()
+        if len(units) > 1:
+            return Refused(
+                cond.KUEUE_UNSUPPORTED,
+                f"NodeGroup {group.name} has nodes of {' and '.join(map(str, sorted(units)))} {resource}: a Kueue "
+                "PodSet is pods of one size, so give each node size its own NodeGroup",
+                permanent=True,
+            )
+        requests = {"cpu": spec.ray.worker_resources.cpu, "memory": spec.ray.worker_resources.memory}
+        if resource and units and max(units) > 0:
+            requests[resource] = str(max(units))
+        tolerations = tuple(spec.pods.for_workers([group.name]).tolerations)
+        found.append(PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations))
+    if len(found) > MAX_POD_SETS:
+        return Refused(
+            cond.KUEUE_UNSUPPORTED,
+            f"the job uses {len(found)} NodeGroups; a Kueue Workload holds at most {MAX_POD_SETS}",
+            permanent=True,
+        )
+    return found
+
+
+def cluster_queue_problem(objects: QueueObjects, namespace: str, queue: str) -> tuple[str | None, str | None]:
+    """The LocalQueue's ClusterQueue, and why it admits nothing now (missing, stopped, inactive), if so."""
+    if objects.local_queue is None:
+        return None, f"LocalQueue {namespace}/{queue} not found"
+    cluster_queue = (objects.local_queue.get("spec") or {}).get("clusterQueue")
+    body = objects.cluster_queue
+    if body is None:
+        return cluster_queue, f"ClusterQueue {cluster_queue} of LocalQueue {namespace}/{queue} not found"
+    if ((body.get("spec") or {}).get("stopPolicy") or "None") != "None":
+        return cluster_queue, f"ClusterQueue {cluster_queue} is stopped (stopPolicy {body['spec']['stopPolicy']})"
+    active = next((c for c in (body.get("status") or {}).get("conditions") or [] if c.get("type") == "Active"), None)
+    if active is not None and active.get("status") != "True":
+        return (
+            cluster_queue,
+            f"ClusterQueue {cluster_queue} is inactive: {active.get('message') or active.get('reason')}",
+        )
+    return cluster_queue, None
+
+
+def _waits(previous_admitted: Mapping[str, Any] | None, waiting_for: str, message: str) -> Waits:
+    """Queued until Kueue admits the job, saying what Kueue says. A preempted job keeps reason Preempted until it
+    is admitted again."""
+    before = previous_admitted or {}
+    preempted = before.get("status") == "False" and before.get("reason") == cond.PREEMPTED
+    return Waits(cond.PREEMPTED if preempted else cond.WAITING_FOR_KUEUE, waiting_for, message)
+
+
+def admission(
+    namespace: str,
+    name: str,
+    labels: Mapping[str, str],
+    spec: RLJobSpec,
+    groups: Sequence[JobGroup],
+    demand: PlannedDemand,
+    node_index: Mapping[str, Any],
+    objects: QueueObjects,
+    previous_admitted: Mapping[str, Any] | None,
+) -> Admission:
+    """Kueue's admission of the job now: the nodes it granted (per NodeGroup, in rank order), or why it waits.
+
+    The job's Workload is made on the first look; a new demand (a new spec) makes a new Workload and deletes the
+    job's others."""
+    queue = queue_name(labels)
+    assert queue is not None
+    if not objects.served:
+        message = f"the job names LocalQueue {queue} but Kueue is not installed (no kueue.x-k8s.io/v1beta2 Workloads)"
+        return Admission(Refused(cond.KUEUE_MISSING, message, permanent=False))
+    found = pod_sets(spec, groups, demand, node_index)
+    if isinstance(found, Refused):
+        return Admission(found)
+    wanted = workload_name(name, found)
+    body = next((w for w in objects.workloads if w["metadata"]["name"] == wanted), None)
+    create: Mapping[str, Any] | None = None
+    delete: tuple[str, ...] = ()
+    checked = cluster_queue_problem(objects, namespace, queue)
+    if body is None:
+        cluster_queue, problem = checked
+        if problem is not None and cluster_queue is None:
+            return Admission(Refused(cond.LOCALQUEUE_NOT_FOUND, problem, permanent=False))
+        priority = None
+        priority_class = labels.get(PRIORITY_CLASS_LABEL)
+        if priority_class:
+            if objects.priority_class is None:
+                message = f"WorkloadPriorityClass {priority_class} not found"
+                return Admission(Refused(cond.PRIORITY_CLASS_NOT_FOUND, message, permanent=False))
+            priority = Priority(priority_class, int(objects.priority_class.get("value") or 0))
+        delete = tuple(w["metadata"]["name"] for w in objects.workloads if w["metadata"]["name"] != wanted)
+        create = body = build_workload(name, queue, found, priority)
+    state = WorkloadState.of(body)
+    kueue: dict[str, Any] = {
+        "workload": state.name,
+        **({"clusterQueue": state.cluster_queue} if state.cluster_queue else {}),
+    }
+    evicting = state.evicted and state.holds_quota
+    if not state.admitted or evicting:
+        cluster_queue, problem = checked
+        said = problem or state.pending_message or "Kueue has not looked at it yet"
+        if evicting:
+            said = f"its eviction to end ({state.evicted_reason}: {state.evicted_message})"
+        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
+        waits = _waits(
+            previous_admitted,
+            f"Kueue ({where}): {said}",
+            f"waiting for Kueue to admit Workload {state.name} ({where}): {said}",
+        )
+        return Admission(waits, create, delete, kueue)
+    try:
+        hosts = state.hosts()
+    except AssignmentError as err:
+        return Admission(Refused(cond.KUEUE_UNSUPPORTED, str(err), permanent=False), create, delete, kueue)
+    cluster, flavors = [], {}
+    for pod_set in found:
+        granted = set(hosts.get(pod_set_name(pod_set.group), ()))
+        group = next(g for g in groups if g.name == pod_set.group)
+        # In the group's rank order: the plan numbers its nodes in that order.
+        cluster.append((group.name, tuple(e.name for e in group.status.nodes if e.name in granted)))
+        grant = state.grants.get(pod_set_name(pod_set.group))
+        if grant is not None and grant.flavors:
+            flavors[group.name] = grant.flavors.get(unit_resource(group.spec) or "cpu") or next(
+                iter(grant.flavors.values())
+            )
+    said = ", ".join(f"{g} from {f}" for g, f in flavors.items())
+    message = f"admitted by Kueue (ClusterQueue {state.cluster_queue}): {said}"
+    kueue = {"workload": state.name, "clusterQueue": state.cluster_queue, "flavors": flavors}
+    return Admission(Granted(tuple(cluster), flavors, message), create, delete, kueue)
+
+
+# -- a running job: what its Workload says, and what the Workload is told -----------------------------------------
+
+
+def grace_seconds(spec: Mapping[str, Any], phase: str | None) -> int:
+    """How long an evicted job's driver may take to checkpoint on request: spec.checkpoint's grace for a running
+    driver that can checkpoint, else none."""
+    checkpoint = spec.get("checkpoint")
+    if not checkpoint or not spec.get("entrypoint") or phase != JobPhase.RUNNING:
+        return 0
+    return int(checkpoint.get("preemptionGraceSeconds", DEFAULT_PREEMPTION_GRACE_SECONDS))
+
+
+@dataclass(frozen=True)
+class Eviction:
+    """What to do now about a Workload Kueue evicted (preempted by a job of higher priority, its PodsReady timeout,
+    deactivated): a checkpointed move, not a kill.
+
+    The steps, in order: ask the driver to checkpoint (`checkpoint`), wait for it within the grace (`wait`), stop
+    the job's Ray children (`stop`), wait until none of its pods is left (`wait`), then give the quota back
+    (`release`: queued again as its next attempt, or suspended when the Workload was deactivated)."""
+
+    step: str
+    message: str
+    preemption: Mapping[str, Any] | None = None
+    """status.preemption while the eviction is carried out (wire form)."""
+    wait_seconds: float | None = None
+    requeue: bool = True
+    """For `release`: queue the job again (False: the Workload was deactivated; the job is suspended)."""
+
+
+CHECKPOINT, WAIT, STOP, RELEASE = "checkpoint", "wait", "stop", "release"
+
+
+def eviction(
+    workload: WorkloadState,
+    spec: Mapping[str, Any],
+    status: Mapping[str, Any],
+    child_stopping: bool,
+    pods_left: int,
+    now: dt.datetime,
+) -> Eviction:
+    """The next step of an eviction (see `Eviction`). `child_stopping`: the job's RayCluster or RayJob still exists
+    and is not being deleted; `pods_left`: its Ray pods still there."""
+    said = f"Kueue evicted the job ({workload.evicted_reason}: {cond.brief(workload.evicted_message, 200)})"
+    progress = status.get("progress") or {}
+    preemption = status.get("preemption")
+    grace = grace_seconds(spec, status.get("phase"))
+    if child_stopping:
+        if preemption is None:
+            preemption = {
+                "reason": workload.evicted_reason or "Evicted",
+                "message": cond.brief(workload.evicted_message),
+                "since": cond.timestamp(now),
+                "checkpointStep": progress.get("checkpointStep"),
+            }
+            preemption = {k: v for k, v in preemption.items() if v is not None}
+            if grace:
+                message = f"{said}; asking its driver to checkpoint (up to {grace} s)"
+                return Eviction(CHECKPOINT, message, preemption, 1.0)
+        since = cond.parse_time(preemption.get("since")) or now
+        saved = progress.get("checkpointStep")
+        checkpointed = saved is not None and saved != preemption.get("checkpointStep")
+        left = grace - (now - since).total_seconds()
+        if left > 0 and not checkpointed:
+            return Eviction(WAIT, "", preemption, min(2.0, left))
+        how = (
+            f"checkpointed at step {saved}"
+            if checkpointed
+            else "no checkpoint asked for"
+            if not grace
+            else (f"no checkpoint within {grace} s")
+        )
+        return Eviction(STOP, f"{said}; {how}: stopping its Ray pods", preemption)
+    if pods_left:
+        return Eviction(WAIT, f"{said}; waiting for its {pods_left} Ray pods to stop", preemption, 2.0)
+    if workload.evicted_reason == DEACTIVATED or not workload.active:
+        return Eviction(
+            RELEASE, f"{said}; its Workload was deactivated: suspended until it is active again", None, None, False
+        )
+    return Eviction(RELEASE, said, None, None, True)
+
+
+def replaced_nodes(workload: WorkloadState, planned: set[str]) -> tuple[list[str], list[str]] | None:
+    """Kueue's topology-aware scheduling replaced nodes of the running job inside its admitted Workload (a node
+    became NotReady or tainted): (the planned nodes no longer granted, the granted nodes not planned), or None."""
+    if not workload.admitted or workload.evicted:
+        return None
+    try:
+        granted = {host for hosts in workload.hosts().values() for host in hosts}
+    except AssignmentError:
+        return None
+    gone = sorted(planned - granted)
+    if not granted or not gone:
+        return None
+    return gone, sorted(granted - planned)
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A condition to set on the job's Workload, as a Kueue job reconciler would."""
+
+    condition: str
+    reason: str
+    message: str
+
+
+def mark(workload: WorkloadState, phase: JobPhase | None) -> Mark | None:
+    """PodsReady once the job runs (an admin's waitForPodsReady evicts a Workload without it), Finished when it
+    ends (the quota frees at once); None when the Workload needs no word."""
+    if not workload.admitted or workload.evicted or workload.finished:
+        return None
+    if phase in (JobPhase.SUCCEEDED, JobPhase.FAILED):
+        return Mark(FINISHED, str(phase), f"the RLJob {phase.lower()}")
+    if phase == JobPhase.RUNNING and not workload.pods_ready:
+        return Mark(PODS_READY, "Started", "every Ray pod of the RLJob runs")
+    return None
+
+
+def told_pods_ready(status_kueue: Mapping[str, Any]) -> dict[str, Any]:
+    """status.kueue once the Workload was told PodsReady."""
+    return {**status_kueue, "podsReady": True}
+
+
+def awaits_pods_ready(status: Mapping[str, Any]) -> bool:
+    """A running job whose Workload was not told PodsReady yet (one that started running in a provision pass):
+    the timer looks at it again until it is."""
+    said = status.get("kueue") or {}
+    return status.get("phase") == JobPhase.RUNNING and bool(said.get("workload")) and not said.get("podsReady")

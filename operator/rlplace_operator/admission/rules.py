@@ -29,8 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-JobKey = tuple[str, str]
-"""(namespace, name) of an RLJob."""
+from rlplace_operator.api.names import JobKey
 
 
 @dataclass(frozen=True, slots=True)

@@ -43,6 +43,12 @@ NODEGROUP_CHANGED = "NodeGroupChanged"
 STATUS_WRITTEN = "StatusWritten"
 #: RLJob: True once admission reserved every node its plan needs (docs/admission.md).
 ADMITTED = "Admitted"
+#: RLJob with an entrypoint: the driver's state as KubeRay reports it (True once it succeeded).
+DRIVER_SUCCEEDED = "DriverSucceeded"
+#: RLJob with an entrypoint: every process ran where its plan entry says, as checked from inside (or observed).
+BINDING_VERIFIED = "BindingVerified"
+#: RLJob that profiles first (autoPlacement.profileFirst): its profiling run, then its re-placement.
+PROFILED = "Profiled"
 #: NodeGroup: at least one matched node is ready.
 READY = "Ready"
 
@@ -75,14 +81,40 @@ LOCALQUEUE_NOT_FOUND = "LocalQueueNotFound"
 PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
 KUEUE_UNSUPPORTED = "KueueUnsupported"
 PREEMPTED = "Preempted"
+# The closed loop (docs/autoplace.md): Events of a recommendation and a re-placement, the Profiled condition's
+PLACEMENT_RECOMMENDED = "PlacementRecommended"
+PLACEMENT_REPLACED = "PlacementReplaced"
+PROFILING = "Profiling"
+PROFILED_AND_REPLACED = "Replaced"
 
-#: Messages longer than this are cut: they quote user input, and a status must stay small.
+#: A condition's message longer than this is cut: it quotes user input, and a status must stay small.
 MAX_MESSAGE_CHARS = 1024
+#: status.message and a named cause: one line of at most this many characters (logs stay in logs).
+MAX_LINE_CHARS = 300
 
 
 def timestamp(when: dt.datetime) -> str:
     """`when` as the API's times are written (RFC 3339, UTC, whole seconds)."""
     return when.astimezone(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(value: object) -> dt.datetime | None:
+    """An API time (RFC 3339; one without a zone is UTC), or None for none or a malformed one."""
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        parsed = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=dt.UTC)
+
+
+def brief(message: str, limit: int = MAX_LINE_CHARS) -> str:
+    """One line of at most `limit` characters: the first line of a log dump, never the dump."""
+    line = " ".join((message or "").strip().splitlines()[:1]).strip()
+    if len((message or "").strip().splitlines()) > 1:
+        line += " ..."
+    return line if len(line) <= limit else line[: limit - 3] + "..."
 
 
 def now() -> str:

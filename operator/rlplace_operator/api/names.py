@@ -1,10 +1,15 @@
-"""The one place for the names, labels and keys of the objects the operator reads and creates."""
+"""The one place for the names, labels and keys of the objects the operator reads and creates (KubeRay's
+`common/association.go` is the model): its own, and the API groups, kinds and labels of KubeRay, Kueue and
+Dynamic Resource Allocation as rlplace reads and writes them."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
 from rlplace_operator.api.base import GROUP, VERSION
+
+#: (namespace, name) of an RLJob.
+JobKey = tuple[str, str]
 
 MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
 MANAGED_BY = "rlplace"
@@ -40,6 +45,9 @@ RAY_GROUP = "ray.io"
 RAY_VERSION = "v1"
 RAYCLUSTER_PLURAL = "rayclusters"
 RAYJOB_PLURAL = "rayjobs"
+#: KubeRay's pod label with the RayCluster's name. The operator's own Ray pods also carry the job label, which names
+#: the job when the cluster belongs to its RayJob.
+RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 #: KubeRay's name for the container that runs `ray job submit` (the submitter Job's pod, or the head's sidecar).
 SUBMITTER_CONTAINER = "ray-job-submitter"
 
@@ -85,3 +93,26 @@ def child_labels(job: str) -> dict[str, str]:
 def progress_path(namespace: str, job: str) -> str:
     """Path of a job's progress endpoint on the operator (the URL in its head pod adds the operator's address)."""
     return f"/v1/namespaces/{namespace}/rljobs/{job}/progress"
+
+
+# -- Dynamic Resource Allocation (resource.k8s.io/v1) ------------------------------------------------------------
+DRA_GROUP = "resource.k8s.io"
+DRA_VERSION = "v1"
+CLAIM_TEMPLATE_PLURAL = "resourceclaimtemplates"
+RESOURCE_CLAIM_PLURAL = "resourceclaims"
+RESOURCE_SLICE_PLURAL = "resourceslices"
+
+# -- Kueue (kueue.x-k8s.io/v1beta2): the Workload rlplace makes for a job, and the objects it reads ---------------
+WORKLOAD_GROUP = "kueue.x-k8s.io"
+WORKLOAD_VERSION = "v1beta2"
+WORKLOAD_PLURAL = "workloads"
+LOCALQUEUE_PLURAL = "localqueues"
+CLUSTERQUEUE_PLURAL = "clusterqueues"
+PRIORITY_CLASS_PLURAL = "workloadpriorityclasses"
+#: The RLJob label that sends it through Kueue (the LocalQueue in the job's namespace), as on any Kueue job.
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+#: The RLJob label naming its WorkloadPriorityClass.
+PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
+#: On rlplace's Ray pods of a Kueue job: Topology-Aware Scheduling counts them inside their Workload, not again as
+#: pods outside it.
+UNCONSTRAINED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-unconstrained-topology"

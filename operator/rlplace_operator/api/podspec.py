@@ -6,11 +6,12 @@ NodeGroup (docs/data.md).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterable, Sequence
 from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from placement_core.contract import PLAN_MOUNT_DIR
+from placement_core.contract import PLAN_ENV_NAMES, PLAN_MOUNT_DIR
 from rlplace_operator.api.base import CamelModel, cel
 
 # What a job's pods bring beyond what rlplace decides: data volumes, credentials, service accounts, tolerations,
@@ -18,25 +19,6 @@ from rlplace_operator.api.base import CamelModel, cel
 # so a KubeRay or Kubeflow Trainer user recognises them; what rlplace owns (node affinity, GPU and robot
 # requests, the plan mount and variables, the security context) is refused by the apiserver, by name.
 
-#: Variables rlplace sets in the Ray pods or in each planned process (placement_core.placement.placement_env,
-#: the launcher's): a pod setting cannot name them. Names starting with RLPLACE_ are refused as well.
-PLAN_ENV_NAMES = (
-    "RANK",
-    "WORLD_SIZE",
-    "NODE_RANK",
-    "CLUSTER_NODE_RANK",
-    "LOCAL_ACCELERATOR_RANK",
-    "NODE_LOCAL_RANK",
-    "NODE_LOCAL_WORLD_SIZE",
-    "VISIBLE_DEVICES",
-    "CUDA_VISIBLE_DEVICES",
-    "NVIDIA_VISIBLE_DEVICES",
-    "RAY_EXPERIMENTAL_NOSET_CUDA_VISIBLE_DEVICES",
-    "ISOLATE_ACCELERATOR",
-    "LOCAL_HARDWARE_RANKS",
-    "NODE_GROUP_LABEL",
-    "MASTER_ADDR",
-)
 #: Prefix of the volumes rlplace adds to its pods (the plan, the shared memory): not for users' volumes.
 OWNED_VOLUME_PREFIX = "rlplace-"
 #: Label key prefixes rlplace and KubeRay select pods by.
@@ -216,7 +198,7 @@ class Volume(
     """An inline CSI volume."""
 
 
-def _mount_path_allowed(path: str) -> str:
+def mount_path_allowed(path: str) -> str:
     if path in (PLAN_MOUNT_PATH, SHM_MOUNT_PATH) or path.startswith(PLAN_MOUNT_PATH + "/"):
         raise ValueError(MOUNT_PATH_MESSAGE)
     return path
@@ -241,7 +223,7 @@ class VolumeMount(CamelModel):
                 MOUNT_PATH_MESSAGE,
             ),
         ),
-        AfterValidator(_mount_path_allowed),
+        AfterValidator(mount_path_allowed),
     ]
     """Path in the container; not /etc/rlplace (the plan) nor /dev/shm (shmSize)."""
     sub_path: str | None = Field(None, max_length=4096)
@@ -381,6 +363,39 @@ class PodOptions(CamelModel):
     """Not settable: rlplace sets the Pod Security posture of its pods."""
 
 
+def _keyed(entries: Iterable[Any], key: Callable[[Any], str]) -> list[Any]:
+    """Entries in order, a later entry with the same key replacing the earlier one in its place."""
+    result: dict[str, Any] = {}
+    for entry in entries:
+        result[key(entry)] = entry
+    return list(result.values())
+
+
+def merged(levels: Sequence[PodOptions]) -> PodOptions:
+    """One pod's settings from the widest to the narrowest level: maps and lists add up (the same volume name,
+    mount path, Secret or variable name replaces the wider entry), a single value replaces the wider one."""
+
+    def last(attribute: str) -> Any:
+        return next((getattr(o, attribute) for o in reversed(levels) if getattr(o, attribute) is not None), None)
+
+    def joined(attribute: str) -> list[Any]:
+        return [entry for o in levels for entry in getattr(o, attribute)]
+
+    return PodOptions(
+        labels={k: v for o in levels for k, v in o.labels.items()},
+        annotations={k: v for o in levels for k, v in o.annotations.items()},
+        service_account_name=last("service_account_name"),
+        image_pull_secrets=_keyed(joined("image_pull_secrets"), lambda s: s.name),
+        tolerations=joined("tolerations"),
+        priority_class_name=last("priority_class_name"),
+        volumes=_keyed(joined("volumes"), lambda v: v.name),
+        volume_mounts=_keyed(joined("volume_mounts"), lambda m: m.mount_path),
+        env=_keyed(joined("env"), lambda e: e.name),
+        env_from=joined("env_from"),
+        shm_size=last("shm_size"),
+    )
+
+
 class NodeGroupPodOptions(PodOptions):
     """Settings for the workers on one NodeGroup's nodes (for example its taint's toleration)."""
 
@@ -417,6 +432,21 @@ class PodSettings(PodOptions):
         ),
     ] = []
     """The workers on the nodes of one NodeGroup, after `workers` (a node in several groups gets each)."""
+
+    def for_head(self) -> PodOptions:
+        """The head pod's settings (job-wide, then the head's)."""
+        return merged([self, self.head])
+
+    def for_submitter(self) -> PodOptions:
+        """The submitter pod's settings (job-wide, then the submitter's)."""
+        return merged([self, self.submitter])
+
+    def for_workers(self, node_groups: Iterable[str]) -> PodOptions:
+        """The settings of the worker on a node of these NodeGroups (job-wide, workers, then each group's in the
+        order of workerNodeGroups)."""
+        groups = set(node_groups)
+        per_group = [g for g in self.worker_node_groups if g.node_group in groups]
+        return merged([self, self.workers, *per_group])
 
     @model_validator(mode="after")
     def _mounts_name_volumes(self) -> PodSettings:

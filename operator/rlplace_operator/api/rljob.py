@@ -12,7 +12,7 @@ from pydantic import AfterValidator, Field, model_validator
 from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.observed import Apply
 from rlplace_operator.api.base import CamelModel, cel
-from rlplace_operator.api.podspec import PLAN_MOUNT_PATH, SHM_MOUNT_PATH, PodSettings, Volume, _mount_path_allowed
+from rlplace_operator.api.podspec import PLAN_MOUNT_PATH, SHM_MOUNT_PATH, PodSettings, Volume, mount_path_allowed
 
 #: Component key of `cluster.component_placement`: names separated by commas (`actor,rollout`).
 COMPONENTS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
@@ -236,8 +236,8 @@ class RestartPolicy(enum.StrEnum):
     ON_FAILURE = "OnFailure"
 
 
-class Framework(enum.StrEnum):
-    """Whose code starts the job's processes (docs/frameworks.md)."""
+class FrameworkName(enum.StrEnum):
+    """Whose code starts the job's processes (docs/frameworks.md; what rlplace does for each: rlplace_operator.frameworks)."""
 
     RLPLACE = "rlplace"
     """The entrypoint is a driver written against rlplace's launcher (placement_core.launcher.launch_all)."""
@@ -253,7 +253,11 @@ class OnBindingMismatch(enum.StrEnum):
     REPORT = "Report"
 
 
-FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE = "framework rlinf or verl runs the framework's own program: it needs an entrypoint"
+#: The frameworks whose own program starts the processes: the job runs it as its entrypoint.
+PROGRAM_FRAMEWORKS = (FrameworkName.RLINF, FrameworkName.VERL)
+FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE = (
+    f"framework {' or '.join(PROGRAM_FRAMEWORKS)} runs the framework's own program: it needs an entrypoint"
+)
 
 
 #: Default of spec.run.maxRestarts: a few lost nodes in a long run, not a crash loop.
@@ -325,7 +329,7 @@ class Checkpoint(CamelModel):
                 f"mountPath must be an absolute path, not {PLAN_MOUNT_PATH} nor {SHM_MOUNT_PATH}",
             ),
         ),
-        AfterValidator(_mount_path_allowed),
+        AfterValidator(mount_path_allowed),
     ] = "/rlplace/checkpoint"
     """Where it is mounted in the Ray containers."""
     preemption_grace_seconds: int = Field(DEFAULT_PREEMPTION_GRACE_SECONDS, ge=0, le=3600)
@@ -364,7 +368,9 @@ class RLJobSpec(
             PROFILE_FIRST_WITH_PROFILE_MESSAGE,
         ),
         (
-            "!has(self.framework) || self.framework == 'rlplace' || has(self.entrypoint)",
+            "!has(self.framework) || !(self.framework in ["
+            + ", ".join(f"'{name}'" for name in PROGRAM_FRAMEWORKS)
+            + "]) || has(self.entrypoint)",
             FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE,
         ),
     ),
@@ -405,7 +411,7 @@ class RLJobSpec(
     is a long-lived RayCluster for interactive use."""
     run: RunSpec = RunSpec()
     """How the driver runs (KubeRay RayJob settings); used only with an entrypoint."""
-    framework: Framework = Framework.RLPLACE
+    framework: FrameworkName = FrameworkName.RLPLACE
     """Whose program the entrypoint runs: rlplace (a driver using rlplace's launcher), rlinf or verl (the user's
     RLinf or veRL program, unchanged). With rlinf every Ray pod gets RLINF_NODE_RANK (the head after the
     workers), the entrypoint gets `cluster.num_nodes=<workers + 1>` appended, and each process's binding is
@@ -434,14 +440,9 @@ class RLJobSpec(
             raise ValueError(WORKER_NODE_GROUPS_MESSAGE)
         return self
 
-    @property
-    def framework_job(self) -> bool:
-        """The framework's own program starts the processes (not rlplace's launcher)."""
-        return self.framework is not Framework.RLPLACE
-
     @model_validator(mode="after")
     def _framework_runs_an_entrypoint(self) -> RLJobSpec:
-        if self.framework_job and not self.entrypoint:
+        if self.framework in PROGRAM_FRAMEWORKS and not self.entrypoint:
             raise ValueError(FRAMEWORK_NEEDS_ENTRYPOINT_MESSAGE)
         return self
 

@@ -30,6 +30,12 @@ def is_live(status: Mapping[str, Any]) -> bool:
     return status.get("phase") in LIVE_PHASES and bool(status.get("rayCluster"))
 
 
+def holds_nodes(status: Mapping[str, Any]) -> bool:
+    """Whether the job was admitted and its RayCluster or RayJob was made (phase Provisioning or Running): it holds
+    its nodes from then on, also before KubeRay has made the RayJob's RayCluster."""
+    return status.get("phase") in LIVE_PHASES and bool(status.get("rayCluster") or status.get("rayJob"))
+
+
 class ComponentSummary(CamelModel):
     """Where one component runs."""
 

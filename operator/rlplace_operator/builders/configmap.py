@@ -1,6 +1,6 @@
 """The `<job>-placement` ConfigMap: the job's whole Plan, under the key the contract names (text, or gzip), each
 worker node's rank (the worker pods read theirs before Ray starts), and for a framework job the probe its pods
-import (builders/framework.py)."""
+import (frameworks: Framework.configmap_files)."""
 
 from __future__ import annotations
 

@@ -2,29 +2,20 @@
 a pod template out).
 
 The settings of one pod are the job-wide ones refined by its kind (head, workers, submitter) and, for a
-worker, by the NodeGroups its node belongs to (`effective_*`). rlplace's own parts of the pod (its node
+worker, by the NodeGroups its node belongs to (api.podspec.PodSettings.for_*). rlplace's own parts of the pod (its node
 affinity, requests, plan mount and variables, security context) are built first and never replaced: the
 CRD refuses settings that would touch them, and here the pod's own labels and variables come last.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from rlplace_operator.api.podspec import SHM_MOUNT_PATH, PodOptions, Toleration
-from rlplace_operator.api.rljob import RLJobSpec
+from rlplace_operator.api.podspec import SHM_MOUNT_PATH, PodOptions
+from rlplace_operator.frameworks.base import ProbeMount
 
 #: The in-memory emptyDir that gives /dev/shm its size (shmSize).
 SHM_VOLUME = "rlplace-shm"
-
-
-def _keyed(entries: Iterable[Any], key: Callable[[Any], str]) -> list[Any]:
-    """Entries in order, a later entry with the same key replacing the earlier one in its place."""
-    result: dict[str, Any] = {}
-    for entry in entries:
-        result[key(entry)] = entry
-    return list(result.values())
 
 
 def with_volume(template: dict, volume: dict, container: str, mount: dict) -> dict:
@@ -39,49 +30,9 @@ def with_volume(template: dict, volume: dict, container: str, mount: dict) -> di
     return {**template, "spec": pod}
 
 
-def merge(levels: Sequence[PodOptions]) -> PodOptions:
-    """One pod's settings from the widest to the narrowest level: maps and lists add up (the same volume name,
-    mount path, Secret or variable name replaces the wider entry), a single value replaces the wider one."""
-
-    def last(attribute: str) -> Any:
-        return next((getattr(o, attribute) for o in reversed(levels) if getattr(o, attribute) is not None), None)
-
-    def joined(attribute: str) -> list[Any]:
-        return [entry for o in levels for entry in getattr(o, attribute)]
-
-    return PodOptions(
-        labels={k: v for o in levels for k, v in o.labels.items()},
-        annotations={k: v for o in levels for k, v in o.annotations.items()},
-        service_account_name=last("service_account_name"),
-        image_pull_secrets=_keyed(joined("image_pull_secrets"), lambda s: s.name),
-        tolerations=joined("tolerations"),
-        priority_class_name=last("priority_class_name"),
-        volumes=_keyed(joined("volumes"), lambda v: v.name),
-        volume_mounts=_keyed(joined("volume_mounts"), lambda m: m.mount_path),
-        env=_keyed(joined("env"), lambda e: e.name),
-        env_from=joined("env_from"),
-        shm_size=last("shm_size"),
-    )
-
-
-def effective_head(spec: RLJobSpec) -> PodOptions:
-    return merge([spec.pods, spec.pods.head])
-
-
-def effective_submitter(spec: RLJobSpec) -> PodOptions:
-    return merge([spec.pods, spec.pods.submitter])
-
-
-def effective_worker(spec: RLJobSpec, node_groups: Iterable[str]) -> PodOptions:
-    """The settings of the worker on a node of these NodeGroups (job-wide, workers, then each group's in the
-    order of spec.pods.workerNodeGroups)."""
-    groups = set(node_groups)
-    per_group = [g for g in spec.pods.worker_node_groups if g.node_group in groups]
-    return merge([spec.pods, spec.pods.workers, *per_group])
-
-
-def worker_tolerations(spec: RLJobSpec, node_groups: Iterable[str]) -> list[Toleration]:
-    return effective_worker(spec, node_groups).tolerations
+def with_probe(template: dict, mount: ProbeMount | None, container: str) -> dict:
+    """`template` with a framework's probe mounted in `container` (unchanged when the framework ships none)."""
+    return template if mount is None else with_volume(template, mount.volume, container, mount.mount)
 
 
 def wire(model: Any) -> dict:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -33,16 +32,12 @@ from rlplace_operator.api.names import (
 )
 from rlplace_operator.api.podspec import Toleration
 from rlplace_operator.api.rljob import RLJobSpec
-from rlplace_operator.builders import framework
-from rlplace_operator.builders.podtemplate import (
-    apply_pod_options,
-    effective_head,
-    effective_worker,
-    wire,
-    with_volume,
-)
-from rlplace_operator.cluster.dra import CLAIM_REQUEST, DevicePin, claim_template, devices_annotation
-from rlplace_operator.cluster.taints import Taint, untolerated
+from rlplace_operator.builders.claims import with_claim
+from rlplace_operator.builders.podtemplate import apply_pod_options, wire, with_probe, with_volume
+from rlplace_operator.cluster.dra import devices_annotation
+from rlplace_operator.cluster.taints import untolerated
+from rlplace_operator.frameworks import framework_of
+from rlplace_operator.planning.plan import WorkerNode
 
 #: The head's volume with the plan, the workers' with the node ranks (spec.pods volumes cannot start with
 #: `rlplace-`).
@@ -51,39 +46,6 @@ NODE_RANKS_VOLUME = "rlplace-node-ranks"
 
 #: spec.checkpoint's volume in every Ray pod (under rlplace's name, so it never collides with spec.pods volumes).
 CHECKPOINT_VOLUME = "rlplace-checkpoint"
-
-
-@dataclass(frozen=True)
-class WorkerNode:
-    """One node of the plan: where a worker pod goes and what it requests."""
-
-    rank: int
-    """Node rank in the job's cluster (the plan's cluster_node_rank)."""
-    name: str
-    """Kubernetes node name."""
-    gpus: int
-    """GPUs on the node (Ray's num-gpus)."""
-    requests: Mapping[str, int] = field(default_factory=dict)
-    """Extended resources requested, all of the node's units (nvidia.com/gpu, robot resources)."""
-    env: Mapping[str, str] = field(default_factory=dict)
-    """NodeGroup variables for workers on this node."""
-    groups: tuple[str, ...] = ()
-    """The job's NodeGroups the node belongs to (for spec.pods.workerNodeGroups)."""
-    taints: tuple[Taint, ...] = ()
-    """The node's taints (the head goes to a node it tolerates)."""
-    processes: int = 0
-    """The plan's processes on the node: the Ray worker processes its raylet starts at once (0: Ray's default)."""
-    hostname: str = ""
-    """The node's kubernetes.io/hostname label (empty: none; the pod is then pinned by node name)."""
-    held_gpus: tuple[int, ...] = ()
-    """The node's GPUs the plan's processes hold (a framework that lets Ray pick GPU ids gets only these)."""
-    pin: DevicePin | None = None
-    """On a node of a DRA NodeGroup: the exact GPUs the pod claims (it then requests no extended resource)."""
-
-    @property
-    def pod_gpus(self) -> tuple[int, ...] | None:
-        """The plan's GPUs the pod is given exactly (DRA), None when it has all of its node's."""
-        return self.held_gpus if self.pin is not None else None
 
 
 def pod_security_context() -> dict:
@@ -119,7 +81,7 @@ def worker_start_params(cpu_limit: str, processes: int, extra_cpus: int = 0) -> 
 
     A framework job's actors do ask Ray for a CPU each to be scheduled, and the framework starts actors of its
     own: its pods (the head too, with no processes of the plan) declare `extra_cpus` more
-    (builders/framework.extra_ray_cpus)."""
+    (Framework.extra_ray_cpus)."""
     cpus = math.ceil(parse_quantity(cpu_limit))
     wanted = max(cpus, processes) + extra_cpus
     return {"num-cpus": str(wanted)} if wanted > cpus else {}
@@ -200,30 +162,9 @@ def _shape(spec: RLJobSpec, node: WorkerNode) -> tuple:
         node.gpus,
         tuple(sorted(node.requests.items())),
         tuple(sorted(node.env.items())),
-        framework.shown_gpus(spec, node.gpus, node.held_gpus),
+        framework_of(spec).shown_gpus(node.gpus, node.held_gpus),
         None if node.pin is None else (node.name, node.pin.template),
     )
-
-
-def with_claim(template: dict, container: str, pin: DevicePin, pod_gpus: tuple[int, ...]) -> dict:
-    """`template` claiming exactly the pinned GPUs (its ResourceClaimTemplate), with what the container's processes
-    need to number them: PCI order, and the host GPUs for the binding check."""
-    spec = dict(template["spec"])
-    spec["resourceClaims"] = [{"name": CLAIM_REQUEST, "resourceClaimTemplateName": pin.template}]
-    containers = []
-    for item in spec["containers"]:
-        if item["name"] == container:
-            resources = {**item.get("resources", {}), "claims": [{"name": CLAIM_REQUEST}]}
-            env = [
-                *item.get("env", []),
-                {"name": contract.CUDA_DEVICE_ORDER[0], "value": contract.CUDA_DEVICE_ORDER[1]},
-                {"name": contract.HOST_GPUS_ENV, "value": ",".join(map(str, pin.host_gpus))},
-            ]
-            item = {**item, "resources": resources, "env": env}
-        containers.append(item)
-    spec["containers"] = containers
-    assert len(pin.host_gpus) == len(pod_gpus), "a pin holds one host GPU per planned GPU of the pod"
-    return {**template, "spec": spec}
 
 
 def worker_shapes(spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> list[list[WorkerNode]]:
@@ -240,8 +181,9 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     learning its node rank from its node before Ray starts (contract.worker_start_command), so the group holds
     nothing per node but the node's name."""
     first = nodes[0]
+    fw = framework_of(spec)
     pod_gpus = first.pod_gpus
-    ray_gpus = framework.ray_gpus(spec, first.gpus, first.held_gpus) if pod_gpus is None else len(pod_gpus)
+    ray_gpus = fw.ray_gpus(first.gpus, first.held_gpus) if pod_gpus is None else len(pod_gpus)
     processes = max(node.processes for node in nodes)
     container = {
         "name": "ray-worker",
@@ -251,12 +193,12 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
         "command": ["/bin/bash", "-c", "--"],
         "args": [
             contract.worker_start_command(
-                ray_gpus, framework.node_rank_exports(spec), gpus=None if pod_gpus is None else sorted(pod_gpus)
+                ray_gpus, fw.node_rank_exports(), gpus=None if pod_gpus is None else sorted(pod_gpus)
             )
         ],
         "env": [
             *_env(first.env),
-            *framework.worker_env(spec, first.gpus, first.held_gpus),
+            *fw.worker_env(first.gpus, first.held_gpus),
             *startup_concurrency_env(processes),
             # The node the pod really runs on: its rank's key, and the launcher's binding check (downward API).
             {"name": contract.KUBE_NODE_ENV, "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
@@ -289,11 +231,11 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
         "maxReplicas": len(nodes),
         "rayStartParams": {
             "num-gpus": str(ray_gpus),
-            **worker_start_params(spec.ray.worker_resources.cpu, processes, framework.extra_ray_cpus(spec, ray_gpus)),
+            **worker_start_params(spec.ray.worker_resources.cpu, processes, fw.extra_ray_cpus(ray_gpus)),
         },
         "template": apply_pod_options(
-            framework.with_probe(with_checkpoint(template, spec, "ray-worker"), spec, job, "ray-worker"),
-            effective_worker(spec, first.groups),
+            with_probe(with_checkpoint(template, spec, "ray-worker"), fw.probe_mount(job), "ray-worker"),
+            spec.pods.for_workers(first.groups),
             "ray-worker",
             spec.ray.service_account_name,
         ),
@@ -326,7 +268,8 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
     """The head, on one of the job's own nodes (`head_nodes`): it needs no GPU, and the job's nodes are the
     ones known to run its image (a cluster may also have nodes that cannot, such as virtual ones)."""
     env = {"NVIDIA_VISIBLE_DEVICES": "void", contract.JOB_ENV: job, contract.PLAN_DIR_ENV: contract.PLAN_MOUNT_DIR}
-    options = effective_head(spec)
+    options = spec.pods.for_head()
+    fw = framework_of(spec)
     template = {
         "metadata": {"labels": child_labels(job)},
         "spec": {
@@ -338,7 +281,7 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
                     "image": spec.ray.image,
                     "securityContext": container_security_context(),
                     "resources": _resources(spec.ray.head_resources.cpu, spec.ray.head_resources.memory),
-                    "env": [*_env(env), *restart_env(spec, attempt), *framework.head_env(spec, len(nodes))],
+                    "env": [*_env(env), *restart_env(spec, attempt), *fw.head_env(len(nodes))],
                     "volumeMounts": [{"name": PLAN_VOLUME, "mountPath": contract.PLAN_MOUNT_DIR, "readOnly": True}],
                 }
             ],
@@ -349,10 +292,10 @@ def build_head_group(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], att
         "rayStartParams": {
             "dashboard-host": "0.0.0.0",
             "num-gpus": "0",
-            **worker_start_params(spec.ray.head_resources.cpu, 0, framework.extra_ray_cpus(spec, 0)),
+            **worker_start_params(spec.ray.head_resources.cpu, 0, fw.extra_ray_cpus(0)),
         },
         "template": apply_pod_options(
-            framework.with_probe(with_checkpoint(template, spec, "ray-head"), spec, job, "ray-head"),
+            with_probe(with_checkpoint(template, spec, "ray-head"), fw.probe_mount(job), "ray-head"),
             options,
             "ray-head",
             spec.ray.service_account_name,
@@ -378,11 +321,6 @@ def held_annotations(nodes: Sequence[WorkerNode]) -> dict[str, str]:
     if pinned:
         annotations[GPUS_ANNOTATION] = devices_annotation(pinned)
     return annotations
-
-
-def claim_templates(job: str, nodes: Sequence[WorkerNode]) -> list[dict]:
-    """The ResourceClaimTemplates of the job's pods that claim exactly their GPUs (DRA)."""
-    return [claim_template(job, node.pin) for node in nodes if node.pin is not None]
 
 
 def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> dict:

@@ -14,10 +14,8 @@ from rlplace_operator.api.names import (
     rayjob_name,
 )
 from rlplace_operator.api.rljob import RLJobSpec, SubmissionMode
-from rlplace_operator.builders import framework
-from rlplace_operator.builders.podtemplate import apply_pod_options, effective_submitter
+from rlplace_operator.builders.podtemplate import apply_pod_options
 from rlplace_operator.builders.raycluster import (
-    WorkerNode,
     build_raycluster_spec,
     container_security_context,
     head_nodes,
@@ -26,6 +24,8 @@ from rlplace_operator.builders.raycluster import (
     pod_security_context,
     restart_env,
 )
+from rlplace_operator.frameworks import framework_of
+from rlplace_operator.planning.plan import WorkerNode
 
 #: The submitter only runs `ray job submit` and streams the driver's log.
 SUBMITTER_LIMITS = {"cpu": "200m", "memory": "512Mi"}
@@ -41,7 +41,7 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode], attem
         "securityContext": container_security_context(),
         "env": restart_env(spec, attempt),
     }
-    options = effective_submitter(spec)
+    options = spec.pods.for_submitter()
     affinity = on_nodes(head_nodes(nodes, options.tolerations))
     template = {
         "spec": {
@@ -56,12 +56,12 @@ def build_submitter_template(spec: RLJobSpec, nodes: Sequence[WorkerNode], attem
 
 def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt: int = 1) -> dict:
     """The RayJob that runs `spec.entrypoint` on the job's planned cluster (suspended when the job is), as the
-    job's attempt `attempt` (1, or a restart's: reconcile.restart_on_failure)."""
+    job's attempt `attempt` (1, or a restart's: reconcile/restarts.py)."""
     if not spec.entrypoint:
         raise ValueError(f"job '{job}' has no entrypoint; it runs as a RayCluster")
     run = spec.run
     body: dict = {
-        "entrypoint": framework.entrypoint(spec, len(nodes)),
+        "entrypoint": framework_of(spec).entrypoint(spec, len(nodes)),
         "rayClusterSpec": build_raycluster_spec(job, spec, nodes, attempt),
         "submissionMode": str(run.submission_mode),
         "shutdownAfterJobFinishes": run.shutdown_after_job_finishes,
@@ -79,7 +79,7 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt
         "apiVersion": f"{RAY_GROUP}/{RAY_VERSION}",
         "kind": "RayJob",
         # KubeRay copies the RayJob's labels and annotations to the RayCluster it makes, where admission reads
-        # the nodes the job holds (handlers/queue.py).
+        # the nodes the job holds (admission/queue.py).
         "metadata": {
             "name": rayjob_name(job),
             "labels": child_labels(job),

@@ -7,7 +7,7 @@ narrow that the scheduler has one choice, `count: N` devices whose pin attribute
 the N planned ones, on a pod pinned to its node. A device someone else holds leaves the pod Pending, never on
 other GPUs.
 
-Pure: slices and claims (API bodies) in, typed devices and manifests out.
+Pure: slices and claims (API bodies) in, typed devices and pins out (the manifests: builders/claims.py).
 
 Host GPU numbers: a node's devices of one driver in PCI order (the driver's `index` where it publishes one,
 else the standard `resource.kubernetes.io/pciBusID` attribute, else the device name), numbered from 0 as
@@ -25,16 +25,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from placement_core.observe.verify import BindingReport
-from rlplace_operator.api.names import JOB_LABEL, child_labels
+from rlplace_operator.api.names import JOB_LABEL
 from rlplace_operator.api.nodegroup import Dra, PinAttribute
 
-DRA_GROUP = "resource.k8s.io"
-DRA_VERSION = "v1"
 #: The standard attribute DRA drivers publish a device's PCI address under (NVIDIA's does).
 PCI_BUS_ID_ATTRIBUTE = "resource.kubernetes.io/pciBusID"
-#: The name of the device request in every claim rlplace makes, and of the pod's claim entry.
-CLAIM_REQUEST = "gpus"
-CLAIM_TEMPLATE_PLURAL = "resourceclaimtemplates"
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,26 +211,6 @@ def device_pin(
 def claim_template_name(job: str, rank: int, digest: str) -> str:
     """`<job>-n<rank>-gpus-<digest>`: a DNS subdomain (RLJob names are at most 63 characters)."""
     return f"{job}-n{rank}-gpus-{digest}"
-
-
-def claim_template(job: str, pin: DevicePin) -> dict:
-    """The ResourceClaimTemplate of one worker pod: its claims carry the job label (so admission knows whose
-    devices they hold) and ask for exactly the pinned devices."""
-    request = {
-        "deviceClassName": pin.device_class,
-        "allocationMode": "ExactCount",
-        "count": len(pin.devices),
-        "selectors": [{"cel": {"expression": pin.selector()}}],
-    }
-    return {
-        "apiVersion": f"{DRA_GROUP}/{DRA_VERSION}",
-        "kind": "ResourceClaimTemplate",
-        "metadata": {"name": pin.template, "labels": child_labels(job)},
-        "spec": {
-            "metadata": {"labels": {JOB_LABEL: job}},
-            "spec": {"devices": {"requests": [{"name": CLAIM_REQUEST, "exactly": request}]}},
-        },
-    }
 
 
 def with_claims_checked(report: BindingReport, claimed: Mapping[str, Sequence[int]]) -> BindingReport:

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
 from rlplace_operator.api.names import NODE_RANK_LABEL
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
 from rlplace_operator.api.rljob import RLJobSpec
-from rlplace_operator.builders.podtemplate import worker_tolerations
 from rlplace_operator.cluster.dra import Device, NodeSlice, node_devices
 from rlplace_operator.cluster.taints import Taint, refusal, untolerated
 
@@ -201,6 +201,11 @@ class JobGroup:
     status: NodeGroupStatus
 
 
+def ready_nodes(group: JobGroup, node_index: Mapping[str, Any]) -> list[str]:
+    """A group's ready nodes in rank order (the order its status lists them)."""
+    return [e.name for e in group.status.nodes if e.ready and node_index.get(e.name)]
+
+
 def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cluster:
     """The placement_core cluster of a job: the ready nodes of its groups, group by group, in rank order.
 
@@ -264,7 +269,7 @@ def untolerated_among(
         node_taints = taints.get(name)
         if not node_taints or not in_groups:
             continue
-        taint = untolerated(worker_tolerations(spec, in_groups), node_taints)
+        taint = untolerated(spec.pods.for_workers(in_groups).tolerations, node_taints)
         if taint is not None:
             excluded[name] = refusal(name, taint)
     return excluded

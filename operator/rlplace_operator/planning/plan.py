@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
@@ -25,8 +25,42 @@ from rlplace_operator.api.names import HOSTNAME_LABEL, PROFILE_ANNOTATION
 from rlplace_operator.api.rljob import PlacementEntry as SpecEntry
 from rlplace_operator.api.rljob import PlacementMode, Profile, RLJobSpec
 from rlplace_operator.api.status import ComponentSummary, ResolvedPlacement
-from rlplace_operator.builders.raycluster import WorkerNode
+from rlplace_operator.cluster.dra import DevicePin
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, unit_resource
+from rlplace_operator.cluster.taints import Taint
+
+
+@dataclass(frozen=True)
+class WorkerNode:
+    """One node of the plan: where a worker pod goes and what it requests."""
+
+    rank: int
+    """Node rank in the job's cluster (the plan's cluster_node_rank)."""
+    name: str
+    """Kubernetes node name."""
+    gpus: int
+    """GPUs on the node (Ray's num-gpus)."""
+    requests: Mapping[str, int] = field(default_factory=dict)
+    """Extended resources requested, all of the node's units (nvidia.com/gpu, robot resources)."""
+    env: Mapping[str, str] = field(default_factory=dict)
+    """NodeGroup variables for workers on this node."""
+    groups: tuple[str, ...] = ()
+    """The job's NodeGroups the node belongs to (for spec.pods.workerNodeGroups)."""
+    taints: tuple[Taint, ...] = ()
+    """The node's taints (the head goes to a node it tolerates)."""
+    processes: int = 0
+    """The plan's processes on the node: the Ray worker processes its raylet starts at once (0: Ray's default)."""
+    hostname: str = ""
+    """The node's kubernetes.io/hostname label (empty: none; the pod is then pinned by node name)."""
+    held_gpus: tuple[int, ...] = ()
+    """The node's GPUs the plan's processes hold (a framework that lets Ray pick GPU ids gets only these)."""
+    pin: DevicePin | None = None
+    """On a node of a DRA NodeGroup: the exact GPUs the pod claims (it then requests no extended resource)."""
+
+    @property
+    def pod_gpus(self) -> tuple[int, ...] | None:
+        """The plan's GPUs the pod is given exactly (DRA), None when it has all of its node's."""
+        return self.held_gpus if self.pin is not None else None
 
 
 @dataclass(frozen=True)

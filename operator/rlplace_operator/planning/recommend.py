@@ -34,6 +34,7 @@ from placement_core.cluster import Cluster
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry
 from placement_core.jobconfig import REASONING, Job
+from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.conditions import timestamp
 from rlplace_operator.api.rljob import AppliedPlacementEntry, AutoPlacement, PlacementMode, RLJobSpec
 from rlplace_operator.api.rljob import PlacementEntry as SpecEntry
@@ -42,12 +43,6 @@ from rlplace_operator.planning.plan import batch_settings, model_parallel_settin
 
 #: A recommendation at least this good is announced with an Event (whatever spec.autoPlacement.apply says).
 EVENT_GAIN = 0.10
-RECOMMENDED = "PlacementRecommended"
-REPLACED = "PlacementReplaced"
-#: The condition of a job that profiles first (autoPlacement.profileFirst), and its reasons.
-PROFILED = "Profiled"
-PROFILING = "Profiling"
-PROFILED_AND_REPLACED = "Replaced"
 
 
 def _parse(value: str) -> dt.datetime:
@@ -118,7 +113,7 @@ def step(spec: RLJobSpec, status: RLJobStatus, cluster: Cluster, now: dt.datetim
             f"re-placed at iteration {progress.iteration}: {_text(earlier.component_placement)}, predicted "
             f"{earlier.predicted_iteration_seconds:.2f} s per iteration (observed {earlier.observed_iteration_seconds:.2f} s)"
         )
-        return Step(None, replacement, ((REPLACED, message),))
+        return Step(None, replacement, ((cond.PLACEMENT_REPLACED, message),))
     if status.replacements:
         last = status.replacements[-1]
         if status.applied_placement != last.component_placement or progress.updated_at <= last.time:
@@ -163,7 +158,7 @@ def step(spec: RLJobSpec, status: RLJobStatus, cluster: Cluster, now: dt.datetim
     if found.gain >= EVENT_GAIN and not announced:
         events.append(
             (
-                RECOMMENDED,
+                cond.PLACEMENT_RECOMMENDED,
                 f"{_text(entries)} is predicted {found.gain:.0%} faster: {found.predicted_seconds:.2f} s per iteration "
                 f"(now {found.current_predicted_seconds:.2f} s predicted, {found.observed_seconds:.2f} s observed); "
                 f"{decision.reason}",
@@ -241,14 +236,18 @@ def profiling_condition(spec: RLJobSpec, status: RLJobStatus) -> tuple[bool, str
         first = status.replacements[0]
         return (
             True,
-            PROFILED_AND_REPLACED,
+            cond.PROFILED_AND_REPLACED,
             f"profiled collocated; re-placed at iteration {first.iteration} onto {_text(first.component_placement)}",
         )
     rec = status.recommendation
     if rec is None:
-        return False, PROFILING, f"profiling collocated, 0 of {CONFIRMATIONS} iterations measured"
+        return False, cond.PROFILING, f"profiling collocated, 0 of {CONFIRMATIONS} iterations measured"
     if rec.profiling and rec.decision == Verdict.apply_now:
-        return False, PROFILING, f"{rec.reason}; re-placing onto {_text(rec.component_placement)} at the next report"
+        return (
+            False,
+            cond.PROFILING,
+            f"{rec.reason}; re-placing onto {_text(rec.component_placement)} at the next report",
+        )
     if rec.profiling:
-        return False, PROFILING, f"profiling collocated, {rec.streak} of {CONFIRMATIONS} iterations measured"
-    return True, PROFILED, f"profiled collocated over {CONFIRMATIONS} iterations; {rec.reason}"
+        return False, cond.PROFILING, f"profiling collocated, {rec.streak} of {CONFIRMATIONS} iterations measured"
+    return True, cond.PROFILED, f"profiled collocated over {CONFIRMATIONS} iterations; {rec.reason}"

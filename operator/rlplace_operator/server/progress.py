@@ -47,12 +47,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from aiohttp import web
-from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from placement_core.observe import adapters
 from placement_core.observe.progress import IterationReport, ProgressAnswer
-from rlplace_operator.api.base import dump
+from rlplace_operator.api.base import GROUP, VERSION, dump
 from rlplace_operator.api.names import (
     JOB_LABEL,
     PROGRESS_AUDIENCE,
@@ -64,6 +62,8 @@ from rlplace_operator.api.names import (
     progress_path,
 )
 from rlplace_operator.api.status import ComponentSeconds, Progress
+from rlplace_operator.frameworks import framework_named
+from rlplace_operator.kube import Kube
 
 logger = logging.getLogger("rlplace.progress")
 
@@ -130,15 +130,19 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
 
 
 def posted_report(body: bytes) -> IterationReport:
-    """What a job's driver POSTed: an IterationReport (an rlplace driver's), or a framework's own metrics of
-    one step as a framework job's probe sends them (placement_core.observe.adapters.from_posted)."""
+    """What a job's driver POSTed: an IterationReport (an rlplace driver's), or a framework's own metrics of one
+    step as a framework job's probe sends them, `{"framework": "rlinf", "iteration": 3, "metrics": {...}}`, mapped
+    by that framework (Framework.iteration_report). A one-line ValueError for anything else."""
     try:
         raw = json.loads(body)
     except ValueError as err:
         raise ValueError(f"not JSON: {err}") from None
-    if isinstance(raw, dict) and "framework" in raw:
-        return adapters.from_posted(raw)
-    return IterationReport.from_json(body)
+    if not isinstance(raw, dict) or "framework" not in raw:
+        return IterationReport.from_json(body)
+    metrics, iteration = raw.get("metrics"), raw.get("iteration")
+    if not isinstance(metrics, dict) or not isinstance(iteration, int) or isinstance(iteration, bool):
+        raise ValueError("a framework's metrics need 'metrics' (an object) and 'iteration' (an integer)")
+    return framework_named(str(raw["framework"])).iteration_report(metrics, iteration)
 
 
 class Window:
@@ -279,16 +283,13 @@ POD_UID_EXTRA = "authentication.kubernetes.io/pod-uid"
 class KubeIdentify:
     """`Identify` through the API server: TokenReview with the rlplace audience, then the pod and its owners."""
 
-    def __init__(self, api_client: client.ApiClient, clock: Callable[[], float] = time.monotonic) -> None:
-        self.auth = client.AuthenticationV1Api(api_client)
-        self.core = client.CoreV1Api(api_client)
-        self.custom = client.CustomObjectsApi(api_client)
+    def __init__(self, kube: Kube, clock: Callable[[], float] = time.monotonic) -> None:
+        self.kube = kube
         self.clock = clock
 
     def __call__(self, token: str) -> Caller:
-        review = client.V1TokenReview(spec=client.V1TokenReviewSpec(token=token, audiences=[PROGRESS_AUDIENCE]))
         try:
-            status = self.auth.create_token_review(review).status
+            status = self.kube.review_token(token, PROGRESS_AUDIENCE)
         except ApiException as err:
             if err.status in (401, 403):
                 raise Refused(
@@ -317,7 +318,7 @@ class KubeIdentify:
 
     def _job_of_pod(self, namespace: str, pod_name: str, pod_uid: str) -> JobKey:
         try:
-            pod = self.core.read_namespaced_pod(pod_name, namespace)
+            pod = self.kube.read_pod(namespace, pod_name)
         except ApiException as err:
             raise Refused(403, f"pod {namespace}/{pod_name} cannot be read: {err.status} {err.reason}") from None
         if pod.metadata.uid != pod_uid:
@@ -337,7 +338,7 @@ class KubeIdentify:
             return False
         kind, name = owner.get("kind"), owner.get("name")
         if kind == "RLJob":
-            rljob = self._get("rlplace.io", "v1alpha1", namespace, RLJOB_PLURAL, name)
+            rljob = self._get(GROUP, VERSION, namespace, RLJOB_PLURAL, name)
             return name == job and rljob is not None and rljob["metadata"]["uid"] == owner.get("uid")
         plural = {"RayCluster": RAYCLUSTER_PLURAL, "RayJob": RAYJOB_PLURAL}.get(str(kind))
         if plural is None:
@@ -349,10 +350,8 @@ class KubeIdentify:
 
     def _get(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict | None:
         try:
-            return self.custom.get_namespaced_custom_object(group, version, namespace, plural, name)
+            return self.kube.get_custom(group, version, namespace, plural, name)
         except ApiException as err:
-            if err.status == 404:
-                return None
             raise Refused(503, f"reading {plural}/{name} failed: {err.status} {err.reason}") from None
 
 
@@ -362,32 +361,9 @@ class KubeIdentify:
 WriteProgress = Callable[[JobKey, dict[str, Any]], bool]
 
 
-def kube_write_progress(api_client: client.ApiClient) -> WriteProgress:
+def kube_write_progress(kube: Kube) -> WriteProgress:
     """A merge patch of status.progress alone (see the module docstring for why it drops nothing)."""
-    custom = client.CustomObjectsApi(api_client)
-
-    def write(key: JobKey, progress: dict[str, Any]) -> bool:
-        try:
-            # The answer (the whole job) is not parsed: nothing here needs it, and parsing it is most of the
-            # client's cost per write.
-            response = custom.patch_namespaced_custom_object_status(
-                "rlplace.io",
-                "v1alpha1",
-                key[0],
-                RLJOB_PLURAL,
-                key[1],
-                {"status": {"progress": progress}},
-                _preload_content=False,
-            )
-            response.read()  # read to the end, so the pooled connection is reused
-            response.release_conn()
-        except ApiException as err:
-            if err.status == 404:
-                return False
-            raise
-        return True
-
-    return write
+    return lambda key, progress: kube.write_progress(key[0], key[1], progress)
 
 
 @dataclasses.dataclass

@@ -1,0 +1,127 @@
+"""The Kueue Workload rlplace makes for a job that names a LocalQueue (docs/kueue.md), and what its Ray children
+carry so that no Kueue integration takes them for jobs of their own. What the Workload asks for (its PodSets) and
+what to do with what Kueue answers is decided in admission/kueue.py."""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlplace_operator.api.names import (
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+    WORKLOAD_GROUP,
+    WORKLOAD_VERSION,
+    child_labels,
+)
+from rlplace_operator.api.nodegroup import LabelSelector
+from rlplace_operator.api.podspec import Toleration
+from rlplace_operator.builders.raycluster import cluster_spec_of, required_node_affinity
+
+
+@dataclass(frozen=True)
+class PodSet:
+    """What the job needs of one NodeGroup: `count` whole nodes, each running one worker pod."""
+
+    group: str
+    count: int
+    requests: Mapping[str, str]
+    """The worker pod's requests (its CPU, memory and all of a node's units, e.g. nvidia.com/gpu)."""
+    selector: LabelSelector
+    """The NodeGroup's node selector: Kueue picks the flavor whose nodeLabels match, and TAS only those nodes."""
+    tolerations: tuple[Toleration, ...] = ()
+
+    def wire(self) -> dict[str, Any]:
+        container = {"name": "ray-worker", "resources": {"requests": dict(self.requests)}}
+        template: dict[str, Any] = {
+            "spec": {
+                "containers": [container],
+                "affinity": required_node_affinity([{"matchExpressions": node_selector_terms(self.selector)}]),
+                "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in self.tolerations],
+                "restartPolicy": "Never",
+            }
+        }
+        # Topology-Aware Scheduling picks the hosts (any of the group's): a flavor without a Topology cannot take
+        # such a PodSet, so Kueue says so instead of granting quota without nodes.
+        topology = {"unconstrained": True}
+        return {
+            "name": pod_set_name(self.group),
+            "count": self.count,
+            "template": template,
+            "topologyRequest": topology,
+        }
+
+
+def node_selector_terms(selector: LabelSelector) -> list[dict[str, Any]]:
+    """A NodeGroup's label selector as node affinity expressions (the same nodes)."""
+    terms = [{"key": k, "operator": "In", "values": [v]} for k, v in sorted(selector.match_labels.items())]
+    for expression in selector.match_expressions:
+        term: dict[str, Any] = {"key": expression.key, "operator": str(expression.operator)}
+        if expression.values:
+            term["values"] = list(expression.values)
+        terms.append(term)
+    return terms
+
+
+def pod_set_name(group: str) -> str:
+    """A PodSet's name (a DNS label of at most 63 characters) for a NodeGroup's name (up to 253)."""
+    if len(group) <= 63 and "." not in group:
+        return group
+    digest = hashlib.sha256(group.encode()).hexdigest()[:8]
+    return f"{group.replace('.', '-')[:54].strip('-')}-{digest}"
+
+
+def workload_name(job: str, pod_sets: Sequence[PodSet]) -> str:
+    """The Workload of a job's demand: a new demand (a new spec) is a new Workload (PodSets cannot change while
+    Kueue holds a reservation for them)."""
+    digest = hashlib.sha256(json.dumps([p.wire() for p in pod_sets], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{job[:244]}-{digest}"
+
+
+@dataclass(frozen=True)
+class Priority:
+    """A WorkloadPriorityClass the job names, and its value (the Workload must carry both)."""
+
+    name: str
+    value: int
+
+
+def build_workload(
+    job: str, queue: str, pod_sets: Sequence[PodSet], priority: Priority | None = None
+) -> dict[str, Any]:
+    """The job's Workload (the caller adopts it: the RLJob owns it, and deleting the job deletes it)."""
+    spec: dict[str, Any] = {"queueName": queue, "podSets": [p.wire() for p in pod_sets]}
+    if priority is not None:
+        spec["priorityClassRef"] = {"group": WORKLOAD_GROUP, "kind": "WorkloadPriorityClass", "name": priority.name}
+        spec["priority"] = priority.value
+    return {
+        "apiVersion": f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}",
+        "kind": "Workload",
+        "metadata": {"name": workload_name(job, pod_sets), "labels": child_labels(job)},
+        "spec": spec,
+    }
+
+
+def labels_for_children(job_labels: Mapping[str, str]) -> dict[str, str]:
+    """The job's labels its Ray children carry when Kueue admitted it: all but its Kueue labels, so no Kueue
+    integration takes a child for a job of its own."""
+    return {k: v for k, v in job_labels.items() if k not in (QUEUE_LABEL, PRIORITY_CLASS_LABEL)}
+
+
+def for_workload(child: dict[str, Any]) -> dict[str, Any]:
+    """`child` (the RayCluster or RayJob of a job Kueue admitted) with every pod template annotated as counted in
+    the job's Workload (Topology-Aware Scheduling then does not subtract them again)."""
+    body = copy.deepcopy(child)
+    cluster = cluster_spec_of(body)
+    templates = [cluster["headGroupSpec"]["template"], *(g["template"] for g in cluster.get("workerGroupSpecs", []))]
+    if "submitterPodTemplate" in body["spec"]:
+        templates.append(body["spec"]["submitterPodTemplate"])
+    for template in templates:
+        metadata = template.setdefault("metadata", {})
+        metadata.setdefault("annotations", {})[UNCONSTRAINED_TOPOLOGY_ANNOTATION] = "true"
+    return body

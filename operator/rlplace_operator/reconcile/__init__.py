@@ -1,0 +1,1 @@
+"""observe -> decide -> provision -> apply: one level-triggered reconcile of an RLJob (docs/architecture.md)."""

@@ -1,0 +1,184 @@
+"""Decide: one level-triggered reconcile of an RLJob, `decide(job, world) -> Outcome(actions, status)`.
+
+The shape is KubeRay's `Reconcile` -> `calculateStatus`: every handler and timer that has a reason to look at a
+job (it was created or changed, its RayCluster or RayJob changed, the queue moved, time passed) builds the same
+snapshot of what exists (observe.py) and calls this pure function, which decides what to do and what the status
+is; apply.py makes the calls and writes the status once, with optimistic concurrency. A failure seen in a real
+cluster is a unit test over its recorded snapshot (tests/operator/reconcile/).
+
+Decided here: a queued job's place, the job's pods (pods.py), its driver (driver.py), its restarts and the moves
+its Workload admitter makes (restarts.py), and its recommendation; planning and admission, which nodes it gets,
+is the Provision action (provision.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from rlplace_operator.admission import admitter
+from rlplace_operator.admission.rules import Admitted, Waiting
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.conditions import Condition
+from rlplace_operator.api.rljob import RLJobSpec
+from rlplace_operator.api.status import JobPhase, RLJobStatus, holds_nodes
+from rlplace_operator.planning import recommend
+from rlplace_operator.reconcile.actions import Action, DeleteChildren, MarkWorkload, Outcome, Post, Provision
+from rlplace_operator.reconcile.driver import with_driver
+from rlplace_operator.reconcile.observe import recommendation_due
+from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
+from rlplace_operator.reconcile.restarts import attempt_of, follow_eviction, follow_replaced_nodes, stale_attempt
+from rlplace_operator.reconcile.world import Job, World
+
+
+def _driver_done(job: Job) -> bool:
+    status = job.status
+    if status.get("observedGeneration") != job.generation:
+        return False
+    return status.get("phase") in (JobPhase.SUCCEEDED, JobPhase.FAILED)
+
+
+def reconcile(job: Job, world: World) -> Outcome:
+    """What to do about `job` in `world`, and the status that describes it (see the module docstring)."""
+    status = dict(job.status)
+    if _driver_done(job) and not job.profile_changed:
+        return Outcome((), status_of(status))  # ended for this spec: nothing to do until the spec changes
+    if job.spec.get("suspend"):
+        if status.get("phase") == JobPhase.SUSPENDED and status.get("observedGeneration") == job.generation:
+            return Outcome((), status_of(status))
+        return Outcome((Provision(),), status_of(status))
+    if world.workload is not None and world.workload.evicted and world.workload.holds_quota:
+        return follow_eviction(job, world, status, world.workload)
+    moved = follow_replaced_nodes(job, world, status)
+    if moved is not None:
+        return moved
+    if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
+        return _waiting(job, world, status)
+    child = world.rayjob if job.entrypoint else world.raycluster
+    if job.entrypoint and child is not None and stale_attempt(job, child):
+        # A RayJob of an attempt before a restart (being deleted, or left by an operator that stopped between
+        # writing the restart and deleting it): delete it (again); the new attempt is made once it is gone.
+        return Outcome((DeleteChildren(),), status_of(status), LOOK_AGAIN_SECONDS)
+    if world.child_known and child is None:
+        return Outcome((Provision(),), status_of(status))  # its RayCluster or RayJob is gone: plan it again
+    if not world.child_known:
+        return Outcome((), status_of(status), LOOK_AGAIN_SECONDS)
+    assert child is not None
+    if job.entrypoint:
+        return with_driver(job, world, status, child)
+    return with_cluster(job, world, status, child)
+
+
+def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
+    """A job that holds no nodes: through admission, unless its backoff runs or the queue pass placed it."""
+    retry_after = cond.parse_time(status.get("retryAfter"))
+    backing_off = retry_after is not None and world.now < retry_after
+    if status.get("phase") == JobPhase.QUEUED and status.get("observedGeneration") == job.generation and backing_off:
+        return Outcome((), status_of(status), (retry_after - world.now).total_seconds())
+    if job.entrypoint and world.rayjob is not None and stale_attempt(job, world.rayjob):
+        # The last attempt's RayJob is still there (its KubeRay finalizer runs, or an operator that restarted
+        # never deleted it): applying the new one now would patch it. Delete it (again) and look again.
+        message = "waiting for the previous attempt's RayJob to be deleted"
+        status.update(message=message, waitingFor="the previous attempt to stop")
+        return Outcome((DeleteChildren(),), status_of(status), LOOK_AGAIN_SECONDS)
+    if status.get("phase") == JobPhase.QUEUED and isinstance(world.queue, Waiting):
+        waiting = world.queue
+        message = f"waiting for {waiting.reason} (position {waiting.position} in the queue)"
+        status["conditions"] = cond.set_condition(
+            status.get("conditions"), cond.ADMITTED, False, cond.QUEUED, message, job.generation
+        )
+        actions: tuple[Action, ...] = ()
+        if status.get("waitingFor") != waiting.reason:
+            actions = (Post(False, cond.QUEUED, message),)
+        status.update(message=message, queuePosition=waiting.position, waitingFor=waiting.reason)
+        return Outcome(actions, status_of(status))
+    if isinstance(world.queue, Admitted) or world.queue is None:
+        return Outcome((Provision(),), status_of(status))
+    return Outcome((), status_of(status))
+
+
+def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with the running job's recommendation brought up to date (planning/recommend.py): its Events posted, and
+    when Auto re-places the job now, the re-placement recorded and its children deleted (the next look plans it
+    again through Provision, on the re-placement's entries). Unchanged without `world.cluster`."""
+    status = outcome.status
+    if (
+        world.cluster is None
+        or status.phase != JobPhase.RUNNING
+        or any(isinstance(a, Provision) for a in outcome.actions)
+    ):
+        return outcome
+    try:
+        spec = RLJobSpec.model_validate(job.spec)
+    except ValueError:
+        return outcome
+    step = recommend.step(spec, status, world.cluster, world.now)
+    update: dict[str, Any] = {"recommendation": step.recommendation}
+    actions: list[Action] = [*outcome.actions, *(Post(False, reason, message) for reason, message in step.events)]
+    if step.replacement is not None:
+        update["replacements"] = recommend.with_replacement(status, step.replacement)
+        update["message"] = cond.brief(step.events[0][1]) if step.events else None
+        # The re-placement is the job's next attempt (RLPLACE_ATTEMPT; the driver resumes from its checkpoint):
+        # counted now, so the RayJob made for it carries that number, and nothing of the last driver is kept
+        # (its start time would read the new driver as a resubmission, its binding as the new one's).
+        update.update(
+            attempts=attempt_of(dump(status)) + 1,
+            driver_start_time=None,
+            driver_end_time=None,
+            binding=[],
+            conditions=[c for c in status.conditions if c.type != cond.BINDING_VERIFIED],
+        )
+        actions.append(DeleteChildren())
+    new = status.model_copy(update=update)
+    profiled = recommend.profiling_condition(spec, new)
+    if profiled is not None:
+        conditions = cond.set_condition([dump(c) for c in new.conditions], cond.PROFILED, *profiled, job.generation)
+        new = new.model_copy(update={"conditions": [Condition.model_validate(c) for c in conditions]})
+    return Outcome(tuple(actions), new, outcome.requeue_after)
+
+
+def with_workload_word(world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with what the job's Workload must be told, as the Workload's job reconciler would: PodsReady once
+    the job runs (an admin's waitForPodsReady evicts a Workload without it), Finished when it ends (the quota
+    frees at once)."""
+    workload = world.workload
+    if workload is None:
+        return outcome
+    word = admitter.mark(workload, outcome.status.phase)
+    if word is None:
+        return outcome
+    status = outcome.status
+    recorded = admitter.told(dump(status), word)
+    if recorded is not None:
+        # Said in the job's status too: the timer looks again at a running job until it is (needs_look).
+        status = status_of({**status_wire(status), **recorded})
+    action = MarkWorkload(workload.name, word.condition, word.reason, word.message)
+    return dataclasses.replace(outcome, actions=(*outcome.actions, action), status=status)
+
+
+def decide(job: Job, world: World) -> Outcome:
+    """The whole decision for a job in `world`: its reconcile, its recommendation brought up to date, and what its
+    Workload must be told."""
+    return with_workload_word(world, with_recommendation(job, world, reconcile(job, world)))
+
+
+def needs_look(entry: Mapping[str, Any]) -> bool:
+    """Jobs the timer looks at (by their index entry): Queued ones, Provisioning ones, running drivers not verified
+    yet, jobs whose Workload eviction is being carried out or who have not told their Workload yet, and running
+    jobs whose recommendation is due."""
+    status = entry["status"]
+    phase = status.get("phase")
+    if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING) or recommendation_due(entry["spec"], status):
+        return True
+    if status.get("preemption") or admitter.awaits_workload_word(status):
+        return True
+    unverified = not any(c.get("type") == cond.BINDING_VERIFIED for c in status.get("conditions") or [])
+    return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and unverified
+
+
+def status_wire(status: RLJobStatus) -> dict[str, Any]:
+    """The status as written: camelCase, no nulls, and no empty top-level lists (an unset list is absent on
+    the wire, so an unchanged job compares equal and costs no write)."""
+    return {key: value for key, value in dump(status).items() if value != []}

@@ -1,0 +1,216 @@
+"""A job's Ray pods: whether they are up, and what to do when they cannot come up.
+
+Provisioning failures (pods refused, images that cannot be pulled, containers that crash at start, pods
+unschedulable on their pinned node, worker pods not bound in time, pinned GPUs another claim holds) end the job or
+give its nodes back and queue it again, with backoff where the cause may pass; what may pass is said in the status
+while the job keeps its nodes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.names import KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.api.podspec import OnMissingObject
+from rlplace_operator.api.status import MAX_RESTARTS_KEPT, JobPhase, RLJobStatus
+from rlplace_operator.diagnosis.causes import Cause
+from rlplace_operator.diagnosis.starting import provisioning_failure
+from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes
+from rlplace_operator.reconcile.world import Job, World, admitted_since
+
+#: A job with a worker pod still unbound this long after the pod was created (another workload took its node in
+#: between) gives its nodes back and queues again.
+BIND_TIMEOUT_SECONDS = 30.0
+#: How long the scheduler may say a worker pod "cannot allocate all claims" (its pinned DRA GPUs are another
+#: claim's) before the job gives its GPUs back: a moment for a claim of the job's own stopped pods to go.
+GPUS_UNAVAILABLE_SECONDS = 10.0
+#: The scheduler's words for a pod whose claims it cannot allocate (kube-scheduler's DynamicResources plugin).
+CLAIMS_UNALLOCATABLE = "cannot allocate all claims"
+#: How soon a job in a state that changes without an event of its own (its driver not verified yet, pods starting,
+#: an attempt being stopped) asks to be looked at again.
+LOOK_AGAIN_SECONDS = 5.0
+#: Backoff after a provisioning failure that may pass: the first retry after this long, doubling up to the cap.
+FIRST_BACKOFF_SECONDS = 10.0
+MAX_BACKOFF_SECONDS = 300.0
+
+
+def backoff_seconds(retries: int) -> float:
+    """Seconds before the `retries`-th retry after a provisioning failure."""
+    return min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** max(0, min(retries - 1, 10)))
+
+
+def worker_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    return [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "worker"
+        and not p.get("metadata", {}).get("deletionTimestamp")
+    ]
+
+
+def status_of(wire: Mapping[str, Any]) -> RLJobStatus:
+    """The status model of a status in wire form (None values: absent)."""
+    return RLJobStatus.model_validate({k: v for k, v in wire.items() if v is not None})
+
+
+def _bind_timeout(job: Job, world: World) -> str | None:
+    """Why the job gives its nodes back because a worker pod has waited BIND_TIMEOUT_SECONDS for its node (another
+    workload took it), or None. Counted from each pod's creation, not from admission: KubeRay makes the pods, and
+    under a burst it makes them later than that (at 1,000 jobs on the 2-core local cluster, most pods came more
+    than 30 s after admission, and giving their nodes back then only made the queue churn)."""
+    since = admitted_since(job.status)
+    if since is None or (world.now - since).total_seconds() < BIND_TIMEOUT_SECONDS:
+        return None
+    if job.status.get("attempts"):
+        return None  # its driver ran on these nodes: a retry's new pods are KubeRay's to bring up, not a bind race
+    workers = worker_pods(world.pods)
+    unbound = [p for p in workers if not (p.get("spec") or {}).get("nodeName")]
+    waited = [
+        p
+        for p in unbound
+        if (world.now - (cond.parse_time(p["metadata"].get("creationTimestamp")) or world.now)).total_seconds()
+        >= BIND_TIMEOUT_SECONDS
+    ]
+    if not waited:
+        return None
+    expected = int(job.status.get("nodes") or 0)
+    return (
+        f"{len(workers) - len(unbound)} of {expected} worker pods bound, {waited[0]['metadata']['name']} unbound "
+        f"{BIND_TIMEOUT_SECONDS:.0f} s after it was created (another workload took a node): gave the nodes back "
+        "and queued again"
+    )
+
+
+def _give_back(
+    job: Job, world: World, status: dict[str, Any], reason: str, message: str, *, permanent: bool, backoff: bool
+) -> Outcome:
+    """The job lets go of its nodes: Failed (retrying cannot help) or Queued again (with backoff if asked)."""
+    actions: list[Action] = [DeleteChildren(), ReleaseNodes()]
+    conditions = cond.set_condition(
+        status.get("conditions"), cond.RAYCLUSTER_READY, False, reason, message, job.generation
+    )
+    status.update(rayCluster=None, rayJob=None, queuePosition=None, waitingFor=None)
+    if permanent:
+        status.update(phase=str(JobPhase.FAILED), message=message, observedGeneration=job.generation)
+        status["conditions"] = conditions
+        actions.append(Post(True, reason, message))
+        return Outcome(tuple(actions), status_of(status))
+    retries = int(status.get("provisioningRetries") or 0) + (1 if backoff else 0)
+    delay = backoff_seconds(retries) if backoff else 0.0
+    if backoff:
+        message = f"{message}; gave the nodes back, retrying in {delay:.0f} s (retry {retries})"
+        status.update(provisioningRetries=retries, retryAfter=cond.timestamp(world.now + dt.timedelta(seconds=delay)))
+        conditions = cond.set_condition(conditions, cond.RAYCLUSTER_READY, False, reason, message, job.generation)
+    status["conditions"] = cond.set_condition(conditions, cond.ADMITTED, False, reason, message, job.generation)
+    status.update(phase=str(JobPhase.QUEUED), message=cond.brief(message), observedGeneration=job.generation)
+    # Recorded as a restart too: the attempt the job goes on to, and why it gave its nodes back.
+    attempt = int(status.get("attempts") or 0) + 1
+    restart = {"attempt": attempt, "time": cond.timestamp(world.now), "reason": reason, "message": cond.brief(message)}
+    status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
+    actions.append(Post(True, reason, message))
+    return Outcome(tuple(actions), status_of(status), delay or LOOK_AGAIN_SECONDS)
+
+
+def provisioning_checks(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
+    """A job whose Ray pods are not all up: a named failure ends it or requeues it; so does a bind timeout. What
+    may pass (a volume attaching, a claim being bound) is said in the status while the job keeps its nodes."""
+    cause = provisioning_failure(list(world.pods), list(world.events), world.now, world.start_bounds, world.plan)
+    if cause is not None and cause.waiting:
+        return _start_awaited(job, status, cause)
+    if cause is not None:
+        message = cond.brief(cause.message)
+        permanent = cause.permanent
+        if cause.missing and _on_missing_object(job) is OnMissingObject.RETRY:
+            permanent = False
+            message = cond.brief(f"{message}; pods.onMissingObject Retry waits for {cause.missing}")
+        return _give_back(job, world, status, cause.reason, message, permanent=permanent, backoff=True)
+    taken = _gpus_unavailable(world)
+    if taken is not None:
+        return _give_back(job, world, status, cond.GPUS_UNAVAILABLE, taken, permanent=False, backoff=False)
+    timeout = _bind_timeout(job, world)
+    if timeout is not None:
+        return _give_back(job, world, status, cond.BIND_TIMEOUT, timeout, permanent=False, backoff=False)
+    return None
+
+
+def _gpus_unavailable(world: World) -> str | None:
+    """Why the job gives its GPUs back because the scheduler has said for GPUS_UNAVAILABLE_SECONDS that a worker
+    pod's claim cannot be allocated: a claim that is not the job's holds one of its pinned GPUs (docs/dra.md).
+    The job goes back to the queue, where admission sees that claim and picks other GPUs or waits."""
+    for pod in worker_pods(world.pods):
+        if (pod.get("spec") or {}).get("nodeName"):
+            continue
+        for condition in (pod.get("status") or {}).get("conditions") or []:
+            said = str(condition.get("message") or "")
+            if condition.get("type") != "PodScheduled" or condition.get("status") != "False":
+                continue
+            if CLAIMS_UNALLOCATABLE not in said:
+                continue
+            since = cond.parse_time(condition.get("lastTransitionTime")) or world.now
+            if (world.now - since).total_seconds() < GPUS_UNAVAILABLE_SECONDS:
+                continue
+            return (
+                f"worker pod {pod['metadata']['name']}: the scheduler {CLAIMS_UNALLOCATABLE} (another claim holds one "
+                "of its pinned GPUs); gave its GPUs back and queued again"
+            )
+    return None
+
+
+def _on_missing_object(job: Job) -> OnMissingObject:
+    return OnMissingObject((job.spec.get("pods") or {}).get("onMissingObject") or OnMissingObject.FAIL)
+
+
+def _start_awaited(job: Job, status: dict[str, Any], cause: Cause) -> Outcome:
+    """A pod of the job has not started for a reason that may pass: the status says which pod waits for what
+    (a Normal Event when that changes: the kubelet's own Warning is on the pod), the job keeps its nodes until the
+    cause is past StartBounds.timeout."""
+    message = cond.brief(cause.message)
+    before = cond.find(status.get("conditions"), cond.RAYCLUSTER_READY) or {}
+    status["conditions"] = cond.set_condition(
+        status.get("conditions"), cond.RAYCLUSTER_READY, False, cause.reason, message, job.generation
+    )
+    status["message"] = message
+    actions: tuple[Action, ...] = ()
+    if before.get("reason") != cause.reason:
+        actions = (Post(False, cause.reason, message),)
+    return Outcome(actions, status_of(status), LOOK_AGAIN_SECONDS)
+
+
+def with_cluster(job: Job, world: World, status: dict[str, Any], cluster: Mapping[str, Any]) -> Outcome:
+    """A job without an entrypoint: its phase follows its RayCluster's readiness."""
+    ready = raycluster_ready(dict(cluster))
+    if not ready:
+        failed = provisioning_checks(job, world, status)
+        if failed is not None:
+            return failed
+    status.update(mirrored_status(status, ready, job.generation))
+    status["phase"] = str(status["phase"])
+    return Outcome((), status_of(status), None if ready else LOOK_AGAIN_SECONDS)
+
+
+#: KubeRay's condition type on a RayCluster whose pods all came up.
+KUBERAY_PROVISIONED = "RayClusterProvisioned"
+
+
+def raycluster_ready(body: dict) -> bool:
+    """KubeRay marks a cluster ready with state `ready` or the RayClusterProvisioned condition."""
+    status = body.get("status") or {}
+    return status.get("state") == "ready" or cond.is_true(status.get("conditions"), KUBERAY_PROVISIONED)
+
+
+def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> dict:
+    """The RLJob status fields that follow its RayCluster."""
+    return {
+        "phase": JobPhase.RUNNING if ready else JobPhase.PROVISIONING,
+        "conditions": cond.set_condition(
+            job_status.get("conditions"),
+            cond.RAYCLUSTER_READY,
+            ready,
+            cond.RAYCLUSTER_IS_READY if ready else cond.RAYCLUSTER_PROVISIONING,
+            "all Ray pods are ready" if ready else "waiting for the Ray pods",
+            generation,
+        ),
+    }
