@@ -23,7 +23,7 @@ from rlplace_operator.admission.kueue import (  # noqa: F401  (the reconcile's n
     Granted,
     Mark,
     QueueObjects,
-    Refused,
+    Refusal,
     Waits,
     WorkloadState,
     admission,

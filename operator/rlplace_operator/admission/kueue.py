@@ -36,7 +36,7 @@ from rlplace_operator.cluster.snapshot import indexed
 MAX_POD_SETS = 18
 
 QUOTA_RESERVED = "QuotaReserved"
-ADMITTED = "Admitted"
+WORKLOAD_ADMITTED = "Admitted"
 EVICTED = "Evicted"
 PODS_READY = "PodsReady"
 FINISHED = "Finished"
@@ -152,7 +152,7 @@ class WorkloadState:
             name=body["metadata"]["name"],
             active=(body.get("spec") or {}).get("active", True) is not False,
             quota_reserved=_true(status, QUOTA_RESERVED),
-            admitted=_true(status, ADMITTED),
+            admitted=_true(status, WORKLOAD_ADMITTED),
             evicted=evicted.get("status") == "True",
             evicted_reason=str(evicted.get("reason") or ""),
             evicted_message=str(evicted.get("message") or ""),
@@ -195,7 +195,7 @@ def released(status: Mapping[str, Any], requeue: bool, now: str | None = None) -
     is timed again), and Requeued True unless the Workload was deactivated."""
     gone = "the job's pods are gone; its quota is released"
     conditions = cond.set_condition(status.get("conditions"), QUOTA_RESERVED, False, "Pending", gone, at=now)
-    conditions = cond.set_condition(conditions, ADMITTED, False, "NoReservation", gone, at=now)
+    conditions = cond.set_condition(conditions, WORKLOAD_ADMITTED, False, "NoReservation", gone, at=now)
     conditions = cond.set_condition(conditions, PODS_READY, False, "WaitForStart", "the job's pods are gone", at=now)
     if requeue:
         conditions = cond.set_condition(conditions, REQUEUED, True, "Requeued", "rlplace queues the job again", at=now)
@@ -222,7 +222,7 @@ class QueueObjects:
 
 
 @dataclass(frozen=True)
-class Refused:
+class Refusal:
     """Kueue cannot admit the job as it is: `permanent` ends it (the spec must change), else it waits with a
     retry (what is missing may appear)."""
 
@@ -258,13 +258,13 @@ class Granted:
 class Admission:
     """What Kueue admission decided for a job now, and the Workload objects to make or delete for it."""
 
-    verdict: Granted | Waits | Refused
+    verdict: Granted | Waits | Refusal
     create: Mapping[str, Any] | None = None
     """The job's Workload to create (not adopted yet: the reconcile makes the job its owner)."""
     delete: tuple[str, ...] = ()
     """The job's Workloads of an earlier demand."""
-    kueue: Mapping[str, Any] | None = None
-    """status.kueue (wire form)."""
+    status: Mapping[str, Any] = field(default_factory=dict)
+    """The RLJob status fields that say how the admitter sees the job (wire form)."""
 
 
 def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | None:
@@ -275,7 +275,7 @@ def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | 
 
 def pod_sets(
     spec: RLJobSpec, groups: Sequence[JobGroup], demand: PlannedDemand, node_index: Mapping[str, Any]
-) -> list[PodSet] | Refused:
+) -> list[PodSet] | Refusal:
     """The job's PodSets: per NodeGroup its plan uses, that many whole-node worker pods."""
     found = []
     by_name = {group.name: group for group in groups}
@@ -287,7 +287,7 @@ def pod_sets(
         resource = unit_resource(group.spec)
         units = {indexed(node_index, ranked[i]).count(resource) for i in group_demand.used} if resource else set()
         if len(units) > 1:
-            return Refused(
+            return Refusal(
                 cond.KUEUE_UNSUPPORTED,
                 f"NodeGroup {group.name} has nodes of {' and '.join(map(str, sorted(units)))} {resource}: a Kueue "
                 "PodSet is pods of one size, so give each node size its own NodeGroup",
@@ -299,7 +299,7 @@ def pod_sets(
         tolerations = tuple(spec.pods.for_workers([group.name]).tolerations)
         found.append(PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations))
     if len(found) > MAX_POD_SETS:
-        return Refused(
+        return Refusal(
             cond.KUEUE_UNSUPPORTED,
             f"the job uses {len(found)} NodeGroups; a Kueue Workload holds at most {MAX_POD_SETS}",
             permanent=True,
@@ -344,18 +344,25 @@ def admission(
     node_index: Mapping[str, Any],
     objects: QueueObjects,
     previous_admitted: Mapping[str, Any] | None,
+    dra_groups: Sequence[str] = (),
 ) -> Admission:
     """Kueue's admission of the job now: the nodes it granted (per NodeGroup, in rank order), or why it waits.
 
     The job's Workload is made on the first look; a new demand (a new spec) makes a new Workload and deletes the
-    job's others."""
+    job's others. `dra_groups`: the job's NodeGroups whose GPUs come from DRA (not admitted through a Workload)."""
     queue = queue_name(labels)
     assert queue is not None
+    if dra_groups:
+        message = (
+            f"NodeGroup {dra_groups[0]} allocates GPUs through DRA, which rlplace does not yet admit through Kueue: "
+            "drop the kueue.x-k8s.io/queue-name label or use a devicePlugin NodeGroup"
+        )
+        return Admission(Refusal(cond.KUEUE_UNSUPPORTED, message, permanent=True))
     if not objects.served:
         message = f"the job names LocalQueue {queue} but Kueue is not installed (no kueue.x-k8s.io/v1beta2 Workloads)"
-        return Admission(Refused(cond.KUEUE_MISSING, message, permanent=False))
+        return Admission(Refusal(cond.KUEUE_MISSING, message, permanent=False))
     found = pod_sets(spec, groups, demand, node_index)
-    if isinstance(found, Refused):
+    if isinstance(found, Refusal):
         return Admission(found)
     wanted = workload_name(name, found)
     body = next((w for w in objects.workloads if w["metadata"]["name"] == wanted), None)
@@ -365,13 +372,13 @@ def admission(
     if body is None:
         cluster_queue, problem = checked
         if problem is not None and cluster_queue is None:
-            return Admission(Refused(cond.LOCALQUEUE_NOT_FOUND, problem, permanent=False))
+            return Admission(Refusal(cond.LOCALQUEUE_NOT_FOUND, problem, permanent=False))
         priority = None
         priority_class = labels.get(PRIORITY_CLASS_LABEL)
         if priority_class:
             if objects.priority_class is None:
                 message = f"WorkloadPriorityClass {priority_class} not found"
-                return Admission(Refused(cond.PRIORITY_CLASS_NOT_FOUND, message, permanent=False))
+                return Admission(Refusal(cond.PRIORITY_CLASS_NOT_FOUND, message, permanent=False))
             priority = Priority(priority_class, int(objects.priority_class.get("value") or 0))
         delete = tuple(w["metadata"]["name"] for w in objects.workloads if w["metadata"]["name"] != wanted)
         create = body = build_workload(name, queue, found, priority)
@@ -392,11 +399,11 @@ def admission(
             f"Kueue ({where}): {said}",
             f"waiting for Kueue to admit Workload {state.name} ({where}): {said}",
         )
-        return Admission(waits, create, delete, kueue)
+        return Admission(waits, create, delete, {"kueue": kueue})
     try:
         hosts = state.hosts()
     except AssignmentError as err:
-        return Admission(Refused(cond.KUEUE_UNSUPPORTED, str(err), permanent=False), create, delete, kueue)
+        return Admission(Refusal(cond.KUEUE_UNSUPPORTED, str(err), permanent=False), create, delete, {"kueue": kueue})
     cluster, flavors = [], {}
     for pod_set in found:
         granted = set(hosts.get(pod_set_name(pod_set.group), ()))
@@ -411,7 +418,7 @@ def admission(
     said = ", ".join(f"{g} from {f}" for g, f in flavors.items())
     message = f"admitted by Kueue (ClusterQueue {state.cluster_queue}): {said}"
     kueue = {"workload": state.name, "clusterQueue": state.cluster_queue, "flavors": flavors}
-    return Admission(Granted(tuple(cluster), flavors, message), create, delete, kueue)
+    return Admission(Granted(tuple(cluster), flavors, message), create, delete, {"kueue": kueue})
 
 
 # -- a running job: what its Workload says, and what the Workload is told -----------------------------------------
@@ -442,9 +449,13 @@ class Eviction:
     wait_seconds: float | None = None
     requeue: bool = True
     """For `release`: queue the job again (False: the Workload was deactivated; the job is suspended)."""
+    released: Mapping[str, Any] = field(default_factory=dict)
+    """For `release`: the RLJob status fields of the admission given back (wire form; None removes one)."""
 
 
 CHECKPOINT, WAIT, STOP, RELEASE = "checkpoint", "wait", "stop", "release"
+#: What a released eviction leaves of the job's status: nothing of its admission and of the eviction itself.
+RELEASED_FIELDS: Mapping[str, Any] = {"preemption": None, "kueue": None}
 
 
 def eviction(
@@ -490,10 +501,9 @@ def eviction(
     if pods_left:
         return Eviction(WAIT, f"{said}; waiting for its {pods_left} Ray pods to stop", preemption, 2.0)
     if workload.evicted_reason == DEACTIVATED or not workload.active:
-        return Eviction(
-            RELEASE, f"{said}; its Workload was deactivated: suspended until it is active again", None, None, False
-        )
-    return Eviction(RELEASE, said, None, None, True)
+        message = f"{said}; its Workload was deactivated: suspended until it is active again"
+        return Eviction(RELEASE, message, None, None, False, RELEASED_FIELDS)
+    return Eviction(RELEASE, said, None, None, True, RELEASED_FIELDS)
 
 
 def replaced_nodes(workload: WorkloadState, planned: set[str]) -> tuple[list[str], list[str]] | None:

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rlplace_operator.admission.kueue import queue_name
+from rlplace_operator.admission import admitter
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
 from rlplace_operator.admission.rules import (
     Admitted,
@@ -209,8 +209,8 @@ def _waiting_queue(ledger: Ledger, world: AdmissionWorld, skip: JobKey | None) -
         entry = indexed(world.rljobs, key)
         if key == skip or key in ledger.reserved or entry["status"].get("phase") not in _WAITING_PHASES:
             continue
-        if queue_name(entry.get("labels") or {}) is not None:
-            continue  # Kueue admits it (admission/kueue.py), not this queue
+        if admitter.by_workload(entry.get("labels") or {}):
+            continue  # its Workload's admitter admits it, not this queue
         if _backing_off(entry["status"]):
             continue  # backing off after a provisioning failure: it holds no place in the queue until then
         known = ledger.demands.get(key)

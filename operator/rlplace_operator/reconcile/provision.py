@@ -288,13 +288,7 @@ def _admitted_plan(
     )
     gpus: dict[str, tuple[int, ...]] = {}
     if job.by_workload:
-        if dra_groups:
-            message = (
-                f"NodeGroup {dra_groups[0]} allocates GPUs through DRA, which rlplace does not yet admit through "
-                "Kueue: drop the kueue.x-k8s.io/queue-name label or use a devicePlugin NodeGroup"
-            )
-            raise draft.fail(cond.ADMITTED, cond.KUEUE_UNSUPPORTED, message)
-        granted = _workload_admission(draft, job, spec, groups, demand, world, actions)
+        granted = _workload_admission(draft, job, spec, groups, demand, world, dra_groups, actions)
         if granted is None:
             return None
         cluster, nodes = granted.cluster, granted.nodes
@@ -335,21 +329,30 @@ def _workload_admission(
     groups: Sequence[JobGroup],
     demand: PlannedDemand,
     world: World,
+    dra_groups: Sequence[str],
     actions: list[Any],
 ) -> admitter.Granted | None:
     """What the job's Workload admitter granted, or None while the job waits (Queued, saying why)."""
     assert world.queue_objects is not None and world.snapshot is not None
     previous = cond.find(draft.conditions, cond.ADMITTED)
     said = admitter.admission(
-        job.namespace, job.name, job.labels, spec, groups, demand, world.snapshot.nodes, world.queue_objects, previous
+        job.namespace,
+        job.name,
+        job.labels,
+        spec,
+        groups,
+        demand,
+        world.snapshot.nodes,
+        world.queue_objects,
+        previous,
+        dra_groups,
     )
     if said.create is not None:
         actions.append(Apply((said.create,), job.body()))
         actions.append(DeleteStale(WORKLOAD_KIND, frozenset({said.create["metadata"]["name"]})))
-    if said.kueue is not None:
-        draft.set(kueue=dict(said.kueue))
+    draft.set(**said.status)
     verdict = said.verdict
-    if isinstance(verdict, admitter.Refused):
+    if isinstance(verdict, admitter.Refusal):
         raise (draft.fail if verdict.permanent else draft.wait)(cond.ADMITTED, verdict.reason, verdict.message)
     if isinstance(verdict, admitter.Waits):
         draft.waits(verdict.reason, cond.WAITING_FOR_KUEUE, verdict.waiting_for, verdict.message)

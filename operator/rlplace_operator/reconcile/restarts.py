@@ -269,8 +269,7 @@ def follow_eviction(job: Job, world: World, status: dict[str, Any], workload: ad
         attempts=attempt if job.entrypoint and attempt > 1 else status.get("attempts"),
         preemptions=preemptions or None,
         restarts=restarts or None,
-        preemption=None,
-        kueue=None,
+        **step.released,
     )
     actions = (ReleaseWorkload(workload.name, step.requeue), ReleaseNodes(), Post(True, reason, message))
     return Outcome(actions, status_of(status), LOOK_AGAIN_SECONDS)

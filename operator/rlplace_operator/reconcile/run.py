@@ -13,7 +13,7 @@ from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.admission.rules import Decision
 from rlplace_operator.kube import Kube, StatusConflict
 from rlplace_operator.reconcile.actions import Provision, Retry
-from rlplace_operator.reconcile.apply import act, make_children, reread, write_provisioned, write_status
+from rlplace_operator.reconcile.apply import MAX_CONFLICTS, act, make_children, reread, write_provisioned, write_status
 from rlplace_operator.reconcile.decide import decide, status_wire
 from rlplace_operator.reconcile.observe import Observer
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS
@@ -21,9 +21,6 @@ from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import Job
 
 logger = logging.getLogger(__name__)
-
-#: A job whose status write conflicts this many times in a row is left to its next trigger.
-MAX_CONFLICTS = 3
 
 
 @dataclass(frozen=True)
