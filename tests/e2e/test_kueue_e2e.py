@@ -189,14 +189,12 @@ def test_a_heterogeneous_job_gets_a_flavor_per_gpu_group_runs_on_the_granted_nod
     assert blocked["phase"] == "Queued" and not jobs.raycluster("after"), blocked
 
 
-def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_queues: None) -> None:
-    jobs.create(cluster_job("no-queue", "missing"))
-    pending = jobs.wait_phase("no-queue", "Pending", 60)["status"]
-    assert f"LocalQueue {jobs.namespace}/missing not found" in pending["message"], pending
-    local_queue(kubeconfig, jobs.namespace, "rl", "rl-cluster-queue")
-    jobs.create(cluster_job("no-priority", "rl", **{PRIORITY_LABEL: "rl-nonexistent"}))
-    pending = jobs.wait_phase("no-priority", "Pending", 60)["status"]
-    assert "WorkloadPriorityClass rl-nonexistent not found" in pending["message"], pending
+def test_kueues_own_words_for_a_clusterqueue_too_small_are_named_on_the_job(
+    jobs: Jobs, kubeconfig: str, kueue_queues: None
+) -> None:
+    """What only Kueue says (its pending message, with the ClusterQueue) reaches the job's waitingFor. A missing
+    LocalQueue or WorkloadPriorityClass and a stopped ClusterQueue are rlplace's own words, decided from what it
+    reads: tests/operator/reconcile/test_provision.py."""
     # A ClusterQueue smaller than the job: Kueue's own words, with the ClusterQueue, in waitingFor.
     cluster_queue(kubeconfig, "rl-e2e-small", "4090", 4)
     local_queue(kubeconfig, jobs.namespace, "small", "rl-e2e-small")
@@ -205,17 +203,6 @@ def test_bad_kueue_input_is_named_on_the_job(jobs: Jobs, kubeconfig: str, kueue_
     # Kueue's words, e.g. "couldn't assign flavors to pod set a800: flavor 4090 doesn't match node affinity".
     assert "pod set a800" in queued["waitingFor"] or "nvidia.com/gpu" in queued["waitingFor"], queued
     assert condition(queued, "Admitted")["reason"] == "WaitingForKueue"
-    # A ClusterQueue an admin stopped (spec.stopPolicy Hold): named, with why.
-    kubectl(kubeconfig, "patch", "clusterqueue", "rl-e2e-small", "--type=merge", "-p", '{"spec":{"stopPolicy":"Hold"}}')
-    try:
-        jobs.create(cluster_job("held", "small"))
-        held = wait_waiting_for(jobs, "held", "is stopped")
-        assert "ClusterQueue rl-e2e-small is stopped (stopPolicy Hold)" in held["waitingFor"], held
-    finally:
-        kubectl(
-            kubeconfig, "patch", "clusterqueue", "rl-e2e-small", "--type=merge", "-p", '{"spec":{"stopPolicy":"None"}}'
-        )
-        jobs.delete("held")
     # More GPUs than the whole ClusterQueue has.
     big = cluster_job("over-quota", "small")
     big["spec"]["nodeGroups"] = ["4090"]

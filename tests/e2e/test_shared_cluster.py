@@ -210,11 +210,3 @@ def test_a_foreign_pod_taking_the_node_before_binding_sends_the_job_back_to_the_
     wait_for(lambda: status(jobs, "victim").get("waitingFor") == "1 free node of 4090", 15, "waiting for 4090")
     jobs.core.delete_namespaced_pod("foreign-gpu-user", jobs.namespace, grace_period_seconds=0)
     jobs.wait_phase("victim", "Running", timeout=60)
-
-
-def test_a_job_larger_than_its_groups_is_pending_not_queued(jobs: Jobs) -> None:
-    body = gpu_job("too-big")
-    body["spec"]["componentPlacement"] = [{"components": "actor", "placement": "0-15"}]
-    jobs.create(body)
-    pending = jobs.wait_phase("too-big", "Pending", timeout=30)["status"]
-    assert "queuePosition" not in pending

@@ -5,7 +5,15 @@ differs)."""
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
+import yaml
+
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.nodegroup import NodeGroupSpec
+from rlplace_operator.cluster.dra import node_slice
+from rlplace_operator.cluster.selection import NodeInfo, nodegroup_status, with_slices
+from rlplace_operator.cluster.snapshot import Snapshot
 from rlplace_operator.reconcile.world import Job
 
 NOW = dt.datetime(2026, 11, 24, 1, 0, 0, tzinfo=dt.UTC)
@@ -124,3 +132,117 @@ def running_driver_status(**fields: object) -> dict:
             },
         ]
     }
+
+
+# -- the local cluster, recorded: what a provision pass reads -------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[2]
+#: The example driver's ResourceSlice of the local cluster's DRA node (e2e/cluster/start-nodes.sh starts it).
+DRA_DRIVER = "gpu.example.com"
+DRA_NODE = "real-dra-0"
+
+
+def manifests(path: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all((REPO / path).read_text()) if d]
+
+
+def dra_node(name: str = DRA_NODE, gpus: int = 8) -> tuple[dict, dict]:
+    """A real node whose GPUs a DRA driver publishes, and its ResourceSlice (as the example driver writes it)."""
+    node = {
+        "metadata": {
+            "name": name,
+            "labels": {"kubernetes.io/hostname": name, "rlplace.io/real-gpu-allocation": "dra"},
+        },
+        "status": {
+            "allocatable": {"cpu": "2", "memory": "8Gi", "pods": "110"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+    devices = [
+        {"name": f"gpu-{i}", "attributes": {"index": {"int": i}, "uuid": {"string": f"gpu-{name}-{i}"}}}
+        for i in range(gpus)
+    ]
+    pool = {"name": name, "generation": 1, "resourceSliceCount": 1}
+    return node, {"spec": {"driver": DRA_DRIVER, "nodeName": name, "pool": pool, "devices": devices}}
+
+
+def local_nodes() -> list[dict]:
+    """The local e2e cluster's kwok nodes (e2e/nodes.yaml), Ready as kwok makes them."""
+    nodes = manifests("e2e/nodes.yaml")
+    for node in nodes:
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True"}]
+    return nodes
+
+
+def local_groups() -> dict[str, dict]:
+    """The example NodeGroups of the local cluster (examples/nodegroups-local.yaml) and its DRA group."""
+    groups = {d["metadata"]["name"]: d["spec"] for d in manifests("examples/nodegroups-local.yaml")}
+    shared = next(d for d in manifests("examples/rljob-shared-node.yaml") if d["kind"] == "NodeGroup")
+    groups[shared["metadata"]["name"]] = shared["spec"]
+    return groups
+
+
+def cluster_snapshot(
+    nodes: list[dict] | None = None,
+    groups: dict[str, dict] | None = None,
+    slices: list[dict] = (),  # type: ignore[assignment]
+    rljobs: dict | None = None,
+    holdings: dict | None = None,
+    pods: dict | None = None,
+) -> Snapshot:
+    """A Snapshot as the operator's indexes hold it: each NodeGroup's status computed by the real controller's
+    function (cluster.selection.nodegroup_status) from the nodes."""
+    nodes = local_nodes() if nodes is None else nodes
+    groups = local_groups() if groups is None else groups
+    index = {n["metadata"]["name"]: [NodeInfo.from_body(n)] for n in nodes}
+    by_node: dict[str, list] = {}
+    for body in slices:
+        found = node_slice(body)
+        if found is not None:
+            by_node.setdefault(found[0], []).append(found[1])
+    index = with_slices(index, by_node)
+    infos = [values[0] for values in index.values()]
+    nodegroups = {}
+    for name, spec in groups.items():
+        status = nodegroup_status(NodeGroupSpec.model_validate(spec), infos, 1)
+        nodegroups[name] = [(spec, {**dump(status), "observedGeneration": 1})]
+    return Snapshot(index, nodegroups, rljobs or {}, holdings or {}, pods or {})
+
+
+def rljob_entry(job: Job) -> dict:
+    """The job as the RLJob index holds it (controllers/indexes.py: rljob_index)."""
+    return {
+        "uid": job.uid,
+        "generation": job.generation,
+        "resourceVersion": job.resource_version,
+        "annotations": dict(job.annotations),
+        "labels": dict(job.labels),
+        "spec": dict(job.spec),
+        "nodeGroups": list(job.spec.get("nodeGroups") or []),
+        "status": dict(job.status),
+        "priority": job.spec.get("priority", 0),
+        "created": job.created,
+    }
+
+
+def new_job(
+    name: str, spec: dict, labels: dict | None = None, created: str = "2026-11-24T00:59:00Z", **fields: object
+) -> Job:
+    """A job just created (no status yet), read fresh from the API."""
+    return Job(
+        "ns",
+        name,
+        f"uid-{name}",
+        1,
+        spec,
+        dict(fields.pop("status", {}) or {}),
+        "1",
+        created,
+        labels=labels or {},
+        fresh=True,
+        **fields,
+    )  # type: ignore[arg-type]
+
+
+def example_spec(path: str, kind: str = "RLJob") -> dict:
+    return next(d for d in manifests(path) if d["kind"] == kind)["spec"]

@@ -81,9 +81,12 @@ def violations(path: Path, source: str) -> list[str]:
         elif module == "kopf" or module.startswith("kopf."):
             if not name.startswith(KOPF_ALLOWED):
                 found.append(f"{name}:{line} imports kopf")
-        elif (module == "kubernetes" or module.startswith("kubernetes.")) and name != "kube.py":
-            if not module.startswith(CLIENT_NAMES_ALLOWED) or part in ("api", "cluster", "planning", "frameworks"):
-                found.append(f"{name}:{line} imports {module}: only kube.py talks to the API server")
+        elif (
+            (module == "kubernetes" or module.startswith("kubernetes."))
+            and name != "kube.py"
+            and (not module.startswith(CLIENT_NAMES_ALLOWED) or part in ("api", "cluster", "planning", "frameworks"))
+        ):
+            found.append(f"{name}:{line} imports {module}: only kube.py talks to the API server")
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and not name.startswith("controllers/"):
             for decorator in node.decorator_list:
