@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import statistics
-import sys
 import threading
 import time
 import uuid
@@ -33,10 +32,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 from kubernetes import client  # noqa: E402
-from operator_scale import (  # noqa: E402
+
+from _harness import (  # noqa: E402
     GROUP,
     METADATA_ONLY,
     VERSION,

@@ -26,7 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kubernetes import client
-from operator_scale import (
+
+from rlplace_operator.api.rljob import RLJobSpec
+
+from _harness import (
     GROUP,
     METADATA_ONLY,
     REPO,
@@ -38,8 +41,6 @@ from operator_scale import (
     percentile,
     wait_for,
 )
-
-from rlplace_operator.api.rljob import RLJobSpec
 
 #: The processes whose CPU time the burst is charged with, by the name /proc gives them (the operator: its pid).
 CONTROL_PLANE = ("kube-apiserver", "etcd", "kwok", "ray-operator", "kube-controller", "kube-scheduler")

@@ -29,7 +29,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from operator_scale import (
+
+from _harness import (
     BENCH_LABEL,
     GROUP,
     REPO,
@@ -42,7 +43,6 @@ from operator_scale import (
     wait_for,
     wait_group_ready,
 )
-
 from e2e_cluster import DRA_DRIVER, fake_node_manifest, fake_resource_slice
 
 DRA = ("resource.k8s.io", "v1")

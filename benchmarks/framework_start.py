@@ -26,8 +26,8 @@ import uuid
 
 import yaml
 from kubernetes import client
-from operator_scale import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
-from run_latency import Stamps, figures, poll
+
+from _harness import GROUP, REPO, VERSION, Operator, Stamps, bench_cluster, figures, poll, wait_for
 
 JOBS = {"framework": "rljob-rlinf-run.yaml", "baseline": "rljob-heterogeneous-run.yaml"}
 

@@ -42,7 +42,6 @@ import os
 import shutil
 import statistics
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -53,12 +52,21 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import urllib3  # noqa: E402
 from kubernetes import client, config, watch  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
-from operator_scale import (  # noqa: E402
+
+from rlplace_operator.admission import kueue  # noqa: E402
+from rlplace_operator.api.names import (  # noqa: E402
+    JOB_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    WORKLOAD_GROUP,
+    WORKLOAD_VERSION,
+)
+
+from _harness import (  # noqa: E402
     BENCH_LABEL,
     GROUP,
     VERSION,
@@ -70,15 +78,6 @@ from operator_scale import (  # noqa: E402
     percentile,
     wait_for,
     wait_group_ready,
-)
-
-from rlplace_operator.admission import kueue  # noqa: E402
-from rlplace_operator.api.names import (  # noqa: E402
-    JOB_LABEL,
-    PRIORITY_CLASS_LABEL,
-    QUEUE_LABEL,
-    WORKLOAD_GROUP,
-    WORKLOAD_VERSION,
 )
 
 STATE = REPO / ".e2e" / "bench-kueue"

@@ -26,18 +26,22 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
-from operator_scale import (  # noqa: E402
+
+from placement_core import contract  # noqa: E402
+from placement_core.components import component_placement  # noqa: E402
+from placement_core.plan import build_plan  # noqa: E402
+from rlplace_operator.builders.configmap import build_placement_configmap  # noqa: E402
+
+from _harness import (  # noqa: E402
     GROUP,
     VERSION,
     Operator,
@@ -49,11 +53,6 @@ from operator_scale import (  # noqa: E402
     wait_for,
     wait_group_ready,
 )
-
-from placement_core import contract  # noqa: E402
-from placement_core.components import component_placement  # noqa: E402
-from placement_core.plan import build_plan  # noqa: E402
-from rlplace_operator.builders.configmap import build_placement_configmap  # noqa: E402
 
 #: The three NodeGroups' shares of the nodes, and the component on each.
 GROUPS = (("a800", 2, "actor"), ("h800", 4, "reward"), ("4090", 4, "rollout"))

@@ -24,7 +24,8 @@ from pathlib import Path
 
 import yaml
 from kubernetes import client
-from operator_scale import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
+
+from _harness import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
 GPU_NODES = ("real-4090-0", "real-a800-0")

@@ -31,14 +31,13 @@ import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "e2e"))
-sys.path.insert(0, str(REPO / "benchmarks"))
 
 import aiohttp  # noqa: E402
 import yaml  # noqa: E402
 from aiohttp import web  # noqa: E402
 from kubernetes import client, config  # noqa: E402
-from operator_scale import GROUP, VERSION, bench_cluster, bench_nodes, wait_for  # noqa: E402
+
+from _harness import GROUP, VERSION, bench_cluster, bench_nodes, wait_for  # noqa: E402
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE"}
 

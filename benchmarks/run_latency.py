@@ -35,56 +35,22 @@ from concurrent.futures import ThreadPoolExecutor
 
 import yaml
 from kubernetes import client
-from operator_scale import (
+
+from rlplace_operator.api.names import placement_configmap_name
+
+from _harness import (
     GROUP,
     REPO,
     VERSION,
     Operator,
+    Stamps,
     bench_cluster,
     bench_group,
+    figures,
     node_name,
-    percentile,
+    poll,
     wait_for,
 )
-
-from rlplace_operator.api.names import placement_configmap_name
-
-
-class Stamps:
-    """First time each (stage, name) was seen, from lists every 0.1 s (timestamps stay honest if a watch drops)."""
-
-    def __init__(self) -> None:
-        self.seen: dict[str, dict[str, float]] = {}
-
-    def mark(self, stage: str, name: str) -> None:
-        self.seen.setdefault(stage, {}).setdefault(name, time.perf_counter())
-
-    def latencies(self, stage: str, created: dict[str, float]) -> list[float]:
-        return [self.seen.get(stage, {})[name] - t for name, t in created.items() if name in self.seen.get(stage, {})]
-
-
-def poll(custom: client.CustomObjectsApi, namespace: str, stamps: Stamps, stop: threading.Event) -> None:
-    while not stop.is_set():
-        for job in custom.list_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs")["items"]:
-            status = job.get("status") or {}
-            name = job["metadata"]["name"]
-            if status.get("phase") in ("Running", "Succeeded"):
-                stamps.mark("rljob-running", name)
-            if status.get("phase") in ("Succeeded", "Failed"):
-                stamps.mark("rljob-ended", name)
-            if any(c["type"] == "BindingVerified" and c["status"] == "True" for c in status.get("conditions") or []):
-                stamps.mark("rljob-verified", name)
-        for rayjob in custom.list_namespaced_custom_object("ray.io", "v1", namespace, "rayjobs")["items"]:
-            name = rayjob["metadata"]["name"]
-            stamps.mark("rayjob", name)
-            status = rayjob.get("status") or {}
-            if status.get("rayClusterName"):
-                stamps.mark("raycluster", name)
-            if status.get("jobDeploymentStatus") in ("Running", "Complete"):
-                stamps.mark("submitted", name)
-            if status.get("jobStatus") in ("SUCCEEDED", "FAILED", "STOPPED"):
-                stamps.mark("driver-ended", name)
-        time.sleep(0.1)
 
 
 def measure(
@@ -114,13 +80,6 @@ def measure(
         stop.set()
         poller.join()
     return created, stamps
-
-
-def figures(values: list[float], total: int) -> str:
-    if not values:
-        return f"{'n/a':>17}"
-    suffix = "" if len(values) == total else f" ({len(values)}/{total})"
-    return f"{statistics.median(values):7.2f} / {percentile(values, 0.95):<7.2f}{suffix}"
 
 
 def run(api: client.ApiClient, kubeconfig: str, jobs: int) -> None:

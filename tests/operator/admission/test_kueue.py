@@ -9,7 +9,6 @@ import dataclasses
 import datetime as dt
 
 import pytest
-from recorded import NOW, job, pod, rayjob, running_driver_status
 
 from rlplace_operator.admission import kueue
 from rlplace_operator.api.names import PRIORITY_CLASS_LABEL, QUEUE_LABEL, UNCONSTRAINED_TOPOLOGY_ANNOTATION
@@ -29,6 +28,8 @@ from rlplace_operator.reconcile.apply import adopted
 from rlplace_operator.reconcile.decide import reconcile
 from rlplace_operator.reconcile.decide import with_workload_word as with_kueue
 from rlplace_operator.reconcile.world import World
+
+from recorded import NOW, job, pod, rayjob, running_driver_status
 
 
 def wire_status(wire: dict) -> RLJobStatus:

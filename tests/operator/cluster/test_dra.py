@@ -345,11 +345,11 @@ def test_ordinals_map_back_through_the_pods_gpus_to_the_planned_ones(pod: set[in
 def test_a_worker_pod_whose_pinned_gpus_another_claim_holds_gives_them_back_within_seconds() -> None:
     import datetime as dt
 
-    from recorded import NOW, job, live_status, pod, raycluster
-
     from rlplace_operator.reconcile.actions import DeleteChildren
     from rlplace_operator.reconcile.decide import reconcile
     from rlplace_operator.reconcile.world import World
+
+    from recorded import NOW, job, live_status, pod, raycluster
 
     unbound = pod("train-n0-worker-abcde", node=None)
     message = (

@@ -12,18 +12,6 @@ import threading
 import time
 
 import pytest
-from recorded import (
-    KEY,
-    NOW,
-    condition,
-    event,
-    job,
-    live_status,
-    pod,
-    raycluster,
-    rayjob,
-    running_driver_status,
-)
 
 from placement_core.components import component_placement
 from placement_core.observe.verify import BindingReport, ProcessCheck
@@ -39,6 +27,19 @@ from rlplace_operator.cluster.snapshot import copy_index
 from rlplace_operator.reconcile.actions import DeleteChildren, Post, Provision, ReleaseNodes
 from rlplace_operator.reconcile.decide import reconcile
 from rlplace_operator.reconcile.world import Job, World
+
+from recorded import (
+    KEY,
+    NOW,
+    condition,
+    event,
+    job,
+    live_status,
+    pod,
+    raycluster,
+    rayjob,
+    running_driver_status,
+)
 
 # -- 1. the burst: the queue never stalls -------------------------------------------------------------------
 

@@ -7,19 +7,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 
-from recorded import (
-    DRA_NODE,
-    NOW,
-    cluster_snapshot,
-    dra_node,
-    example_spec,
-    local_groups,
-    local_nodes,
-    manifests,
-    new_job,
-    rljob_entry,
-)
-
 from rlplace_operator.admission.kueue import QueueObjects
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.names import (
@@ -35,6 +22,19 @@ from rlplace_operator.reconcile.actions import Apply, DeleteChildren, DeleteStal
 from rlplace_operator.reconcile.apply import adopted
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import Job, Settings, World
+
+from recorded import (
+    DRA_NODE,
+    NOW,
+    cluster_snapshot,
+    dra_node,
+    example_spec,
+    local_groups,
+    local_nodes,
+    manifests,
+    new_job,
+    rljob_entry,
+)
 
 COLLOCATED = example_spec("examples/rljob-collocated.yaml")
 HETEROGENEOUS = example_spec("examples/rljob-heterogeneous.yaml")

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 import yaml
 from pydantic import ValidationError
-from recorded import NOW, event, job, pod, rayjob, running_driver_status
 
 from placement_core import contract
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
@@ -29,6 +28,8 @@ from rlplace_operator.reconcile.actions import DeleteChildren, Post, Provision, 
 from rlplace_operator.reconcile.decide import reconcile
 from rlplace_operator.reconcile.restarts import RESTARTING
 from rlplace_operator.reconcile.world import World
+
+from recorded import NOW, event, job, pod, rayjob, running_driver_status
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 ENTRYPOINT = "python -m placement_core.launcher.demo --steps 100 --checkpoint-every 10"
