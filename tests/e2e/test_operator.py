@@ -241,8 +241,19 @@ def test_delete_does_not_need_the_operator(jobs: Jobs, stop_operator: Callable[[
     """Jobs carry no kopf finalizer (the operator has nothing to clean up that the garbage collector does not),
     Running, still Provisioning or Queued: with the operator down all go, and their RayClusters with them."""
     jobs.create(example_job("rljob-disaggregated.yaml"))
+    # A claim no volume will ever bind (no class, no PersistentVolume): its worker pod waits, the job Provisioning.
+    claim = {
+        "metadata": {"name": "never-bound"},
+        "spec": {
+            "accessModes": ["ReadWriteOnce"],
+            "storageClassName": "",
+            "resources": {"requests": {"storage": "1Gi"}},
+        },
+    }
+    jobs.core.create_namespaced_persistent_volume_claim(jobs.namespace, claim)
     stuck = example_job("rljob-collocated.yaml")
-    stuck["spec"]["ray"] = {"workerResources": {"cpu": "1000", "memory": "1Gi"}}  # no node has 1000 CPUs
+    volume = {"name": "data", "persistentVolumeClaim": {"claimName": "never-bound"}}
+    stuck["spec"]["pods"] = {"workers": {"volumes": [volume], "volumeMounts": [{"name": "data", "mountPath": "/data"}]}}
     jobs.create(stuck)
     jobs.wait_phase("disaggregated", "Running", timeout=90)
     jobs.wait_phase("collocated", "Provisioning", timeout=60)

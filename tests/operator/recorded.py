@@ -9,10 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from rlplace_operator.api.base import dump
 from rlplace_operator.api.nodegroup import NodeGroupSpec
 from rlplace_operator.cluster.dra import node_slice
-from rlplace_operator.cluster.selection import NodeInfo, nodegroup_status, with_slices
+from rlplace_operator.cluster.selection import NodeInfo, nodegroup_wire_status, with_slices
 from rlplace_operator.cluster.snapshot import Snapshot
 from rlplace_operator.reconcile.world import Job
 
@@ -78,6 +77,26 @@ def pod(name: str, kind: str = "worker", node: str | None = "kwok-0", **status: 
         "spec": {"nodeName": node, "containers": [{"name": "ray-worker", "image": "rayproject/ray:2.60.0"}]},
         "status": {"phase": "Pending", **status},
     }
+
+
+def ready(body: dict, cluster: str = "train") -> dict:
+    """`body` (a pod of `pod()`) Running and Ready, in the Ray cluster named `cluster`."""
+    body["metadata"]["labels"]["ray.io/cluster"] = cluster
+    body["status"] = {
+        **body["status"],
+        "phase": "Running",
+        "conditions": [
+            {"type": "PodScheduled", "status": "True"},
+            {"type": "Ready", "status": "True", "reason": ""},
+        ],
+    }
+    return body
+
+
+def ray_pods(cluster: str = "train", nodes: tuple[str, ...] = ("kwok-0",)) -> list[dict]:
+    """The job's head and a worker on each planned node, all Running and Ready (what a running job has)."""
+    head = ready(pod(f"{cluster}-head-a1b2c", kind="head"), cluster)
+    return [head, *(ready(pod(f"{cluster}-gpu-worker-{i}", node=node), cluster) for i, node in enumerate(nodes))]
 
 
 def event(
@@ -189,9 +208,11 @@ def cluster_snapshot(
     rljobs: dict | None = None,
     holdings: dict | None = None,
     pods: dict | None = None,
+    device_classes: set[str] | None = None,
 ) -> Snapshot:
     """A Snapshot as the operator's indexes hold it: each NodeGroup's status computed by the real controller's
-    function (cluster.selection.nodegroup_status) from the nodes."""
+    function (cluster.selection.nodegroup_wire_status) from the nodes and the DeviceClasses (by default the local
+    cluster's: the chart makes gpu.example.com)."""
     nodes = local_nodes() if nodes is None else nodes
     groups = local_groups() if groups is None else groups
     index = {n["metadata"]["name"]: [NodeInfo.from_body(n)] for n in nodes}
@@ -204,8 +225,9 @@ def cluster_snapshot(
     infos = [values[0] for values in index.values()]
     nodegroups = {}
     for name, spec in groups.items():
-        status = nodegroup_status(NodeGroupSpec.model_validate(spec), infos, 1)
-        nodegroups[name] = [(spec, {**dump(status), "observedGeneration": 1})]
+        classes = {DRA_DRIVER} if device_classes is None else device_classes
+        status = nodegroup_wire_status(NodeGroupSpec.model_validate(spec), infos, 1, classes, {})
+        nodegroups[name] = [(spec, status)]
     return Snapshot(index, nodegroups, rljobs or {}, holdings or {}, pods or {})
 
 

@@ -12,6 +12,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity
+
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
 from rlplace_operator.admission.rules import demand_from_workers
 from rlplace_operator.api.base import dump
@@ -49,6 +51,58 @@ def plan_on(
 ) -> JobPlan:
     """The job's plan on these groups' nodes (every node the index holds)."""
     return plan_job(spec, annotations, groups, {n: indexed(node_index, n) for n in node_index})
+
+
+#: How a request's resource is named in a message.
+_UNITS = {"cpu": "CPUs", "memory": "of memory"}
+
+
+def _short(request: Mapping[str, str], info: Any) -> str | None:
+    """The resource of `request` (cpu, memory) the node has less of (None: it can hold the request)."""
+    for resource, asked in request.items():
+        have = info.allocatable.get(resource)
+        if have is not None and parse_quantity(asked) > parse_quantity(have):
+            return resource
+    return None
+
+
+def _largest(resource: str, infos: Sequence[Any]) -> str:
+    return max((i.allocatable.get(resource, "0") for i in infos), key=parse_quantity)
+
+
+def oversized(
+    spec: RLJobSpec, groups: Sequence[JobGroup], node_index: Mapping[str, Any]
+) -> tuple[str | None, dict[str, str]]:
+    """A request no node of the job's groups can ever hold (its worker's or its head's CPU or memory: the job
+    cannot run, however long it waits), and the ready nodes too small for its workers, with why (left out of its
+    admission, as untolerated taints are)."""
+    worker = {"cpu": spec.ray.worker_resources.cpu, "memory": spec.ray.worker_resources.memory}
+    head = {"cpu": spec.ray.head_resources.cpu, "memory": spec.ray.head_resources.memory}
+    small: dict[str, str] = {}
+    every: list[Any] = []
+    for group in groups:
+        infos = [indexed(node_index, name) for name in ready_nodes(group, node_index)]
+        every += infos
+        short = {info.name: _short(worker, info) for info in infos}
+        for name, resource in short.items():
+            if resource is not None:
+                small[name] = f"node {name} has less {resource} than a worker of the job asks ({worker[resource]})"
+        if infos and all(short.values()):
+            resource = next(r for r in short.values() if r)
+            largest = _largest(resource, infos)
+            return (
+                f"a worker pod of the job asks {worker[resource]} {_UNITS[resource]}; no node of NodeGroup "
+                f"{group.name} has that many (the largest has {largest})",
+                small,
+            )
+    if every and all(_short(head, info) for info in every):
+        resource = _short(head, every[0]) or "cpu"
+        return (
+            f"the Ray head pod asks {head[resource]} {_UNITS[resource]}; no node of the job's NodeGroups has that "
+            f"many (the largest has {_largest(resource, every)})",
+            small,
+        )
+    return None, small
 
 
 def planned_demand(

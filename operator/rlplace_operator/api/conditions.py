@@ -73,6 +73,12 @@ BIND_TIMEOUT = "BindTimeout"
 GPUS_UNAVAILABLE = "GPUsUnavailable"
 NODES_DIFFER = "NodesDiffer"
 NO_READY_NODES = "NoReadyNodes"
+#: A DRA NodeGroup's DeviceClass does not exist: no claim of its jobs can be allocated (docs/dra.md).
+DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
+#: A job's worker or head asks more CPU or memory than any node of its group has: no retry helps.
+REQUEST_TOO_LARGE = "RequestTooLarge"
+#: The job's planned Ray pods are not all Running and Ready on their planned nodes (whatever KubeRay's state).
+PODS_NOT_READY = "PodsNotReady"
 # Kueue admission (docs/kueue.md)
 WAITING_FOR_KUEUE = "WaitingForKueue"
 ADMITTED_BY_KUEUE = "AdmittedByKueue"

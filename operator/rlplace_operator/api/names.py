@@ -101,6 +101,7 @@ DRA_VERSION = "v1"
 CLAIM_TEMPLATE_PLURAL = "resourceclaimtemplates"
 RESOURCE_CLAIM_PLURAL = "resourceclaims"
 RESOURCE_SLICE_PLURAL = "resourceslices"
+DEVICE_CLASS_PLURAL = "deviceclasses"
 
 # -- Kueue (kueue.x-k8s.io/v1beta2): the Workload rlplace makes for a job, and the objects it reads ---------------
 WORKLOAD_GROUP = "kueue.x-k8s.io"

@@ -180,6 +180,9 @@ class NodeGroupStatus(CamelModel):
     """Number of matched nodes that are Ready and schedulable."""
     total_units: int = 0
     """Hardware units over the ready nodes."""
+    problem: str | None = None
+    """Why no job can run on the group although its nodes are Ready (gpuAllocation dra: the DeviceClass its claims
+    name does not exist); its jobs wait, saying so, until it is gone."""
     conditions: list[Condition] = []
     """Ready: True when at least one node is ready."""
     observed_generation: int | None = None

@@ -6,11 +6,13 @@ and the handlers stay small.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import NODE_RANK_LABEL
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
 from rlplace_operator.api.rljob import RLJobSpec
@@ -170,7 +172,28 @@ def accelerator_of(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> tuple[str 
     return kind, memory
 
 
-def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation: int | None) -> NodeGroupStatus:
+def group_problem(spec: NodeGroupSpec, device_classes: Collection[str] | None) -> str | None:
+    """Why no job can run on the group however ready its nodes are (None: jobs can): a DRA group whose DeviceClass
+    does not exist (`device_classes`: the cluster's DeviceClasses, None when not known)."""
+    dra = spec.dra_driver
+    if dra is None or device_classes is None:
+        return None
+    name = dra.device_class_name or dra.driver
+    if name in device_classes:
+        return None
+    where = "dra.deviceClassName" if dra.device_class_name else "dra.deviceClassName (default: the driver name)"
+    return (
+        f"DeviceClass {name} does not exist: create it (the chart's dra.deviceClasses, or the DRA driver's chart) "
+        f"or set the NodeGroup's {where}"
+    )
+
+
+def nodegroup_status(
+    spec: NodeGroupSpec,
+    nodes: Sequence[NodeInfo],
+    generation: int | None,
+    device_classes: Collection[str] | None = None,
+) -> NodeGroupStatus:
     """The status a NodeGroup should have for the current nodes (conditions are added by the handler)."""
     matched = group_nodes(spec, nodes)
     kind = hardware_type(spec, matched)
@@ -188,8 +211,31 @@ def nodegroup_status(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], generation:
         total_nodes=len(entries),
         ready_nodes=sum(e.ready for e in entries),
         total_units=sum(e.units for e in entries if e.ready),
+        problem=group_problem(spec, device_classes),
         observed_generation=generation,
     )
+
+
+def nodegroup_wire_status(
+    spec: NodeGroupSpec,
+    nodes: Sequence[NodeInfo],
+    generation: int | None,
+    device_classes: Collection[str] | None,
+    before: Mapping[str, Any],
+) -> dict[str, Any]:
+    """The NodeGroup's whole status on the wire, its Ready condition included: True when a node is ready and no
+    group problem keeps jobs off it (`before`: the status as it is, whose conditions keep their transition times)."""
+    observed = nodegroup_status(spec, nodes, generation, device_classes)
+    ready = observed.ready_nodes > 0 and observed.problem is None
+    wanted = dump(observed)
+    problems = [n.problem for n in observed.nodes if n.problem]
+    named = f"; {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}" if problems else ""
+    said = f"{observed.ready_nodes} of {observed.total_nodes} nodes ready, {observed.total_units} units{named}"
+    reason = cond.NODES_READY if ready else cond.NO_READY_NODES
+    if observed.problem is not None:
+        said, reason = f"{observed.problem} ({said})", cond.DEVICE_CLASS_NOT_FOUND
+    wanted["conditions"] = cond.set_condition(before.get("conditions"), cond.READY, ready, reason, said, generation)
+    return wanted
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ RAYJOB_INDEX = "rayjob_children_index"
 POD_UNITS_INDEX = "pod_units_index"
 HOLDINGS_INDEX = "raycluster_nodes_index"
 RESOURCE_CLAIM_INDEX = "resourceclaim_index"
+DEVICE_CLASS_INDEX = "deviceclass_index"
 
 
 class IndexChanging(RuntimeError):

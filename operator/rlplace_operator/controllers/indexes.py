@@ -13,6 +13,7 @@ from rlplace_operator.admission.ledger import Holding
 from rlplace_operator.admission.queue import PodUse, pod_unit_requests
 from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.names import (
+    DEVICE_CLASS_PLURAL,
     DRA_GROUP,
     DRA_VERSION,
     GPUS_ANNOTATION,
@@ -71,6 +72,12 @@ def resourceclaim_index(body: kopf.Body, **_: Any) -> dict[tuple[str, str], tupl
     for device in claimed_devices(body):
         held.setdefault((device.driver, device.pool), []).append(device)
     return {key: tuple(devices) for key, devices in held.items()} or None
+
+
+@kopf.index(DRA_GROUP, DRA_VERSION, DEVICE_CLASS_PLURAL)
+def deviceclass_index(name: str, **_: Any) -> dict[str, bool]:
+    """Every DeviceClass, by name: a DRA NodeGroup whose class is missing says so (cluster.selection.group_problem)."""
+    return {name: True}
 
 
 @kopf.index("", "v1", "pods")

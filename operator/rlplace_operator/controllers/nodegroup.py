@@ -14,11 +14,11 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.base import GROUP, VERSION, dump
+from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.names import API_VERSION, NODEGROUP_PLURAL
 from rlplace_operator.api.nodegroup import NodeGroupSpec
 from rlplace_operator.api.status import is_live
-from rlplace_operator.cluster.selection import nodegroup_status, with_slices
+from rlplace_operator.cluster.selection import nodegroup_wire_status, with_slices
 from rlplace_operator.cluster.snapshot import copy_index, indexed
 from rlplace_operator.kube import Kube
 
@@ -100,6 +100,7 @@ def nodegroup_observe(
     nodegroup_index: kopf.Index,
     rljob_index: kopf.Index,
     resourceslice_index: kopf.Index,
+    deviceclass_index: kopf.Index,
     **_: Any,
 ) -> None:
     """Write the matched nodes, unit counts and readiness into status when they changed (a field that became
@@ -108,21 +109,8 @@ def nodegroup_observe(
     # Copies: kopf changes its indexes from the watch streams while this runs in a thread (at 1,000 nodes
     # iterating the live index raised "dictionary changed size during iteration").
     node_index = with_slices(copy_index(node_index), copy_index(resourceslice_index))
-    nodes = [indexed(node_index, n) for n in node_index]
-    observed = nodegroup_status(group, [n for n in nodes if n is not None], meta.get("generation"))
-    ready = observed.ready_nodes > 0
-    observed.conditions = []
-    wanted = dump(observed)
-    problems = [n.problem for n in observed.nodes if n.problem]
-    named = f"; {problems[0]}{f' (and {len(problems) - 1} more)' if len(problems) > 1 else ''}" if problems else ""
-    wanted["conditions"] = cond.set_condition(
-        status.get("conditions"),
-        cond.READY,
-        ready,
-        cond.NODES_READY if ready else cond.NO_READY_NODES,
-        f"{observed.ready_nodes} of {observed.total_nodes} nodes ready, {observed.total_units} units{named}",
-        meta.get("generation"),
-    )
+    nodes = [n for name in node_index if (n := indexed(node_index, name)) is not None]
+    wanted = nodegroup_wire_status(group, nodes, meta.get("generation"), set(copy_index(deviceclass_index)), status)
     changes = cond.merge_patch(dict(status), wanted)
     if changes:
         patch.status.update(changes)

@@ -92,6 +92,9 @@ class Cause:
     StartBounds.timeout. The job keeps its nodes and its status says what it waits for."""
     missing: str | None = None
     """The object that does not exist, as "Secret 'creds'" (a reason of MISSING_OBJECT_REASONS)."""
+    holds: bool = False
+    """Only said, and never given up on: no retry can fix it (the DeviceClass of its claims does not exist), and
+    once the cause is gone the scheduler places the pod by itself, so the job keeps what it holds meanwhile."""
 
 
 # -- reading the API's objects -------------------------------------------------------------------------------
@@ -133,8 +136,9 @@ def make_cause(
     *,
     waiting: bool = False,
     missing: str | None = None,
+    holds: bool = False,
 ) -> Cause:
-    return Cause(reason, cut(message, MAX_LINE_CHARS), permanent, node, waiting, missing)
+    return Cause(reason, cut(message, MAX_LINE_CHARS), permanent, node, waiting, missing, holds)
 
 
 def ranges(ranks: Iterable[int]) -> str:

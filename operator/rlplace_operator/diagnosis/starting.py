@@ -21,6 +21,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from placement_core.plan import Plan
+from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.conditions import parse_time
 from rlplace_operator.diagnosis.causes import (
     ADMISSION_REFUSED,
@@ -224,6 +225,11 @@ def _container_problem(
     return None
 
 
+#: The scheduler's words for a claim whose DeviceClass does not exist (kube-scheduler's DynamicResources plugin,
+#: Kubernetes 1.35: 'device class gpu.example.com does not exist'; the API's 'deviceclass... "x" not found').
+_DEVICE_CLASS = re.compile(r'device class (\S+) does not exist|deviceclass[a-z.]* "([^"]+)" not found', re.IGNORECASE)
+
+
 def _scheduling_problem(
     info: PodView, pod: Mapping, now: dt.datetime, bounds: StartBounds, plan: Plan | None
 ) -> tuple[int, Cause] | None:
@@ -243,6 +249,14 @@ def _scheduling_problem(
         ):
             since = parse_time(condition.get("lastTransitionTime")) or info.created
             said = condition.get("message", "")
+            missing = _DEVICE_CLASS.search(said)
+            if missing is not None:
+                name = missing.group(1) or missing.group(2)
+                message = (
+                    f"{info.describe(plan)} cannot be scheduled: DeviceClass {name} does not exist (create it, or set "
+                    "its NodeGroup's dra.deviceClassName); the job keeps its GPUs and starts once it exists"
+                )
+                return 1, make_cause(cond.DEVICE_CLASS_NOT_FOUND, message, holds=True)
             claim = _claim_problem(info, said, since, now, bounds, plan)
             if claim is not None:
                 return claim

@@ -25,7 +25,7 @@ from rlplace_operator.api.rljob import SubmissionMode
 from rlplace_operator.api.status import MAX_RESTARTS_KEPT, ComponentBinding, JobPhase, ObservedProcesses
 from rlplace_operator.diagnosis.losses import lost_process
 from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes
-from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, provisioning_checks, status_of
+from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, provisioning_checks, status_of, waiting_pod
 from rlplace_operator.reconcile.restarts import restart_on_failure
 from rlplace_operator.reconcile.world import Job, World
 
@@ -202,6 +202,19 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
     )
     if state.started and not status.get("attempts"):
         new["attempts"] = 1
+    if new["phase"] == JobPhase.RUNNING:
+        # Running means every planned pod runs, not KubeRay's word alone (pods.waiting_pod).
+        waiting = waiting_pod(status, new.get("rayCluster"), world.pods)
+        new["conditions"] = cond.set_condition(
+            new["conditions"],
+            cond.RAYCLUSTER_READY,
+            waiting is None,
+            cond.RAYCLUSTER_IS_READY if waiting is None else cond.PODS_NOT_READY,
+            "all Ray pods are ready" if waiting is None else waiting,
+            job.generation,
+        )
+        if waiting is not None:
+            new.update(phase=str(JobPhase.PROVISIONING), message=f"the driver started, but {waiting}")
     stops = job.framework.operator_stops_on_mismatch()
     if stops and mismatch_fails and not state.finished and report is not None and not report.ok:
         # The framework's own program put a process elsewhere than planned: nothing in it stops it (an rlplace

@@ -46,7 +46,7 @@ from rlplace_operator.reconcile.driver import (
     driver_log_selector,
     driver_state,
 )
-from rlplace_operator.reconcile.pods import raycluster_ready
+from rlplace_operator.reconcile.pods import cluster_ready
 from rlplace_operator.reconcile.world import Job, Settings, World, admitted_since, owned
 
 #: Events this much older than the job's admission belong to an earlier attempt (clocks differ a little).
@@ -221,7 +221,7 @@ class Observer:
         if cluster is None or fresh:
             cluster = self.kube.get_raycluster(job.namespace, raycluster_name(job.name))
         cluster = cluster if owned(cluster, job.uid) else None
-        if cluster is None or raycluster_ready(dict(cluster)):
+        if cluster is None or cluster_ready(job.status, cluster, pods) is None:
             return World(now=now, raycluster=cluster, pods=pods, start_bounds=bounds)
         events = job_events(
             self.events(job.namespace), job, cluster["metadata"]["name"], pods, admitted_since(job.status)

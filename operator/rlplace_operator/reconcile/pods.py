@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import KUBERAY_NODE_TYPE_LABEL
+from rlplace_operator.api.names import KUBERAY_NODE_TYPE_LABEL, RAY_CLUSTER_POD_LABEL
 from rlplace_operator.api.podspec import OnMissingObject
 from rlplace_operator.api.status import MAX_RESTARTS_KEPT, JobPhase, RLJobStatus
 from rlplace_operator.diagnosis.causes import Cause
@@ -22,7 +22,7 @@ from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, 
 from rlplace_operator.reconcile.world import Job, World, admitted_since
 
 #: A job with a worker pod still unbound this long after the pod was created (another workload took its node in
-#: between) gives its nodes back and queues again.
+#: between, a taint came: the scheduler says which) gives its nodes back and queues again.
 BIND_TIMEOUT_SECONDS = 30.0
 #: How long the scheduler may say a worker pod "cannot allocate all claims" (its pinned DRA GPUs are another
 #: claim's) before the job gives its GPUs back: a moment for a claim of the job's own stopped pods to go.
@@ -57,8 +57,8 @@ def status_of(wire: Mapping[str, Any]) -> RLJobStatus:
 
 
 def _bind_timeout(job: Job, world: World) -> str | None:
-    """Why the job gives its nodes back because a worker pod has waited BIND_TIMEOUT_SECONDS for its node (another
-    workload took it), or None. Counted from each pod's creation, not from admission: KubeRay makes the pods, and
+    """Why the job gives its nodes back because a worker pod has waited BIND_TIMEOUT_SECONDS for its node, in the
+    scheduler's words (another workload took it, a taint came), or None. Counted from each pod's creation, not from admission: KubeRay makes the pods, and
     under a burst it makes them later than that (at 1,000 jobs on the 2-core local cluster, most pods came more
     than 30 s after admission, and giving their nodes back then only made the queue churn)."""
     since = admitted_since(job.status)
@@ -77,10 +77,16 @@ def _bind_timeout(job: Job, world: World) -> str | None:
     if not waited:
         return None
     expected = int(job.status.get("nodes") or 0)
+    # The scheduler's own words for the pod (another workload took its node, a taint came, resources ran out).
+    pod = waited[0]
+    scheduled = next(
+        (c for c in (pod.get("status") or {}).get("conditions") or [] if c.get("type") == "PodScheduled"), {}
+    )
+    said = scheduled.get("message") or "it has not placed the pod yet"
     return (
-        f"{len(workers) - len(unbound)} of {expected} worker pods bound, {waited[0]['metadata']['name']} unbound "
-        f"{BIND_TIMEOUT_SECONDS:.0f} s after it was created (another workload took a node): gave the nodes back "
-        "and queued again"
+        f"{len(workers) - len(unbound)} of {expected} worker pods bound, {pod['metadata']['name']} unbound "
+        f"{BIND_TIMEOUT_SECONDS:.0f} s after it was created (the scheduler: {said}): gave the nodes back and queued "
+        "again"
     )
 
 
@@ -118,7 +124,7 @@ def provisioning_checks(job: Job, world: World, status: dict[str, Any]) -> Outco
     """A job whose Ray pods are not all up: a named failure ends it or requeues it; so does a bind timeout. What
     may pass (a volume attaching, a claim being bound) is said in the status while the job keeps its nodes."""
     cause = provisioning_failure(list(world.pods), list(world.events), world.now, world.start_bounds, world.plan)
-    if cause is not None and cause.waiting:
+    if cause is not None and (cause.waiting or cause.holds):
         return _start_awaited(job, status, cause)
     if cause is not None:
         message = cond.brief(cause.message)
@@ -179,16 +185,83 @@ def _start_awaited(job: Job, status: dict[str, Any], cause: Cause) -> Outcome:
     return Outcome(actions, status_of(status), LOOK_AGAIN_SECONDS)
 
 
+def _running_and_ready(pod: Mapping[str, Any]) -> str | None:
+    """Why a pod is not Running and Ready, as the API shows it (None: it is)."""
+    status = pod.get("status") or {}
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    scheduled = conditions.get("PodScheduled") or {}
+    if not (pod.get("spec") or {}).get("nodeName"):
+        said = scheduled.get("message") or "the scheduler has not placed it yet"
+        return f"not scheduled: {said}"
+    if status.get("phase") != "Running":
+        waiting = [
+            (c.get("state") or {}).get("waiting") or {}
+            for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+        ]
+        reason = next((w.get("reason") for w in waiting if w.get("reason")), None)
+        return f"{status.get('phase') or 'Pending'}{f' ({reason})' if reason else ''}"
+    ready = conditions.get("Ready") or {}
+    return (
+        None if ready.get("status") == "True" else f"Running, not Ready ({ready.get('reason') or 'no Ready condition'})"
+    )
+
+
+def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """Which of the job's planned Ray pods is not Running and Ready on its planned node, and why (None: every one
+    is). The plan's pods are the head and one worker per node of status.placement; a pod counts if it belongs to the
+    job's current Ray cluster (`cluster`, KubeRay's ray.io/cluster label) and is not being deleted. KubeRay's own
+    readiness is not enough: it judges the pods it has listed, so a head that runs before a worker pod exists reads
+    as ready (ray-project/kuberay#2188)."""
+    planned = {n for c in (status.get("placement") or {}).get("components") or [] for n in c.get("nodes") or []}
+    own = [
+        p
+        for p in pods
+        if not (p.get("metadata") or {}).get("deletionTimestamp")
+        and (cluster is None or (p.get("metadata", {}).get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster)
+    ]
+    heads = [p for p in own if (p["metadata"].get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"]
+    if not heads:
+        return "the Ray head pod does not exist yet"
+    why = _running_and_ready(heads[0])
+    if why is not None:
+        return f"Ray head pod {heads[0]['metadata']['name']}: {why}"
+    workers = worker_pods(own)
+    bound = {(p.get("spec") or {}).get("nodeName"): p for p in workers}
+    unbound = [p for p in workers if not (p.get("spec") or {}).get("nodeName")]
+    for node in sorted(planned):
+        pod = bound.get(node)
+        if pod is None:
+            if unbound:
+                return f"worker pod {unbound[0]['metadata']['name']}: {_running_and_ready(unbound[0])}"
+            return f"no worker pod on node {node} yet"
+        why = _running_and_ready(pod)
+        if why is not None:
+            return f"worker pod {pod['metadata']['name']} on node {node}: {why}"
+    return None
+
+
+def cluster_ready(
+    status: Mapping[str, Any], cluster: Mapping[str, Any], pods: Sequence[Mapping[str, Any]]
+) -> str | None:
+    """Why the job's RayCluster is not ready (None: KubeRay says so and every planned pod runs and is Ready)."""
+    name = (cluster.get("metadata") or {}).get("name")
+    waiting = waiting_pod(status, name, pods)
+    if waiting is not None:
+        return waiting
+    return None if raycluster_ready(dict(cluster)) else "waiting for KubeRay to see the Ray pods ready"
+
+
 def with_cluster(job: Job, world: World, status: dict[str, Any], cluster: Mapping[str, Any]) -> Outcome:
-    """A job without an entrypoint: its phase follows its RayCluster's readiness."""
-    ready = raycluster_ready(dict(cluster))
-    if not ready:
+    """A job without an entrypoint: its phase follows its Ray pods (every planned one Running and Ready on its node)
+    and its RayCluster's readiness."""
+    waiting = cluster_ready(status, cluster, world.pods)
+    if waiting is not None:
         failed = provisioning_checks(job, world, status)
         if failed is not None:
             return failed
-    status.update(mirrored_status(status, ready, job.generation))
+    status.update(mirrored_status(status, waiting, job.generation))
     status["phase"] = str(status["phase"])
-    return Outcome((), status_of(status), None if ready else LOOK_AGAIN_SECONDS)
+    return Outcome((), status_of(status), None if waiting is None else LOOK_AGAIN_SECONDS)
 
 
 #: KubeRay's condition type on a RayCluster whose pods all came up.
@@ -201,8 +274,9 @@ def raycluster_ready(body: dict) -> bool:
     return status.get("state") == "ready" or cond.is_true(status.get("conditions"), KUBERAY_PROVISIONED)
 
 
-def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> dict:
-    """The RLJob status fields that follow its RayCluster."""
+def mirrored_status(job_status: Mapping[str, Any], waiting: str | None, generation: int | None) -> dict:
+    """The RLJob status fields that follow its Ray pods: Running once none is `waiting` (what one waits for)."""
+    ready = waiting is None
     return {
         "phase": JobPhase.RUNNING if ready else JobPhase.PROVISIONING,
         "conditions": cond.set_condition(
@@ -210,7 +284,7 @@ def mirrored_status(job_status: dict, ready: bool, generation: int | None) -> di
             cond.RAYCLUSTER_READY,
             ready,
             cond.RAYCLUSTER_IS_READY if ready else cond.RAYCLUSTER_PROVISIONING,
-            "all Ray pods are ready" if ready else "waiting for the Ray pods",
+            "all Ray pods are ready" if ready else waiting,
             generation,
         ),
     }

@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator.admission import admitter
-from rlplace_operator.admission.demand import plan_on, planned_demand
+from rlplace_operator.admission.demand import oversized, plan_on, planned_demand
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
 from rlplace_operator.admission.queue import admission_world, admit, groups_with_nodes, status_excluded
 from rlplace_operator.admission.rules import QueuedJob, Waiting
@@ -55,7 +55,7 @@ from rlplace_operator.reconcile.actions import (
     SuspendDriver,
 )
 from rlplace_operator.reconcile.driver import driver_status
-from rlplace_operator.reconcile.pods import mirrored_status, raycluster_ready, status_of
+from rlplace_operator.reconcile.pods import cluster_ready, mirrored_status, status_of
 from rlplace_operator.reconcile.restarts import attempt_for_new_child
 from rlplace_operator.reconcile.world import Job, World
 
@@ -260,7 +260,7 @@ def _provision(draft: Draft, job: Job, world: World, ledger: Ledger, actions: li
     # RayJob's driver is attempt 1 again.
     attempt = attempt_for_new_child(draft.before, draft.generation)
     child = _children(draft, job, spec, planned, attempt, world, actions)
-    _describe(draft, job, spec, as_written, planned, attempt, status, child)
+    _describe(draft, job, spec, as_written, planned, attempt, status, child, world.pods)
 
 
 def _admitted_plan(
@@ -277,11 +277,20 @@ def _admitted_plan(
     snapshot = world.snapshot
     assert snapshot is not None, "provisioning reads the indexes (Observer.for_provision)"
     groups = _groups(draft, spec, snapshot, ledger)
+    blocked = next((group for group in groups if group.status.problem), None)
+    if blocked is not None:
+        # The group's own fault (its DeviceClass is missing): the job waits, holding nothing, until it is gone.
+        said = f"NodeGroup {blocked.name}: {blocked.status.problem}"
+        draft.waits(cond.DEVICE_CLASS_NOT_FOUND, cond.DEVICE_CLASS_NOT_FOUND, said, f"waiting for {said}")
+        return None
     dra_groups = [group.name for group in groups if group.spec.dra_driver is not None]
     refusal = framework_of(spec).refusal(spec, dra_groups)
     if refusal is not None:
         raise draft.fail(cond.PLACED, cond.PLACEMENT_INVALID, refusal)
-    excluded = status_excluded(draft.before, draft.generation)
+    unfit, too_small = oversized(spec, groups, snapshot.nodes)
+    if unfit is not None:
+        raise draft.wait(cond.PLACED, cond.REQUEST_TOO_LARGE, unfit)
+    excluded = {**too_small, **status_excluded(draft.before, draft.generation)}
     demand = _planned(
         draft,
         lambda: planned_demand(job.key, job.generation, spec, annotations, groups, snapshot.nodes, excluded, ledger),
@@ -440,8 +449,10 @@ def _describe(
     attempt: int,
     status: RLJobStatus | None,
     child: Mapping[str, Any],
+    pods: Sequence[Mapping[str, Any]],
 ) -> None:
-    """The status of a job whose children are made: what they run, and the child's state as it is."""
+    """The status of a job whose children are made: what they run, and the child's state as it is (its pods: those
+    of a job that already had children)."""
     claims = [
         dump(
             GpuClaim(
@@ -496,7 +507,8 @@ def _describe(
         draft.phase(JobPhase(phase), message)
     else:
         draft.set(rayCluster=child["metadata"]["name"])
-        mirrored = mirrored_status({"conditions": draft.conditions}, raycluster_ready(dict(child)), draft.generation)
+        waiting = cluster_ready(draft.after, child, pods)
+        mirrored = mirrored_status({"conditions": draft.conditions}, waiting, draft.generation)
         draft.set(conditions=mirrored["conditions"])
         draft.phase(mirrored["phase"])
     draft.post(False, cond.PLACEMENT_APPLIED, f"{planned.summary.mode} placement applied; {kind} {job.name}")

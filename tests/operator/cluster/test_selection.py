@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from placement_core import CapacityError
 from placement_core.cluster import ACCELERATOR
 from rlplace_operator.api.nodegroup import NodeGroupSpec
-from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, nodegroup_status
+from rlplace_operator.cluster.dra import node_slice
+from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, nodegroup_status, nodegroup_wire_status
+
+from recorded import dra_node
 
 
 def node(name: str, labels: dict[str, str], gpus: int = 0, ready: bool = True, **extra: str) -> NodeInfo:
@@ -75,3 +80,24 @@ def test_a_job_with_no_ready_node_waits_for_capacity() -> None:
     groups = [JobGroup("a800", A800, nodegroup_status(A800, list(nodes.values()), 1))]
     with pytest.raises(CapacityError):
         job_cluster(groups, nodes)
+
+
+def test_a_dra_group_whose_deviceclass_is_missing_is_not_ready_and_says_why() -> None:
+
+    node, slice_ = dra_node()
+    found = node_slice(slice_)
+    assert found is not None
+    info = dataclasses.replace(NodeInfo.from_body(node), slices=(found[1],))
+    spec = NodeGroupSpec.model_validate(
+        {"nodeSelector": {"matchLabels": {"rlplace.io/real-gpu-allocation": "dra"}}, "gpuAllocation": "dra",
+         "dra": {"driver": "gpu.example.com"}}
+    )  # fmt: skip
+    missing = nodegroup_wire_status(spec, [info], 1, set(), {})
+    ready = next(c for c in missing["conditions"] if c["type"] == "Ready")
+    assert (ready["status"], ready["reason"]) == ("False", "DeviceClassNotFound")
+    assert missing["problem"].startswith("DeviceClass gpu.example.com does not exist: create it")
+    assert missing["readyNodes"] == 1  # the node is fine: the group's DeviceClass is not
+    there = nodegroup_wire_status(spec, [info], 1, {"gpu.example.com"}, missing)
+    assert "problem" not in there and next(c for c in there["conditions"] if c["type"] == "Ready")["status"] == "True"
+    named = spec.model_copy(update={"dra": spec.dra.model_copy(update={"device_class_name": "gpus"})})
+    assert "set the NodeGroup's dra.deviceClassName" in nodegroup_wire_status(named, [info], 1, set(), {})["problem"]

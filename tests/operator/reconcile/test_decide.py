@@ -36,8 +36,10 @@ from recorded import (
     job,
     live_status,
     pod,
+    ray_pods,
     raycluster,
     rayjob,
+    ready,
     running_driver_status,
 )
 
@@ -245,6 +247,29 @@ def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queu
     assert "0 of 1 worker pods bound, w unbound 30 s after it was created" in outcome.status.message
     assert outcome.status.retry_after is None  # no backoff: another workload took the node, nothing is wrong
     assert DeleteChildren() in outcome.actions
+    # The cause is the scheduler's, not a guess.
+    assert "(the scheduler: it has not placed the pod yet)" in outcome.status.message
+    taken = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+             "message": "0/10 nodes are available: 1 Insufficient nvidia.com/gpu."}  # fmt: skip
+    unbound["status"]["conditions"] = [taken]
+    named = reconcile(job(status), World(now=NOW, raycluster=raycluster(), pods=[unbound])).status.message
+    assert "(the scheduler: 0/10 nodes are available: 1 Insufficient nvidia.com/gpu.)" in named
+
+
+def test_a_missing_deviceclass_is_named_at_once_and_the_job_keeps_its_gpus_without_a_retry() -> None:
+    """The scheduler's word for a claim whose DeviceClass does not exist: no retry fixes it (a new RayCluster
+    every 33 s, as before, only churned), and once the class exists the scheduler places the pod by itself."""
+    said = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/10 nodes are available: 1 device class gpu.example.com does not exist."}  # fmt: skip
+    for age in ("2026-11-24T00:59:58Z", "2026-11-24T00:50:00Z"):  # just made, and ten minutes on
+        unbound = pod("train-dra-worker-0", node=None, conditions=[said])
+        unbound["metadata"]["creationTimestamp"] = age
+        outcome = reconcile(job(admitted_35_s_ago()), World(now=NOW, raycluster=raycluster(), pods=[unbound]))
+        ready = condition(dump(outcome.status), "RayClusterReady")
+        assert (outcome.status.phase, ready["reason"]) == ("Provisioning", "DeviceClassNotFound"), outcome.status
+        assert "DeviceClass gpu.example.com does not exist" in ready["message"]
+        assert not any(isinstance(a, (DeleteChildren, ReleaseNodes)) for a in outcome.actions)
+        assert outcome.status.restarts == [] and outcome.requeue_after is not None
 
 
 def test_worker_pods_kuberay_makes_late_get_their_own_30_s() -> None:
@@ -261,8 +286,33 @@ def test_a_provisioning_job_whose_pods_are_fine_keeps_waiting_and_is_looked_at_a
     assert outcome.status.phase == "Provisioning"
     assert outcome.actions == ()
     assert outcome.requeue_after is not None
-    ready = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(ready=True), pods=[running]))
-    assert ready.status.phase == "Running"
+    up = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(ready=True), pods=ray_pods()))
+    assert up.status.phase == "Running" and condition(dump(up.status), "RayClusterReady")["status"] == "True"
+
+
+def test_kuberays_early_ready_is_not_running_while_a_planned_pod_waits_and_says_which_and_why() -> None:
+    """KubeRay judges the pods it has listed (ray-project/kuberay#2188): a RayCluster `ready` with its worker pod
+    unschedulable, or not made yet, is no running job, and Kueue is not told PodsReady."""
+    head, worker = ray_pods()
+    unschedulable = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                     "message": "0/10 nodes are available: 1 Insufficient cpu."}  # fmt: skip
+    pending = pod("train-gpu-worker-0", node=None, conditions=[unschedulable])
+    for pods, said in (
+        (
+            [head, pending],
+            "worker pod train-gpu-worker-0: not scheduled: 0/10 nodes are available: 1 Insufficient cpu.",
+        ),
+        ([head], "no worker pod on node kwok-0 yet"),
+        ([worker], "the Ray head pod does not exist yet"),
+    ):
+        outcome = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(ready=True), pods=pods))
+        assert outcome.status.phase == "Provisioning", said
+        assert condition(dump(outcome.status), "RayClusterReady")["message"] == said
+    # A pod of another Ray cluster of the job (a stopped attempt's) or one being deleted does not count.
+    gone = {**worker, "metadata": {**worker["metadata"], "deletionTimestamp": "2026-11-24T00:59:59Z"}}
+    other = ready(pod("old-gpu-worker-0"), "old")
+    outcome = reconcile(job(live_status()), World(now=NOW, raycluster=raycluster(ready=True), pods=[head, gone, other]))
+    assert outcome.status.phase == "Provisioning"
 
 
 # -- 3. a worker pod lost mid-run ---------------------------------------------------------------------------
@@ -322,7 +372,7 @@ def test_a_lost_head_pod_is_recorded_as_attempt_2_and_the_binding_is_checked_aga
     resubmitted = rayjob("Running", "RUNNING", started="2026-11-24T01:00:00Z")
     resubmitted["metadata"]["annotations"] = {"rlplace.io/attempt": "1"}
     before = running_driver_status()
-    world = World(now=NOW, rayjob=resubmitted, pods=[new_head, worker])
+    world = World(now=NOW, rayjob=resubmitted, pods=[ready(new_head, "train-abcde"), ready(worker, "train-abcde")])
     outcome = reconcile(job(before, "python train.py"), world)
     status = outcome.status
     assert status.phase == "Running"
@@ -360,7 +410,7 @@ def test_a_driver_on_its_way_is_said_in_its_condition_with_no_event() -> None:
     """Submitting and Running are states of the driver, not outcomes: the condition says them, and only an
     outcome (or the binding check) is worth an Event."""
     for deployment, ray_status, phase in (("Running", "PENDING", "Provisioning"), ("Running", "RUNNING", "Running")):
-        world = World(now=NOW, rayjob=rayjob(deployment, ray_status))
+        world = World(now=NOW, rayjob=rayjob(deployment, ray_status), pods=ray_pods("train-abcde"))
         outcome = reconcile(job(running_driver_status(), "python train.py"), world)
         driver = condition(outcome.status.model_dump(by_alias=True), "DriverSucceeded")
         assert (outcome.status.phase, driver["reason"]) == (
@@ -415,7 +465,7 @@ def test_a_framework_process_placed_elsewhere_stops_the_job_naming_the_rank() ->
     # Told to report only, the job keeps running with the condition False.
     reported = reconcile(
         framework_job(unverified, onBindingMismatch="Report"),
-        World(now=NOW, rayjob=running, report=mismatch_report()),
+        World(now=NOW, rayjob=running, report=mismatch_report(), pods=ray_pods("train-abcde")),
     )
     assert reported.status.phase == "Running" and DeleteChildren() not in reported.actions
     assert condition(dump(reported.status), "BindingVerified")["status"] == "False"

@@ -9,6 +9,7 @@ import dataclasses
 
 from rlplace_operator.admission.kueue import QueueObjects
 from rlplace_operator.admission.ledger import Ledger
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import (
     ATTEMPT_ANNOTATION,
     NODES_ANNOTATION,
@@ -360,3 +361,47 @@ def test_a_re_placed_job_is_planned_on_its_last_re_placement_with_its_predicted_
     assert [e.placement for e in outcome.status.applied_placement] == ["0-3", "4-7"]
     assert outcome.status.predicted_iteration_time == 41.5
     assert [c.name for c in outcome.status.placement.components] == ["actor", "rollout", "reward"]
+
+
+# -- causes no retry can fix: said, not retried ---------------------------------------------------------------
+
+
+def test_a_dra_group_whose_deviceclass_is_missing_queues_its_jobs_naming_it_and_admits_them_once_it_exists() -> None:
+    node, slice_ = dra_node()
+    nodes, groups = [*local_nodes(), node], local_groups()
+    missing = cluster_snapshot(nodes, groups, [slice_], device_classes=set())
+    ledger = Ledger()
+    outcome = provision(new_job("shared-a", SHARED), world(missing), ledger)
+    assert outcome.status.phase == JobPhase.QUEUED and kinds(outcome) == [] and outcome.retry is None
+    assert condition(outcome, "Admitted").reason == "DeviceClassNotFound"
+    assert outcome.status.waiting_for.startswith("NodeGroup real-dra: DeviceClass gpu.example.com does not exist")
+    assert ledger.reserved == {} and ledger.reserved_gpus == {}
+    created = cluster_snapshot(nodes, groups, [slice_], device_classes={"gpu.example.com"})
+    again = provision(new_job("shared-a", SHARED, status=dump(outcome.status)), world(created), ledger)
+    assert again.status.phase == JobPhase.PROVISIONING and kinds(again)[-1] == "RayJob"
+
+
+def test_a_worker_no_node_of_its_group_can_hold_is_pending_naming_the_request() -> None:
+    spec = {**COLLOCATED, "ray": {"workerResources": {"cpu": "1000", "memory": "1Gi"}}}
+    outcome = provision(new_job("huge-cpu", spec), world(), Ledger())
+    assert outcome.status.phase == JobPhase.PENDING and kinds(outcome) == []
+    assert condition(outcome, "Placed").reason == "RequestTooLarge"
+    assert outcome.status.message == (
+        "a worker pod of the job asks 1000 CPUs; no node of NodeGroup a800 has that many (the largest has 64)"
+    )
+    assert outcome.retry is not None and not outcome.retry.permanent  # a bigger node may join
+    head = {**COLLOCATED, "ray": {"headResources": {"cpu": "1", "memory": "1Ti"}}}
+    said = provision(new_job("huge-head", head), world(), Ledger()).status.message
+    assert (
+        said
+        == "the Ray head pod asks 1Ti of memory; no node of the job's NodeGroups has that many (the largest has 512Gi)"
+    )
+
+
+def test_nodes_too_small_for_a_worker_are_left_out_and_the_job_takes_a_bigger_one() -> None:
+    nodes = local_nodes()
+    a800_0 = next(n for n in nodes if n["metadata"]["name"] == "a800-0")
+    a800_0["status"]["allocatable"]["cpu"] = "2"
+    spec = {**COLLOCATED, "ray": {"workerResources": {"cpu": "4", "memory": "16Gi"}}}
+    outcome = provision(new_job("c", spec), world(cluster_snapshot(nodes)), Ledger())
+    assert applied(outcome)[1]["metadata"]["annotations"][NODES_ANNOTATION] == "a800-1"

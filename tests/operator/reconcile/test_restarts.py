@@ -29,7 +29,7 @@ from rlplace_operator.reconcile.decide import reconcile
 from rlplace_operator.reconcile.restarts import RESTARTING
 from rlplace_operator.reconcile.world import World
 
-from recorded import NOW, event, job, pod, rayjob, running_driver_status
+from recorded import NOW, event, job, pod, ray_pods, rayjob, ready, running_driver_status
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
 ENTRYPOINT = "python -m placement_core.launcher.demo --steps 100 --checkpoint-every 10"
@@ -147,7 +147,7 @@ def test_the_new_attempt_running_is_not_counted_again() -> None:
     provisioned = {**status, "phase": "Provisioning", "rayJob": "train", "rayCluster": "train-fghij"}
     fresh = rayjob("Running", "RUNNING", started="2026-11-24T01:00:30Z")
     fresh["metadata"]["annotations"] = {ATTEMPT_ANNOTATION: "2"}
-    outcome = reconcile(job(provisioned, ENTRYPOINT), World(now=NOW, rayjob=fresh))
+    outcome = reconcile(job(provisioned, ENTRYPOINT), World(now=NOW, rayjob=fresh, pods=ray_pods("train-abcde")))
     assert (outcome.status.phase, outcome.status.attempts, outcome.status.restart_count) == ("Running", 2, 1)
     assert len(outcome.status.restarts) == 1
     assert not any(isinstance(a, (DeleteChildren, ReleaseNodes)) for a in outcome.actions)
@@ -286,7 +286,8 @@ def test_a_driver_kuberay_submits_again_after_a_lost_head_counts_as_a_restart() 
     new_head = pod("train-abcde-head-new01", kind="head", node="kwok-0", phase="Running")
     new_head["metadata"]["creationTimestamp"] = "2026-11-24T00:59:58Z"
     resubmitted = rayjob("Running", "RUNNING", started="2026-11-24T01:00:00Z")
-    status = reconcile(job(running_driver_status(), ENTRYPOINT), World(now=NOW, rayjob=resubmitted, pods=[new_head]))
+    pods = [ready(new_head, "train-abcde"), ray_pods("train-abcde")[1]]
+    status = reconcile(job(running_driver_status(), ENTRYPOINT), World(now=NOW, rayjob=resubmitted, pods=pods))
     assert (status.status.phase, status.status.attempts, status.status.restart_count) == ("Running", 2, 1)
     assert not any(isinstance(a, (DeleteChildren, ReleaseNodes)) for a in status.actions)
 
