@@ -21,6 +21,8 @@ STATE="$E2E_DIR/cluster"
 PKI="$STATE/pki"
 LOGS="$STATE/logs"
 PIDS="$STATE/pids"
+# How each component was started (start): e2e/cluster/component.sh starts one again from it.
+CMDS="$STATE/cmds"
 KUBECONFIG_OUT="$E2E_DIR/kubeconfig"
 T0=$SECONDS
 
@@ -62,7 +64,7 @@ PY=python3 # PyYAML: the repo's venv has it (make setup)
 [[ -x $E2E_REPO/.venv/bin/python ]] && PY=$E2E_REPO/.venv/bin/python
 "$PY" -c 'import yaml' 2>/dev/null || die "$PY cannot import yaml (PyYAML); run 'make setup' first"
 
-mkdir -p "$PKI" "$LOGS" "$PIDS"
+mkdir -p "$PKI" "$LOGS" "$PIDS" "$CMDS"
 mkdir -m 700 "$STATE/etcd"
 
 # ---------------------------------------------------------------------------------------------------------
@@ -89,6 +91,9 @@ trap 'log "interrupted"; exit 130' INT TERM
 start() { # start <name> <binary> args...
   local name=$1
   shift
+  # How to start it again (e2e/cluster/component.sh restart: the faults of benchmarks/chaos.py): its environment
+  # and command line as a script of its own, run the same way.
+  { export -p; printf 'cd %q\n' "$PWD"; printf 'exec'; printf ' %q' "$@"; printf '\n'; } >"$CMDS/$name.sh"
   setsid "$@" >"$LOGS/$name.log" 2>&1 </dev/null 8>&- &
   echo $! >"$PIDS/$name.pid"
   STARTED+=("$name")

@@ -163,6 +163,10 @@ def provision(job: Job, world: World, ledger: Ledger, retry: int = 0) -> Outcome
     try:
         _provision(draft, job, world, ledger, actions)
     except Stop as stop:
+        if not holds_nodes(draft.before) and ReleaseNodes() not in actions:
+            # Nothing was made for it: what the queue pass reserved for it goes back (a job admitted there that
+            # its NodeGroup, deleted since, cannot take must not keep those GPUs from others).
+            actions.append(ReleaseNodes())
         return Outcome((*actions, *draft.events), status_of(draft.after), retry=stop.retry)
     return Outcome((*actions, *draft.events), status_of(draft.after))
 

@@ -189,6 +189,7 @@ def attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str,
     """`status` as of a job whose attempt is being stopped (its children deleted, its nodes given back): Admitted
     False with `reason`, and nothing left of the attempt (binding, driver times, progress, children, place in the
     queue); `fields` set the rest (phase, attempts, restarts, ...)."""
+    fields.setdefault("observedGeneration", job.generation)
     status["conditions"] = cond.set_condition(
         [c for c in status.get("conditions") or [] if c.get("type") != cond.BINDING_VERIFIED],
         cond.ADMITTED,
@@ -207,7 +208,6 @@ def attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str,
         progress=None,
         queuePosition=None,
         waitingFor=None,
-        observedGeneration=job.generation,
         **fields,
     )
 
@@ -251,6 +251,11 @@ def follow_eviction(job: Job, world: World, status: dict[str, Any], workload: ad
     else:
         message = step.message
         phase, reason = JobPhase.SUSPENDED, cond.SUSPENDED
+    changed = status.get("observedGeneration") not in (None, job.generation)
+    if changed:
+        # The spec changed while the eviction was carried out: the stopped attempt is the old spec's, and the new
+        # spec is planned anew (a new Workload, a new history) once this one's quota is given back.
+        message = f"{message}; its spec changed meanwhile and is planned anew"
     restarts = list(status.get("restarts") or [])
     if running:
         record = {
@@ -269,6 +274,7 @@ def follow_eviction(job: Job, world: World, status: dict[str, Any], workload: ad
         attempts=attempt if job.entrypoint and attempt > 1 else status.get("attempts"),
         preemptions=preemptions or None,
         restarts=restarts or None,
+        observedGeneration=status.get("observedGeneration") if changed else job.generation,
         **step.released,
     )
     actions = (ReleaseWorkload(workload.name, step.requeue), ReleaseNodes(), Post(True, reason, message))

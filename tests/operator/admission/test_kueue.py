@@ -11,6 +11,7 @@ import datetime as dt
 import pytest
 
 from rlplace_operator.admission import kueue
+from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import PRIORITY_CLASS_LABEL, QUEUE_LABEL, UNCONSTRAINED_TOPOLOGY_ANNOTATION
 from rlplace_operator.api.nodegroup import LabelSelector, LabelSelectorRequirement
 from rlplace_operator.api.podspec import Toleration
@@ -389,3 +390,18 @@ def test_a_node_kueue_replaced_under_the_running_job_restarts_it_on_the_granted_
     same = kueue.WorkloadState.of(workload(condition("QuotaReserved", True), condition("Admitted", True)))
     kept = reconcile(kueue_job(running()), dataclasses.replace(world, workload=same))
     assert not kept.status.restarts or kept.status.restarts[-1].reason != "NodeReplaced", kept
+
+
+def test_a_spec_changed_during_an_eviction_is_planned_anew_once_the_quota_is_back() -> None:
+    """Bad input in the middle of an eviction: the user edits the job while its driver checkpoints. The eviction
+    goes on (the old spec's attempt stops and its quota goes back), and the new spec is then planned as any new
+    spec is: its own Workload, a new history, every node again."""
+    edited = dataclasses.replace(kueue_job(preempting(step=8)), generation=2)
+    done = reconcile(edited, evicted_world(child=False, pods=0))
+    assert ReleaseWorkload("train-1234abcd", True) in done.actions and ReleaseNodes() in done.actions
+    status = done.status
+    assert status.phase == "Queued" and status.observed_generation == 1  # the new spec is not planned yet
+    assert "its spec changed meanwhile and is planned anew" in status.message
+    # The next look provisions the new spec (observedGeneration behind: a new spec's history starts over).
+    again = reconcile(dataclasses.replace(edited, status=dump(status)), World(now=NOW, child_known=False))
+    assert [type(a).__name__ for a in again.actions] == ["Provision"]

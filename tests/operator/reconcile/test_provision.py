@@ -405,3 +405,15 @@ def test_nodes_too_small_for_a_worker_are_left_out_and_the_job_takes_a_bigger_on
     spec = {**COLLOCATED, "ray": {"workerResources": {"cpu": "4", "memory": "16Gi"}}}
     outcome = provision(new_job("c", spec), world(cluster_snapshot(nodes)), Ledger())
     assert applied(outcome)[1]["metadata"]["annotations"][NODES_ANNOTATION] == "a800-1"
+
+
+def test_a_job_admitted_on_a_nodegroup_deleted_since_gives_its_reservation_back_and_says_so() -> None:
+    """Bad input during a DRA re-admission: the queue pass reserved GPUs of real-dra-0 for the job, then its
+    NodeGroup was deleted. Nothing holds those GPUs afterwards, and the job names the group."""
+    ledger = Ledger()
+    job = new_job("shared-a", SHARED)
+    ledger.reserved_gpus[job.key] = {DRA_NODE: frozenset({0, 1, 2, 3})}
+    groups = {k: v for k, v in local_groups().items() if k != "real-dra"}
+    outcome = provision(job, world(cluster_snapshot(groups=groups)), ledger)
+    assert outcome.status.phase == JobPhase.PENDING and outcome.status.message == "NodeGroup real-dra not found"
+    assert ReleaseNodes() in outcome.actions
