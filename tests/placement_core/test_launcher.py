@@ -336,14 +336,14 @@ class Kinds:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """One simulated cluster for the module: node ranks 0 and 1, 8 fake GPUs each; placement_core is shipped
-    to the workers as for a stock Ray image, so every test here runs the shipped copy."""
+def ray_cluster(simulated_ray):
+    """The session's simulated cluster (conftest.py: node ranks 0 and 1, 8 fake GPUs each, placement_core
+    shipped to the workers as for a stock Ray image, so every test here runs the shipped copy), with this
+    module's actor classes sent by value."""
     import ray
 
     ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
-    with launcher.simulated_cluster([8, 8], ship_code=True):
-        yield
+    yield
     ray.cloudpickle.unregister_pickle_by_value(sys.modules[__name__])
 
 

@@ -138,9 +138,8 @@ def test_step_options_read_the_contract_variables(tmp_path, monkeypatch) -> None
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
-    with launcher.simulated_cluster([8, 8], ship_code=True):
-        yield
+def ray_cluster(simulated_ray):
+    return simulated_ray
 
 
 @pytest.mark.ray

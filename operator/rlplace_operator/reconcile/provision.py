@@ -412,7 +412,7 @@ def _children(
     draft: Draft, job: Job, spec: RLJobSpec, planned: JobPlan, attempt: int, world: World, actions: list[Any]
 ) -> Mapping[str, Any]:
     """The ConfigMap, the claim templates and the RayCluster or (with an entrypoint) the RayJob, in the order they
-    are applied; returns the child as it is now (observed) or is to be."""
+    are applied; returns the child as it will be once applied."""
     if not world.kuberay_served:
         kind = "RayJob" if spec.entrypoint else "RayCluster"
         raise draft.wait(
@@ -440,8 +440,10 @@ def _children(
     actions.append(Apply((configmap, *templates), owner))
     actions.append(DeleteStale(CLAIM_TEMPLATE_KIND, frozenset(t["metadata"]["name"] for t in templates)))
     actions.append(Apply((child,), owner))
+    # The child as the API server has it once applied: this spec, and the state KubeRay wrote of it so far (a
+    # resumed RayJob is still Suspended in its status until KubeRay acts on the new spec).
     observed = world.rayjob if spec.entrypoint else world.raycluster
-    return observed if observed is not None else child
+    return {**child, "status": dict((observed or {}).get("status") or {})}
 
 
 def _describe(

@@ -417,3 +417,15 @@ def test_a_job_admitted_on_a_nodegroup_deleted_since_gives_its_reservation_back_
     outcome = provision(job, world(cluster_snapshot(groups=groups)), ledger)
     assert outcome.status.phase == JobPhase.PENDING and outcome.status.message == "NodeGroup real-dra not found"
     assert ReleaseNodes() in outcome.actions
+
+
+def test_a_resumed_job_whose_rayjob_kuberay_has_not_resumed_yet_is_provisioning_not_suspended() -> None:
+    """The observed RayJob still says suspend and Suspended (KubeRay has not seen the new spec): the status is
+    computed from the RayJob as it is once applied, so the job waits for KubeRay's resume, and the timer keeps
+    looking at it (a Suspended phase would have left it there: found by the e2e suspend test)."""
+    spec = {**COLLOCATED, "entrypoint": "python train.py"}
+    suspended = {"metadata": {"name": "s", "ownerReferences": [{"uid": "uid-s"}]}, "spec": {"suspend": True},
+                 "status": {"jobDeploymentStatus": "Suspended"}}  # fmt: skip
+    outcome = provision(new_job("s", spec), world(rayjob=suspended), Ledger())
+    assert outcome.status.phase == JobPhase.PROVISIONING
+    assert condition(outcome, "DriverSucceeded").reason == "Resuming"
