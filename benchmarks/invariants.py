@@ -16,8 +16,9 @@ The rules (docs/status-truth.md):
   Workload holds no quota.
 - silent: a job not Running, finished or Suspended has a condition naming what it waits for, written within 60 s
   of its creation or its spec's change.
-- lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else; a phase moves back
-  only with a condition that says why; the attempt never goes down.
+- lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else; a job placed
+  (Provisioning or Running) names nothing it waits for and no queue position; a phase moves back only with a
+  condition that says why; the attempt never goes down.
 - driver-twice, progress: one driver (one RayJob) per attempt; the reported iteration never goes down within one
   attempt.
 """
@@ -330,6 +331,8 @@ class Checker:
                 )
         if phase == "Running":
             found += self._running(state, job)
+        if phase in ("Provisioning", "Running") and (status.get("waitingFor") or status.get("queuePosition")):
+            found.append(f"lie: RLJob {name} is {phase} but still says it waits for {status.get('waitingFor')!r}")
         if seen.phase is not None and phase is not None and ORDER.get(phase, 0) < ORDER.get(seen.phase, 0):
             said = [c for c in status.get("conditions") or [] if c.get("status") == "False" and c.get("reason")]
             if not said:

@@ -129,6 +129,14 @@ def test_a_running_job_without_its_pods_is_a_lie() -> None:
     assert "lie: RLJob ns/a is Running but its Ray head pod is not running" in Checker().check(state)
 
 
+def test_a_running_job_still_saying_what_it_waits_for_is_a_lie() -> None:
+    state = healthy()
+    state.rljobs[0]["status"]["waitingFor"] = "Kueue (ClusterQueue chaos)"
+    assert "lie: RLJob ns/a is Running but still says it waits for 'Kueue (ClusterQueue chaos)'" in Checker().check(
+        state
+    )
+
+
 def test_a_silent_job_a_phase_moving_back_and_an_attempt_going_down_are_named() -> None:
     checker = Checker()
     assert checker.check(healthy()) == []

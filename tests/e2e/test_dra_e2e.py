@@ -137,6 +137,53 @@ def test_two_four_gpu_jobs_share_a_node_and_a_third_runs_on_the_gpus_a_deleted_o
     assert third == [freed[0]], (third, freed)
 
 
+MISSING_CLASS = "gpu-typo.example.com"
+
+
+def test_a_missing_deviceclass_is_named_at_once_without_churn_and_the_job_runs_once_it_exists(
+    jobs: Jobs, dra_node: str, kubeconfig: str
+) -> None:
+    """Issue 41: a DRA NodeGroup whose claims name a DeviceClass that does not exist (a typo, or the chart
+    installed without dra.deviceClasses). Named on the job and the NodeGroup within 30 s, no RayCluster made while
+    it is missing, and the job runs within 30 s of the DeviceClass being created."""
+    patch = {"spec": {"dra": {"deviceClassName": MISSING_CLASS}}}
+    jobs.custom.patch_cluster_custom_object(GROUP, VERSION, "nodegroups", NODEGROUP, patch)
+    try:
+        jobs.create(gpu_job("typo", "0-1"))
+        created = time.monotonic()
+
+        def named() -> dict | None:
+            status = jobs.get("typo").get("status") or {}
+            said = [c for c in status.get("conditions") or [] if c.get("reason") == "DeviceClassNotFound"]
+            return status if said and MISSING_CLASS in said[0].get("message", "") else None
+
+        status = wait_for(named, 30, "the job naming the missing DeviceClass")
+        assert status["phase"] in ("Queued", "Pending"), status
+        group = jobs.custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", NODEGROUP)
+        ready = [c for c in (group.get("status") or {}).get("conditions") or [] if c["type"] == "Ready"]
+        assert ready and ready[0]["status"] == "False" and MISSING_CLASS in ready[0]["message"], group.get("status")
+        time.sleep(max(0.0, 40 - (time.monotonic() - created)))  # longer than a bind timeout: no retry made one
+        made = jobs.custom.list_namespaced_custom_object("ray.io", "v1", jobs.namespace, "rayclusters")["items"]
+        assert made == [], [m["metadata"]["name"] for m in made]
+        assert not (jobs.get("typo").get("status") or {}).get("restarts")
+
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": MISSING_CLASS},
+            "spec": {"selectors": [{"cel": {"expression": f"device.driver == '{DRA_DRIVER}'"}}]},
+        }
+        kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(body))
+        running = wait_for(
+            lambda: (s := jobs.get("typo").get("status") or {}).get("phase") == "Running" and s,
+            30,
+            "the job Running once its DeviceClass exists",
+        )
+        assert running_on_devices(jobs, "typo") is not None, running
+    finally:
+        kubectl(kubeconfig, "delete", "deviceclass", MISSING_CLASS, "--ignore-not-found")
+
+
 def foreign_claim(
     namespace: str, node: str, index: int, image: str = "localhost/rlplace/ray-rlplace:dev"
 ) -> tuple[dict, dict]:

@@ -145,6 +145,10 @@ def write_status(kube: Kube, job: Job, outcome: Outcome) -> None:
     kube.write_rljob_status(ref(job), job.status, status_wire(outcome.status), job.resource_version)
 
 
+#: Status fields a reconcile pass does not write: the progress endpoint's (server/progress.py).
+WRITTEN_BY_OTHERS = frozenset({"progress"})
+
+
 def write_provisioned(kube: Kube, job: Job, wanted: Mapping[str, Any]) -> None:
     """Write what a provision pass decided. Its children are applied already, so a later pass sees them and
     provisions nothing: this write is the only one that says what they run (placement, appliedPlacement, the
@@ -159,7 +163,11 @@ def write_provisioned(kube: Kube, job: Job, wanted: Mapping[str, Any]) -> None:
             again = reread(kube, job)
             if again is None or again.generation != job.generation:
                 return  # deleted, or a new spec: its own provision pass says what it runs
-            job, wanted = again, cond.apply_merge_patch(again.status, changes)
+            # This pass's status is the whole truth about what its children run: a field it does not have that
+            # another pass wrote meanwhile (what the job waited for, its queue position) no longer holds. Only
+            # what other writers own is kept from theirs.
+            merged = cond.apply_merge_patch(again.status, changes)
+            job, wanted = again, {k: v for k, v in merged.items() if k in wanted or k in WRITTEN_BY_OTHERS}
     logger.warning("RLJob %s/%s: the status of its new children kept conflicting; not written", *job.key)
 
 

@@ -67,3 +67,17 @@ def test_a_write_without_a_conflict_is_one_request() -> None:
     server = OneRLJobServer(BEFORE)
     _write_provisioned(server, job_of_body(BEFORE), {**BEFORE["status"], "phase": "Running"})
     assert server.writes == 1 and server.body["status"]["phase"] == "Running"
+
+
+def test_what_another_pass_said_the_job_waits_for_is_gone_once_this_pass_placed_it() -> None:
+    """Seen under chaos: a pass wrote "waiting for Kueue" while this one, read before that write, was placing the
+    job on Kueue's admission; the job ran with the stale words in `kubectl get`'s Waiting For column."""
+    server = OneRLJobServer(BEFORE)
+    job = job_of_body(BEFORE)
+    server.other_writer({"phase": "Queued", "waitingFor": "Kueue", "queuePosition": 2, "progress": {"iteration": 4}})
+    _write_provisioned(server, job, {**BEFORE["status"], "phase": "Provisioning", "appliedPlacement": SEARCHED})
+    assert server.body["status"] == {
+        "phase": "Provisioning",
+        "appliedPlacement": SEARCHED,
+        "progress": {"iteration": 4},
+    }

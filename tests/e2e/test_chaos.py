@@ -1,0 +1,68 @@
+"""Status stays true through faults (issue 41), shortened: while two resumable jobs run on the real nodes (one
+waits for the other's node in rlplace's queue), each fault once, the invariant checker (benchmarks/invariants.py)
+after every one; both jobs then succeed and nothing is left that the checker would name. The long run is
+benchmarks/chaos.py (docs/status-truth.md has its table)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+
+import pytest
+from chaos import FAULTS as ALL_FAULTS
+from chaos import RECOVERY_CAP_SECONDS, Cluster, Load, recover
+from test_lifecycle import resumable_job
+from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
+
+from e2e_cluster import e2e_dir, wait_for
+from invariants import Checker, ClusterState
+from rlplace_fixtures import OperatorProcess
+
+pytestmark = pytest.mark.e2e
+
+#: The faults of this short run, each once: those that pass in seconds (the kubelet stopped for a minute and the
+#: Helm upgrade are the benchmark's).
+FAULTS = ("operator-kill", "apiserver-restart", "scheduler-kill", "kuberay-kill", "kueue-kill", "containerd-kill")
+
+
+def test_status_stays_true_through_faults_and_both_jobs_succeed(
+    run_jobs: RunJobs,  # noqa: F811
+    real_nodes: list[str],  # noqa: F811
+    kubeconfig: str,
+    rlplace_operator: object,
+) -> None:
+    if not (e2e_dir() / "cluster" / "cmds").is_dir():
+        pytest.skip("the faults hit the processes of a local cluster of `make cluster-up`; KUBECONFIG is another")
+    cluster = Cluster(kubeconfig, e2e_dir())
+    faults = dict(ALL_FAULTS)
+    if isinstance(rlplace_operator, OperatorProcess):  # the operator runs here, not in a pod: kill that process
+        faults["operator-kill"] = lambda cluster, rng: kill_local_operator(rlplace_operator)
+    for name in ("first", "second"):  # one real a800 node: the second waits in rlplace's queue
+        run_jobs.create(resumable_job(run_jobs, name))
+    load = Load(cluster, run_jobs.namespace, {}, {})
+    wait_for(lambda: run_jobs.status("first").get("phase") == "Running", 240, "first Running", interval=1)
+    checker, rng = Checker(), random.Random(41)
+    for kind in FAULTS:
+        before = load.jobs()
+        what = faults[kind](cluster, rng)
+        after = recover(cluster, load, checker, before)
+        assert after.violations == [], f"{kind} ({what}): {after.violations}"
+        assert after.seconds < RECOVERY_CAP_SECONDS, f"{kind}: not back on track in {after.seconds:.0f} s"
+    for name in ("first", "second"):
+        ended = wait_for(
+            lambda name=name: (s := run_jobs.status(name)).get("phase") in ("Succeeded", "Failed") and s,
+            400,
+            f"{name} ended",
+            interval=2,
+        )
+        assert ended["phase"] == "Succeeded", ended.get("message")
+    assert checker.check(ClusterState.read(cluster.api)) == []
+
+
+def kill_local_operator(operator: OperatorProcess) -> str:
+    assert operator.process is not None
+    os.kill(operator.process.pid, signal.SIGKILL)
+    operator.process.wait()
+    operator.start()
+    return "killed the operator's process (-9) and started it again"
