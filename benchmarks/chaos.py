@@ -21,6 +21,7 @@ named). Prints the table of docs/status-truth.md: fault, times, jobs affected, v
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import dataclasses
 import json
@@ -340,8 +341,9 @@ class Result:
 
 @dataclasses.dataclass
 class Recovery:
-    """What followed a fault: how long until every job was back on track, the violations still seen then, the
-    jobs it touched and the cluster's components that had exited meanwhile (and were started again)."""
+    """What followed a fault: how long until every job was back on track, every violation seen from the fault's
+    start until then (the checker allows the operator its reaction time), the jobs it touched and the cluster's
+    components that had exited meanwhile (and were started again)."""
 
     seconds: float
     violations: list[str]
@@ -349,25 +351,51 @@ class Recovery:
     revived: list[str]
 
 
-def recover(cluster: Cluster, load: Load, checker: Checker, before: dict[str, dict]) -> Recovery:
+def look(cluster: Cluster, checker: Checker) -> list[str] | None:
+    """The checker's word on the cluster now; None when the API cannot be read (a fault took it away)."""
+    try:
+        state = ClusterState.read(cluster.api)
+    except Exception:  # whatever the client raises while the apiserver or etcd is away
+        return None
+    return checker.check(state)
+
+
+def inject(
+    cluster: Cluster, checker: Checker, fault: Callable[[Cluster, random.Random], str], rng: random.Random
+) -> tuple[str, set[str]]:
+    """The fault, looked at while it lasts (a kubelet stopped for a minute is when a status may lie): what it
+    did and the violations seen meanwhile."""
+    seen: set[str] = set()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        done = pool.submit(fault, cluster, rng)
+        while not done.done():
+            seen |= set(look(cluster, checker) or [])
+            time.sleep(LOOK_SECONDS)
+        return done.result(), seen
+
+
+def recover(
+    cluster: Cluster, load: Load, checker: Checker, before: dict[str, dict], seen: set[str] | None = None
+) -> Recovery:
     """Look until every job is back on track: no violation, and every job that was Running before runs again or
     has ended. Components that exited are started again at each look, as a supervisor would."""
     started = time.monotonic()
     was_running = {n for n, j in before.items() if (j.get("status") or {}).get("phase") == "Running"}
     marks = job_marks(before)
     touched: set[str] = set()
-    violations: list[str] = []
+    violations = set(seen or ())
     revived: list[str] = []
     while True:
         revived += cluster.revive()
-        violations = checker.check(ClusterState.read(cluster.api))
+        now = look(cluster, checker)
+        violations |= set(now or [])
         jobs = load.jobs()
         touched |= {n for n, m in job_marks(jobs).items() if n in marks and m != marks[n]}
         phases = {n: (j.get("status") or {}).get("phase") for n, j in jobs.items()}
         back = all(phases.get(n) in ("Running", *FINISHED) for n in was_running)
         elapsed = time.monotonic() - started
-        if (back and not violations) or elapsed > RECOVERY_CAP_SECONDS:
-            return Recovery(elapsed, violations, touched, revived)
+        if (back and now == []) or elapsed > RECOVERY_CAP_SECONDS:
+            return Recovery(elapsed, sorted(violations), touched, revived)
         load.top_up()
         time.sleep(LOOK_SECONDS)
 
@@ -426,8 +454,8 @@ def run(
         time.sleep(rng.uniform(*gap))
         load.top_up()
         before = load.jobs()
-        what = FAULTS[kind](cluster, rng)
-        after = recover(cluster, load, checker, before)
+        what, during = inject(cluster, checker, FAULTS[kind], rng)
+        after = recover(cluster, load, checker, before, during)
         results.append(Result(kind, what, len(after.touched), after.violations, after.seconds, after.revived))
         said = f"; {len(after.violations)} violations: {after.violations[0]}" if after.violations else ""
         revived = f"; exited and started again: {', '.join(after.revived)}" if after.revived else ""

@@ -16,9 +16,9 @@ The rules (docs/status-truth.md):
   Workload holds no quota.
 - silent: a job not Running, finished or Suspended has a condition naming what it waits for, written within 60 s
   of its creation or its spec's change.
-- lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else; a job placed
-  (Provisioning or Running) names nothing it waits for and no queue position; a phase moves back only with a
-  condition that says why; the attempt never goes down.
+- lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else (once the operator
+  had 30 s to see a change); a job placed (Provisioning or Running) names nothing it waits for and no queue
+  position; a phase moves back only with a condition that says why; the attempt never goes down.
 - driver-twice, progress: one driver (one RayJob) per attempt; the reported iteration never goes down within one
   attempt.
 """
@@ -45,6 +45,9 @@ ORDER = {"Pending": 0, "Queued": 0, "Provisioning": 1, "Running": 2, "Suspended"
 GRACE_SECONDS = 60.0
 #: How long a new or changed job may go without a condition that says what it waits for.
 SILENT_SECONDS = 60.0
+#: How long a Running job's status may trail its pods (a pod that stopped being Ready, a worker gone) before it
+#: is a lie: the operator learns of a pod's change by a watch and a look, not at the instant it happens.
+REACTION_SECONDS = 30.0
 
 
 def _time(value: str | None) -> dt.datetime | None:
@@ -131,14 +134,22 @@ class _Seen:
     rayjobs: dict[int, set[str]] = field(default_factory=dict)
     """Attempt -> uids of the RayJobs seen for it."""
     finished_at: dt.datetime | None = None
+    lying_since: dt.datetime | None = None
+    """Since when its Running status has disagreed with its pods, at every look since."""
 
 
 class Checker:
     """Checks a sequence of ClusterStates; `check` returns this state's violations, one line each."""
 
-    def __init__(self, grace_seconds: float = GRACE_SECONDS, silent_seconds: float = SILENT_SECONDS) -> None:
+    def __init__(
+        self,
+        grace_seconds: float = GRACE_SECONDS,
+        silent_seconds: float = SILENT_SECONDS,
+        reaction_seconds: float = REACTION_SECONDS,
+    ) -> None:
         self.grace = dt.timedelta(seconds=grace_seconds)
         self.silent = dt.timedelta(seconds=silent_seconds)
+        self.reaction = dt.timedelta(seconds=reaction_seconds)
         self.seen: dict[str, _Seen] = {}
         #: (kind, namespace/name, uid) -> when it was first seen orphaned (or a claim seen holding other devices).
         self.orphaned_since: dict[tuple[str, str, str], dt.datetime] = {}
@@ -329,8 +340,13 @@ class Checker:
                 found.append(
                     f"silent: RLJob {name} is {phase or 'without a phase'} with no condition saying what it waits for"
                 )
-        if phase == "Running":
-            found += self._running(state, job)
+        lies = self._running(state, job) if phase == "Running" else []
+        if not lies:
+            seen.lying_since = None
+        elif seen.lying_since is None:
+            seen.lying_since = state.now
+        if lies and state.now - seen.lying_since >= self.reaction:
+            found += lies
         if phase in ("Provisioning", "Running") and (status.get("waitingFor") or status.get("queuePosition")):
             found.append(f"lie: RLJob {name} is {phase} but still says it waits for {status.get('waitingFor')!r}")
         if seen.phase is not None and phase is not None and ORDER.get(phase, 0) < ORDER.get(seen.phase, 0):

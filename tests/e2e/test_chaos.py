@@ -11,7 +11,7 @@ import signal
 
 import pytest
 from chaos import FAULTS as ALL_FAULTS
-from chaos import RECOVERY_CAP_SECONDS, Cluster, Load, recover
+from chaos import RECOVERY_CAP_SECONDS, Cluster, Load, inject, recover
 from test_lifecycle import resumable_job
 from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
@@ -45,8 +45,8 @@ def test_status_stays_true_through_faults_and_both_jobs_succeed(
     checker, rng = Checker(), random.Random(41)
     for kind in FAULTS:
         before = load.jobs()
-        what = faults[kind](cluster, rng)
-        after = recover(cluster, load, checker, before)
+        what, during = inject(cluster, checker, faults[kind], rng)
+        after = recover(cluster, load, checker, before, during)
         assert after.violations == [], f"{kind} ({what}): {after.violations}"
         assert after.seconds < RECOVERY_CAP_SECONDS, f"{kind}: not back on track in {after.seconds:.0f} s"
     for name in ("first", "second"):
