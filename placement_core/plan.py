@@ -11,7 +11,8 @@ import gzip
 import itertools
 import json
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 from types import MappingProxyType
 from typing import Any
 
@@ -52,6 +53,16 @@ class ProcessPlan:
         return self.placement.local_hardware_ranks if self.hardware_type == ACCELERATOR else ()
 
 
+class OnLoss(StrEnum):
+    """What losing a process of a component costs the job (docs/replace.md)."""
+
+    RESTART_JOB = "RestartJob"
+    """The whole job restarts from its last checkpoint: ranks that hold one state together (a trainer)."""
+    REPLACE = "Replace"
+    """The lost ranks are started again while the job runs, and the driver goes on with the others meanwhile:
+    replicas independent from one iteration to the next (rollout, env, reward)."""
+
+
 @dataclass(frozen=True, slots=True)
 class ComponentPlan:
     """One component: its strategy, the node groups its ranks count over, and its processes in rank order."""
@@ -63,6 +74,7 @@ class ComponentPlan:
     hardware_ranks: tuple[int, ...]
     """Its resource ranks within its node groups, in part order."""
     processes: tuple[ProcessPlan, ...]
+    on_loss: OnLoss = OnLoss.RESTART_JOB
 
     @property
     def world_size(self) -> int:
@@ -91,6 +103,13 @@ class Plan:
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.components)
 
+    def with_on_loss(self, on_loss: Mapping[str, OnLoss]) -> Plan:
+        """The plan with these components' OnLoss (the others keep theirs)."""
+        for name in on_loss:
+            self.component(name)
+        components = tuple(replace(c, on_loss=on_loss.get(c.name, c.on_loss)) for c in self.components)
+        return replace(self, components=components)
+
     def processes(self) -> Iterator[tuple[ComponentPlan, ProcessPlan]]:
         """Every process of every component, component by component in rank order."""
         for component in self.components:
@@ -108,6 +127,8 @@ class Plan:
                     "strategy": c.strategy,
                     "node_groups": list(c.node_groups),
                     "hardware_ranks": list(c.hardware_ranks),
+                    # Only when not the default, so a plan without replacement reads as before.
+                    **({"on_loss": str(c.on_loss)} if c.on_loss != OnLoss.RESTART_JOB else {}),
                     "processes": [
                         {
                             **p.placement.to_dict(),
@@ -242,8 +263,11 @@ def _component_from_dict(name: str, raw: object) -> ComponentPlan:
         raise PlacementError(f"{where}: 'node_groups' must be a list of labels, got {_quote(groups)}")
     if not isinstance(ranks, list) or not all(_typed(where, r, int) for r in ranks):
         raise PlacementError(f"{where}: 'hardware_ranks' must be a list of integers, got {_quote(ranks)}")
+    on_loss = raw.get("on_loss", OnLoss.RESTART_JOB)
+    if on_loss not in tuple(OnLoss):
+        raise PlacementError(f"{where}: 'on_loss' must be one of {', '.join(OnLoss)}, got {_quote(on_loss)}")
     processes = tuple(_process_from_dict(where, index, entry) for index, entry in enumerate(entries))
-    return ComponentPlan(name, strategy, tuple(groups), tuple(ranks), processes)
+    return ComponentPlan(name, strategy, tuple(groups), tuple(ranks), processes, OnLoss(on_loss))
 
 
 def _process_from_dict(component: str, index: int, raw: object) -> ProcessPlan:
