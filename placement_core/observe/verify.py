@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from placement_core.contract import (
     BINDING_REPORT_PREFIX,
     HOST_GPUS_ENV,
     KUBE_NODE_ENV,
+    REPLACED_PREFIX,
     container_ordinals,
     dra_devices_seen,
 )
@@ -447,6 +448,34 @@ def _gpus(gpus: frozenset[int]) -> str:
 def report_line(report: BindingReport) -> str:
     """The log line a driver prints so the operator can read the report from the driver's log."""
     return BINDING_REPORT_PREFIX + report.to_json()
+
+
+def replaced_line(component: str, rank: int) -> str:
+    """The line a driver prints once it started a lost rank again (before its new binding report)."""
+    return REPLACED_PREFIX + json.dumps({"component": component, "rank": rank}, separators=(",", ":"))
+
+
+def find_report_after(log: str, replaced: Mapping[str, Collection[int]]) -> BindingReport | None:
+    """The first binding report printed after the driver said it started every one of the `replaced` ranks again
+    (component -> ranks; `replaced_line`), or None while it has not: the report that covers them."""
+    waiting = {(component, rank) for component, ranks in replaced.items() for rank in ranks}
+    for line in log.splitlines():
+        if waiting:
+            start = line.find(REPLACED_PREFIX)
+            if start >= 0:
+                try:
+                    said = json.loads(line[start + len(REPLACED_PREFIX) :])
+                    waiting.discard((str(said["component"]), int(said["rank"])))
+                except (ValueError, KeyError, TypeError):
+                    pass  # a line cut short by the log limit
+            continue
+        start = line.find(BINDING_REPORT_PREFIX)
+        if start >= 0:
+            try:
+                return BindingReport.from_json(line[start + len(BINDING_REPORT_PREFIX) :])
+            except ValueError:
+                continue
+    return None
 
 
 def find_report(log: str) -> BindingReport | None:

@@ -19,7 +19,9 @@ from placement_core.observe.verify import (
     ProcessCheck,
     check_binding,
     find_report,
+    find_report_after,
     libcuda_mapped,
+    replaced_line,
     report_line,
     select_devices,
 )
@@ -237,3 +239,17 @@ def test_cuda_loaded_before_reads_this_process(tmp_path) -> None:
         "CUDA was loaded in this process before its planned environment was set (CUDA_VISIBLE_DEVICES was '0,1' "
         "then), so it may use other GPUs than planned (launch with env_via='runtime_env')",
     ], done.stderr
+
+
+def test_the_report_after_the_replaced_ranks_lines_is_the_one_that_verifies_them() -> None:
+    config = {"cluster": {"num_nodes": 1, "accelerators_per_node": 2, "component_placement": {"rollout": "0-1"}}}
+    plan = build_plan(component_placement(config))
+    first = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in plan.processes())
+    later = BindingReport.of((ProcessCheck(c.name, p.rank, "elsewhere", ()), p) for c, p in plan.processes())
+    log = "\n".join(
+        [report_line(first), "step 1", replaced_line("rollout", 1), "step 2", report_line(later), report_line(first)]
+    )
+    found = find_report_after(log, {"rollout": [1]})
+    assert found is not None and found.to_json() == later.to_json()
+    assert find_report_after(log, {"rollout": [0, 1]}) is None  # rank 0 was not replaced yet
+    assert find_report_after(report_line(first), {"rollout": [1]}) is None

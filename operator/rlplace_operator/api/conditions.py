@@ -79,6 +79,14 @@ DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
 REQUEST_TOO_LARGE = "RequestTooLarge"
 #: The job's planned Ray pods are not all Running and Ready on their planned nodes (whatever KubeRay's state).
 PODS_NOT_READY = "PodsNotReady"
+# Replace components (docs/replace.md): RayClusterReady False while lost ranks are replaced and the job runs on;
+# Warning Event when ranks are lost, Normal Event when they run again (the Profiled condition's reason
+# PROFILED_AND_REPLACED is the same word, on a condition, not an Event); BindingVerified while the driver's
+# report of the new ranks is awaited.
+REPLACING = "Replacing"
+RANKS_LOST = "RanksLost"
+RANKS_REPLACED = "Replaced"
+REVERIFYING = "Reverifying"
 # Kueue admission (docs/kueue.md)
 WAITING_FOR_KUEUE = "WaitingForKueue"
 ADMITTED_BY_KUEUE = "AdmittedByKueue"
@@ -134,15 +142,15 @@ def short(message: str) -> str:
 def set_condition(
     conditions: Sequence[dict] | None,
     type_: str,
-    status: bool,
+    status: bool | None,
     reason: str,
     message: str = "",
     generation: int | None = None,
     at: str | None = None,
 ) -> list[dict]:
-    """A new list with `type_` set; the other conditions are kept in order. A transition is stamped `at` (RFC
-    3339; now when not given)."""
-    value = "True" if status else "False"
+    """A new list with `type_` set (`status` None: Unknown); the other conditions are kept in order. A transition is
+    stamped `at` (RFC 3339; now when not given)."""
+    value = "Unknown" if status is None else "True" if status else "False"
     message = short(message)
     stamp = at or now()
     result = [dict(c) for c in conditions or []]

@@ -11,6 +11,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.observed import Apply
+from placement_core.plan import OnLoss
 from rlplace_operator.api.base import CamelModel, cel
 from rlplace_operator.api.podspec import PLAN_MOUNT_PATH, SHM_MOUNT_PATH, PodSettings, Volume, mount_path_allowed
 
@@ -66,6 +67,25 @@ class PlacementEntry(CamelModel):
         ),
     ] = None
     """NodeGroups the ranks count over, comma-separated, in order (default: all of the job's node groups)."""
+
+
+#: One component name (as componentPlacement's keys list them).
+COMPONENT_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
+
+
+class ComponentSettings(CamelModel):
+    """How the job treats one of its components beyond where it runs (docs/replace.md)."""
+
+    name: Annotated[str, Field(pattern=COMPONENT_NAME_PATTERN, max_length=253)]
+    """The component, as componentPlacement names it (`rollout`)."""
+    on_loss: OnLoss = OnLoss.RESTART_JOB
+    """What losing one of its processes (its pod deleted or evicted, its node lost, its container killed) does.
+    RestartJob: the whole job restarts from its last checkpoint (a trainer, whose ranks hold one state). Replace:
+    the job keeps running; the lost ranks are started again on the same node once it is back, or on a healthy node
+    of the same NodeGroup, and the driver goes on with the live replicas meanwhile (replicas independent from one
+    iteration to the next: rollout, env, reward). Replace needs ranks of their own (no GPU shared with a
+    RestartJob component, no tensor or pipeline parallelism, not the trainer) and a driver that takes replacements
+    (rlplace's launcher with replace_lost; docs/driver.md); framework jobs (rlinf, verl) cannot."""
 
 
 class AppliedPlacementEntry(CamelModel):
@@ -390,6 +410,14 @@ class RLJobSpec(
         ),
     ] = []
     """cluster.component_placement as a list of entries (one per key). Empty with autoPlacement.enabled."""
+    components: Annotated[
+        list[ComponentSettings],
+        Field(
+            max_length=64, json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["name"]}
+        ),
+    ] = []
+    """Per-component settings (what losing a process does), by component name; a component not listed keeps the
+    defaults."""
     auto_placement: AutoPlacement = AutoPlacement()
     """Auto placement: `enabled` searches the placement from `profile`; `apply`, `minGain`, `cooldown` say what
     to do with the placement recommended from the job's measured step times."""

@@ -236,6 +236,38 @@ class Preemption(CamelModel):
     """The driver's newest checkpoint then (status.progress.checkpointStep): a newer one ends the grace."""
 
 
+class LostRanks(CamelModel):
+    """Ranks of a Replace component whose pod is lost, while they are replaced."""
+
+    node: str
+    """The node they were planned on."""
+    ranks: list[int]
+    """The component's ranks on it."""
+    since: str
+    """When the loss was first seen (RFC 3339)."""
+    why: str
+    """What the API shows of their pod (deleted, Pending and why, its node NotReady)."""
+
+
+class ComponentReplicas(CamelModel):
+    """A component of a job with Replace components (spec.components[].onLoss): how many of its ranks run."""
+
+    name: str
+    """Component name."""
+    on_loss: str
+    """RestartJob or Replace."""
+    desired: int
+    """Ranks the plan has."""
+    live: int
+    """Ranks whose pod runs and is Ready on its planned node."""
+    replaced: int | None = None
+    """Ranks started again while the job ran, for the current spec."""
+    lost: list[LostRanks] | None = None
+    """Ranks lost now, by node: the job runs on without them until they are replaced."""
+    unverified: list[int] | None = None
+    """Ranks replaced whose binding the driver has not reported yet (BindingVerified waits for them)."""
+
+
 class RLJobStatus(CamelModel):
     """What the operator did with the job."""
 
@@ -303,6 +335,9 @@ class RLJobStatus(CamelModel):
     replacements: list[Replacement] = []
     """Re-placements from recommendations for the current spec, oldest first (the last one is what the job
     runs)."""
+    components: list[ComponentReplicas] = []
+    """For a job with Replace components: each component's desired and live ranks, the ranks replaced while the
+    job ran and those lost now (docs/replace.md)."""
     kueue: KueueAdmission | None = None
     """How Kueue admitted the job (a job that names a LocalQueue)."""
     preemption: Preemption | None = None

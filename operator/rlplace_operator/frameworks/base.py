@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 
 from placement_core.observe.progress import IterationReport
 from placement_core.observe.verify import BindingReport, find_report
-from placement_core.plan import Plan
+from placement_core.plan import OnLoss, Plan
 from rlplace_operator.api.rljob import FrameworkName, OnBindingMismatch, RLJobSpec
 from rlplace_operator.diagnosis.causes import FRAMEWORK_MISSING, Cause
 
@@ -162,5 +162,13 @@ class ProgramFramework(Framework):
             return (
                 f"NodeGroup {shared[0]} allocates GPUs through DRA; framework jobs run on devicePlugin NodeGroups "
                 "only for now (their GPU numbering is the framework's)"
+            )
+        replaced = [c.name for c in spec.components if c.on_loss is OnLoss.REPLACE]
+        if replaced:
+            # The framework's own workers hold the processes: nothing in them starts a lost replica again and
+            # goes on, so a loss must restart the job.
+            return (
+                f"component '{replaced[0]}': onLoss Replace needs a driver that starts lost replicas again, and "
+                f"framework {self.name}'s workers cannot be replaced today (use RestartJob)"
             )
         return None

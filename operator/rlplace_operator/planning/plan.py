@@ -28,6 +28,7 @@ from rlplace_operator.api.status import ComponentSummary, ResolvedPlacement
 from rlplace_operator.cluster.dra import DevicePin
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, unit_resource
 from rlplace_operator.cluster.taints import Taint
+from rlplace_operator.planning.replace import with_on_loss
 
 
 @dataclass(frozen=True)
@@ -157,7 +158,9 @@ def profiling_spec(spec: RLJobSpec, annotations: Mapping[str, str], placement: S
             "or profileFirst"
         )
     auto = spec.auto_placement.model_copy(update={"enabled": False, "profile_first": False})
-    update = {"component_placement": list(placement), "auto_placement": auto}
+    # The profiling run is collocated (every component on every GPU): a loss there restarts it, whatever
+    # spec.components says of the run it measures for.
+    update = {"component_placement": list(placement), "auto_placement": auto, "components": []}
     return spec.model_copy(update={**update, "placement_mode": PlacementMode.MODEL_PARALLEL})
 
 
@@ -218,7 +221,7 @@ def plan_job(
         if model_parallel
         else HybridComponentPlacement.from_entries(entries, cluster)
     )
-    plan = build_plan(placed, isolate_accelerator=spec.isolate_accelerators)
+    plan = with_on_loss(spec, build_plan(placed, isolate_accelerator=spec.isolate_accelerators))
     workers = worker_nodes(plan, cluster, groups, nodes)
     return JobPlan(
         plan=plan,

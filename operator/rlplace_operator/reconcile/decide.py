@@ -29,6 +29,7 @@ from rlplace_operator.reconcile.actions import Action, DeleteChildren, MarkWorkl
 from rlplace_operator.reconcile.driver import with_driver
 from rlplace_operator.reconcile.observe import recommendation_due
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
+from rlplace_operator.reconcile.replicas import replicas_pending
 from rlplace_operator.reconcile.restarts import attempt_of, follow_eviction, follow_replaced_nodes, stale_attempt
 from rlplace_operator.reconcile.world import Job, World
 
@@ -175,7 +176,7 @@ def needs_look(entry: Mapping[str, Any]) -> bool:
     if status.get("preemption") or admitter.awaits_workload_word(status):
         return True
     unverified = not any(c.get("type") == cond.BINDING_VERIFIED for c in status.get("conditions") or [])
-    return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and unverified
+    return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and (unverified or replicas_pending(status))
 
 
 def status_wire(status: RLJobStatus) -> dict[str, Any]:

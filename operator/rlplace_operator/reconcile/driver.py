@@ -25,7 +25,8 @@ from rlplace_operator.api.rljob import SubmissionMode
 from rlplace_operator.api.status import MAX_RESTARTS_KEPT, ComponentBinding, JobPhase, ObservedProcesses
 from rlplace_operator.diagnosis.losses import lost_process
 from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes
-from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, provisioning_checks, status_of, waiting_pod
+from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, pod_problems, provisioning_checks, status_of
+from rlplace_operator.reconcile.replicas import Replicas, has_replace, replicas
 from rlplace_operator.reconcile.restarts import restart_on_failure
 from rlplace_operator.reconcile.world import Job, World
 
@@ -203,18 +204,28 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
     if state.started and not status.get("attempts"):
         new["attempts"] = 1
     if new["phase"] == JobPhase.RUNNING:
-        # Running means every planned pod runs, not KubeRay's word alone (pods.waiting_pod).
-        waiting = waiting_pod(status, new.get("rayCluster"), world.pods)
-        new["conditions"] = cond.set_condition(
-            new["conditions"],
-            cond.RAYCLUSTER_READY,
-            waiting is None,
-            cond.RAYCLUSTER_IS_READY if waiting is None else cond.PODS_NOT_READY,
-            "all Ray pods are ready" if waiting is None else waiting,
-            job.generation,
+        # Running means every planned pod runs, not KubeRay's word alone (pods.pod_problems); a running job whose
+        # lost pods hold only Replace ranks runs on while they are replaced (replicas.py).
+        problems = pod_problems(status, new.get("rayCluster"), world.pods)
+        waiting = problems.first()
+        kept = replicas(world.plan, status, problems, world.now) if world.plan and has_replace(job.spec) else None
+        runs_on = (
+            waiting is not None and kept is not None and kept.replaceable and status.get("phase") == JobPhase.RUNNING
         )
-        if waiting is not None:
+        if kept is not None:
+            new["components"] = kept.components
+            actions += kept.events
+        reason = cond.RAYCLUSTER_IS_READY if waiting is None else cond.REPLACING if runs_on else cond.PODS_NOT_READY
+        said = "all Ray pods are ready" if waiting is None else kept.summary() if runs_on and kept else waiting
+        new["conditions"] = cond.set_condition(
+            new["conditions"], cond.RAYCLUSTER_READY, waiting is None, reason, said, job.generation
+        )
+        if runs_on and kept is not None:
+            new["message"] = f"the driver is running; {kept.summary()}"
+        elif waiting is not None:
             new.update(phase=str(JobPhase.PROVISIONING), message=f"the driver started, but {waiting}")
+        if kept is not None and kept.unverified:
+            new["conditions"] = _reverified(new["conditions"], kept, report, job.generation)
     stops = job.framework.operator_stops_on_mismatch()
     if stops and mismatch_fails and not state.finished and report is not None and not report.ok:
         # The framework's own program put a process elsewhere than planned: nothing in it stops it (an rlplace
@@ -251,6 +262,25 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         c.get("type") == cond.BINDING_VERIFIED for c in status.get("conditions") or []
     )
     return Outcome(tuple(actions), status_of(status), LOOK_AGAIN_SECONDS if unverified or not state.started else None)
+
+
+def _reverified(
+    conditions: list[dict[str, Any]], kept: Replicas, report: BindingReport | None, generation: int | None
+) -> list[dict[str, Any]]:
+    """BindingVerified of a job whose replaced ranks the driver has not reported yet: the report found after their
+    replacement (observe.py reads only that one then) verifies them, and they are no longer awaited; without it
+    the condition says what it waits for."""
+    if report is not None:
+        for component in kept.components:
+            component.pop("unverified", None)
+        return conditions
+    waiting = ", ".join(f"{name} {_ranks(ranks)}" for name, ranks in kept.unverified.items())
+    message = f"waiting for the driver's binding report of the replaced ranks: {waiting}"
+    return cond.set_condition(conditions, cond.BINDING_VERIFIED, None, cond.REVERIFYING, message, generation)
+
+
+def _ranks(ranks: list[int]) -> str:
+    return "rank " + ", ".join(map(str, ranks)) if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
 
 def _failure_named(job: Job, world: World, new: dict[str, Any], kuberay_reason: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
-from placement_core.observe.verify import BindingReport
+from placement_core.observe.verify import BindingReport, find_report_after
 from placement_core.plan import Plan
 from rlplace_operator.admission import admitter
 from rlplace_operator.admission.ledger import Ledger
@@ -47,6 +47,7 @@ from rlplace_operator.reconcile.driver import (
     driver_state,
 )
 from rlplace_operator.reconcile.pods import cluster_ready
+from rlplace_operator.reconcile.replicas import has_replace, replaced_unverified
 from rlplace_operator.reconcile.world import Job, Settings, World, admitted_since, owned
 
 #: Events this much older than the job's admission belong to an earlier attempt (clocks differ a little).
@@ -275,11 +276,18 @@ class Observer:
             nodes, plan = self._job_nodes(job, pods), self._plan(job)
         elif not state.started:
             plan = self._plan_if_not_started(job, pods, now)
+        elif not state.finished and has_replace(job.spec):
+            # Which ranks a lost pod held, and whether they may be replaced while the job runs (replicas.py).
+            plan = self._plan(job)
         if failed_now and state.phase is JobPhase.FAILED:
             tail = self._log_tail(job, rayjob)
         verified = any(c.get("type") == cond.BINDING_VERIFIED for c in job.status.get("conditions") or [])
+        awaited = replaced_unverified(job.status)
         report = None
-        if state.started and (not verified or restarted):
+        if awaited and state.started and not state.finished and not restarted:
+            # The replaced ranks are verified by the first report the driver printed after it started them.
+            report = find_report_after(self._log_tail(job, rayjob), awaited)
+        elif state.started and (not verified or restarted):
             report = self._report(job, rayjob, state, now)
         return World(
             now=now,

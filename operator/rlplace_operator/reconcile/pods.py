@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from rlplace_operator.api import conditions as cond
@@ -206,13 +207,29 @@ def _running_and_ready(pod: Mapping[str, Any]) -> str | None:
     )
 
 
-def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
-    """Which of the job's planned Ray pods is not Running and Ready on its planned node, and why (None: every one
-    is). The plan's pods are the head and one worker per node of status.placement; a pod counts if it belongs to the
-    job's current Ray cluster (`cluster`, KubeRay's ray.io/cluster label) and is not being deleted. KubeRay's own
-    readiness is not enough: it judges the pods it has listed, so a head that runs before a worker pod exists reads
-    as ready (ray-project/kuberay#2188)."""
-    planned = {n for c in (status.get("placement") or {}).get("components") or [] for n in c.get("nodes") or []}
+@dataclass(frozen=True)
+class PodProblems:
+    """What keeps the job's planned Ray pods from all running: the head's problem, and each planned node's whose
+    worker pod is not Running and Ready there (in node order)."""
+
+    head: str | None
+    workers: dict[str, str]
+
+    def first(self) -> str | None:
+        return self.head or next(iter(self.workers.values()), None)
+
+
+def planned_nodes(status: Mapping[str, Any]) -> set[str]:
+    """The nodes of status.placement: one worker pod each."""
+    return {n for c in (status.get("placement") or {}).get("components") or [] for n in c.get("nodes") or []}
+
+
+def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> PodProblems:
+    """Which of the job's planned Ray pods is not Running and Ready on its planned node, and why. The plan's pods
+    are the head and one worker per node of status.placement; a pod counts if it belongs to the job's current Ray
+    cluster (`cluster`, KubeRay's ray.io/cluster label) and is not being deleted. KubeRay's own readiness is not
+    enough: it judges the pods it has listed, so a head that runs before a worker pod exists reads as ready
+    (ray-project/kuberay#2188)."""
     own = [
         p
         for p in pods
@@ -220,24 +237,31 @@ def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[M
         and (cluster is None or (p.get("metadata", {}).get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster)
     ]
     heads = [p for p in own if (p["metadata"].get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"]
+    head = None
     if not heads:
-        return "the Ray head pod does not exist yet"
-    why = _running_and_ready(heads[0])
-    if why is not None:
-        return f"Ray head pod {heads[0]['metadata']['name']}: {why}"
+        head = "the Ray head pod does not exist yet"
+    elif (why := _running_and_ready(heads[0])) is not None:
+        head = f"Ray head pod {heads[0]['metadata']['name']}: {why}"
     workers = worker_pods(own)
     bound = {(p.get("spec") or {}).get("nodeName"): p for p in workers}
     unbound = [p for p in workers if not (p.get("spec") or {}).get("nodeName")]
-    for node in sorted(planned):
+    problems: dict[str, str] = {}
+    for node in sorted(planned_nodes(status)):
         pod = bound.get(node)
         if pod is None:
-            if unbound:
-                return f"worker pod {unbound[0]['metadata']['name']}: {_running_and_ready(unbound[0])}"
-            return f"no worker pod on node {node} yet"
-        why = _running_and_ready(pod)
-        if why is not None:
-            return f"worker pod {pod['metadata']['name']} on node {node}: {why}"
-    return None
+            problems[node] = (
+                f"worker pod {unbound[0]['metadata']['name']}: {_running_and_ready(unbound[0])}"
+                if unbound
+                else f"no worker pod on node {node} yet"
+            )
+        elif (why := _running_and_ready(pod)) is not None:
+            problems[node] = f"worker pod {pod['metadata']['name']} on node {node}: {why}"
+    return PodProblems(head, problems)
+
+
+def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> str | None:
+    """The first of `pod_problems` (None: every planned pod runs, Ready, on its planned node)."""
+    return pod_problems(status, cluster, pods).first()
 
 
 def cluster_ready(

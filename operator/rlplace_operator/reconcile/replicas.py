@@ -1,0 +1,141 @@
+"""Replicas of Replace components (spec.components[].onLoss: Replace) lost while the job runs (docs/replace.md).
+
+A running job whose lost pods hold only ranks of Replace components stays Running: its driver goes on with the
+live replicas while KubeRay makes the pod again (on the same node once it is back, or on the node the operator
+moves the ranks to) and the launcher starts the lost ranks in it. This module says, from the plan and the pods,
+which ranks are lost and whether the job may run on without them, keeps status.components (desired, live,
+replaced, lost) and the Events of a loss and a replacement, and names the replaced ranks whose binding the
+driver has not reported yet (the next binding report after them must cover them).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from placement_core.plan import OnLoss, Plan
+from rlplace_operator.api import conditions as cond
+from rlplace_operator.reconcile.actions import Post
+from rlplace_operator.reconcile.pods import PodProblems
+
+
+def has_replace(spec: Mapping[str, Any]) -> bool:
+    """Whether the job's spec makes any component Replace."""
+    return any(c.get("onLoss") == OnLoss.REPLACE for c in spec.get("components") or [])
+
+
+def replaced_unverified(status: Mapping[str, Any]) -> dict[str, list[int]]:
+    """Component -> its replaced ranks whose binding the driver has not reported yet (status.components)."""
+    return {c["name"]: list(c["unverified"]) for c in status.get("components") or [] if c.get("unverified")}
+
+
+def replicas_pending(status: Mapping[str, Any]) -> bool:
+    """Whether the job runs without some of its ranks or waits for their binding report: looked at again soon."""
+    return any(c.get("lost") or c.get("unverified") for c in status.get("components") or [])
+
+
+def ranks_by_node(plan: Plan) -> dict[str, list[tuple[str, int, OnLoss]]]:
+    """Node -> (component, rank, onLoss) of every process planned on it."""
+    found: dict[str, list[tuple[str, int, OnLoss]]] = {}
+    for component, process in plan.processes():
+        found.setdefault(process.node_name, []).append((component.name, process.rank, component.on_loss))
+    return found
+
+
+def _ranks_text(ranks: Sequence[int]) -> str:
+    ranks = sorted(ranks)
+    if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):
+        return f"ranks {ranks[0]}-{ranks[-1]}"
+    return f"rank{'s' if len(ranks) > 1 else ''} {', '.join(map(str, ranks))}"
+
+
+@dataclass
+class Replicas:
+    """What the pods say of the job's replicas now."""
+
+    components: list[dict[str, Any]]
+    """status.components (wire form)."""
+    replaceable: bool
+    """Every lost pod holds only Replace ranks (and the head runs): the job runs on while they are replaced."""
+    lost: dict[str, str]
+    """Node -> why its pod is lost."""
+    events: list[Post] = field(default_factory=list)
+    unverified: dict[str, list[int]] = field(default_factory=dict)
+    """Component -> ranks replaced whose binding the driver has not reported yet."""
+
+    def summary(self) -> str:
+        """One line: which ranks are lost and how many of each component still run."""
+        parts = [
+            f"component '{c['name']}' runs {c['live']}/{c['desired']} ranks while "
+            + "; ".join(
+                f"{_ranks_text(lost['ranks'])} on node {lost['node']} are replaced ({lost['why']})"
+                for lost in c["lost"]
+            )
+            for c in self.components
+            if c.get("lost")
+        ]
+        return "; ".join(parts)
+
+
+def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: dt.datetime) -> Replicas:
+    """The replicas of a running job with Replace components, from its plan and what `pod_problems` found; `before`
+    is its status as last written (the losses seen then, the count of replaced ranks)."""
+    on_node = ranks_by_node(plan)
+    lost_nodes = dict(problems.workers)
+    replaceable = problems.head is None and all(
+        on_loss is OnLoss.REPLACE for node in lost_nodes for _, _, on_loss in on_node.get(node, ())
+    )
+    previous = {c.get("name"): c for c in before.get("components") or []}
+    components: list[dict[str, Any]] = []
+    events: list[Post] = []
+    unverified: dict[str, list[int]] = {}
+    for component in plan.components:
+        was = previous.get(component.name) or {}
+        was_lost = {entry["node"]: entry for entry in was.get("lost") or []}
+        lost = []
+        for node, why in lost_nodes.items():
+            ranks = [rank for name, rank, _ in on_node.get(node, ()) if name == component.name]
+            if not ranks:
+                continue
+            since = (was_lost.get(node) or {}).get("since") or cond.timestamp(now)
+            if node not in was_lost:
+                events.append(
+                    Post(
+                        True,
+                        cond.RANKS_LOST,
+                        f"component '{component.name}' {_ranks_text(ranks)} on node {node} lost ({why})"
+                        + (": replacing while the job runs" if component.on_loss is OnLoss.REPLACE else ""),
+                    )
+                )
+            lost.append({"node": node, "ranks": ranks, "since": since, "why": cond.brief(why, 200)})
+        replaced = int(was.get("replaced") or 0)
+        back = [entry for node, entry in was_lost.items() if node not in lost_nodes]
+        pending = list(was.get("unverified") or [])
+        for entry in back:
+            replaced += len(entry["ranks"])
+            pending += entry["ranks"]
+            started = cond.parse_time(entry.get("since"))
+            after = f", {(now - started).total_seconds():.0f} s after the loss" if started else ""
+            events.append(
+                Post(
+                    False,
+                    cond.RANKS_REPLACED,
+                    f"component '{component.name}' {_ranks_text(entry['ranks'])} run again on node {entry['node']}{after}",
+                )
+            )
+        if pending:
+            unverified[component.name] = sorted(set(pending))
+        components.append(
+            {
+                "name": component.name,
+                "onLoss": str(component.on_loss),
+                "desired": component.world_size,
+                "live": component.world_size - sum(len(entry["ranks"]) for entry in lost),
+                **({"replaced": replaced} if replaced else {}),
+                **({"lost": lost} if lost else {}),
+                **({"unverified": unverified[component.name]} if component.name in unverified else {}),
+            }
+        )
+    return Replicas(components, replaceable, lost_nodes, events, unverified)

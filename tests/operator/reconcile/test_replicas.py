@@ -1,0 +1,110 @@
+"""A running job whose lost pod held only Replace ranks runs on while they are replaced (reconcile/replicas.py),
+over recorded snapshots: the status keeps Running and says which ranks are lost and why, the Events of the loss
+and of the replacement, the count of replaced ranks, and BindingVerified waits for the driver's report of them.
+A loss that takes a RestartJob rank is no such case."""
+
+from __future__ import annotations
+
+from placement_core.components import component_placement
+from placement_core.observe.verify import BindingReport, ProcessCheck
+from placement_core.plan import OnLoss, Plan, build_plan
+from rlplace_operator.api.base import dump
+from rlplace_operator.reconcile.actions import Post
+from rlplace_operator.reconcile.decide import needs_look, reconcile
+from rlplace_operator.reconcile.world import Job, World
+
+from recorded import NOW, condition, ray_pods, rayjob, running_driver_status
+
+NODES = ("node-0", "node-1", "node-2")
+
+
+def plan() -> Plan:
+    """Actor on node-0 (4 GPUs), rollout on node-1 and node-2 (ranks 0-3, 4-7), rollout Replace."""
+    config = {"cluster": {"num_nodes": 3, "accelerators_per_node": 4,
+                          "component_placement": {"actor": "0-3", "rollout": "4-11"}}}  # fmt: skip
+    return build_plan(component_placement(config)).with_on_loss({"rollout": OnLoss.REPLACE})
+
+
+def running(**fields: object) -> dict:
+    placement = {"mode": "disaggregated", "components": [
+        {"name": "actor", "processes": 4, "gpus": 4, "nodes": ["node-0"]},
+        {"name": "rollout", "processes": 8, "gpus": 8, "nodes": ["node-1", "node-2"]},
+    ]}  # fmt: skip
+    return running_driver_status(placement=placement, nodes=3, **fields)
+
+
+def replace_job(status: dict) -> Job:
+    spec = {"nodeGroups": ["gpu"], "entrypoint": "python -m placement_core.launcher.demo --steps 60",
+            "components": [{"name": "rollout", "onLoss": "Replace"}]}  # fmt: skip
+    return Job("ns", "train", "uid-1", 1, spec, status, "100")
+
+
+def world(pods: list[dict], report: BindingReport | None = None) -> World:
+    return World(now=NOW, rayjob=rayjob("Running", "RUNNING"), pods=pods, plan=plan(), report=report)
+
+
+def without(pods: list[dict], node: str) -> list[dict]:
+    return [
+        p for p in pods if p["spec"].get("nodeName") != node or p["metadata"]["labels"]["ray.io/node-type"] == "head"
+    ]
+
+
+def posts(outcome: object, reason: str) -> list[str]:
+    return [a.message for a in outcome.actions if isinstance(a, Post) and a.reason == reason]  # type: ignore[attr-defined]
+
+
+def test_a_lost_replace_pod_keeps_the_job_running_saying_which_ranks_and_why_then_counts_them_replaced() -> None:
+    pods = ray_pods("train-abcde", NODES)
+    lost = reconcile(replace_job(running()), world(without(pods, "node-2")))
+    status = dump(lost.status)
+    assert status["phase"] == "Running", status["message"]
+    ready = condition(status, "RayClusterReady")
+    assert (ready["status"], ready["reason"]) == ("False", "Replacing"), ready
+    assert "component 'rollout' runs 4/8 ranks while ranks 4-7 on node node-2 are replaced" in ready["message"]
+    assert "no worker pod on node node-2 yet" in ready["message"]
+    rollout = next(c for c in status["components"] if c["name"] == "rollout")
+    assert (rollout["desired"], rollout["live"], rollout["lost"][0]["ranks"]) == (8, 4, [4, 5, 6, 7])
+    assert posts(lost, "RanksLost") == [
+        "component 'rollout' ranks 4-7 on node node-2 lost (no worker pod on node node-2 yet): replacing while the "
+        "job runs"
+    ]
+    assert needs_look({"spec": {}, "status": status})  # looked at until the ranks run again
+
+    again = reconcile(replace_job(status), world(without(pods, "node-2")))  # still lost: no second Event
+    assert posts(again, "RanksLost") == [] and dump(again.status)["phase"] == "Running"
+
+    back = reconcile(replace_job(dump(again.status)), world(pods))
+    status = dump(back.status)
+    rollout = next(c for c in status["components"] if c["name"] == "rollout")
+    assert (rollout["live"], rollout["replaced"], rollout["unverified"]) == (8, 4, [4, 5, 6, 7])
+    assert "lost" not in rollout
+    assert posts(back, "Replaced") == ["component 'rollout' ranks 4-7 run again on node node-2, 0 s after the loss"]
+    verified = condition(status, "BindingVerified")
+    assert (verified["status"], verified["reason"]) == ("Unknown", "Reverifying"), verified
+    assert condition(status, "RayClusterReady")["status"] == "True"
+
+    report = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in plan().processes())
+    checked = reconcile(replace_job(status), world(pods, report))
+    status = dump(checked.status)
+    assert condition(status, "BindingVerified")["status"] == "True"
+    assert "unverified" not in next(c for c in status["components"] if c["name"] == "rollout")
+    assert not needs_look({"spec": {}, "status": status})
+
+
+def test_a_lost_pod_with_a_restartjob_rank_is_not_run_on() -> None:
+    pods = ray_pods("train-abcde", NODES)
+    outcome = reconcile(replace_job(running()), world(without(pods, "node-0")))
+    status = dump(outcome.status)
+    assert status["phase"] == "Provisioning"
+    assert condition(status, "RayClusterReady")["reason"] == "PodsNotReady"
+    assert posts(outcome, "RanksLost") == [
+        "component 'actor' ranks 0-3 on node node-0 lost (no worker pod on node node-0 yet)"
+    ]
+
+
+def test_a_job_not_yet_running_whose_replace_pod_waits_is_provisioning() -> None:
+    pods = ray_pods("train-abcde", NODES)
+    status = running()
+    status["phase"] = "Provisioning"
+    outcome = reconcile(replace_job(status), world(without(pods, "node-1")))
+    assert dump(outcome.status)["phase"] == "Provisioning"
