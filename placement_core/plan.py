@@ -103,6 +103,24 @@ class Plan:
     def names(self) -> tuple[str, ...]:
         return tuple(c.name for c in self.components)
 
+    def moved(self, node_from: str, node_to: str) -> Plan:
+        """The plan with the processes of node `node_from` on node `node_to` instead, same ranks, GPUs and node rank
+        (a lost node of a Replace component's replaced by a healthy one of its group: docs/replace.md). A
+        component whose rank 0 was there gets the new node as MASTER_ADDR."""
+        components = []
+        for component in self.components:
+            master_moves = component.master_addr == node_from
+            processes = tuple(
+                replace(
+                    p,
+                    node_name=node_to if p.node_name == node_from else p.node_name,
+                    env=MappingProxyType({**p.env, "MASTER_ADDR": node_to}) if master_moves else p.env,
+                )
+                for p in component.processes
+            )
+            components.append(replace(component, processes=processes))
+        return replace(self, components=tuple(components))
+
     def with_on_loss(self, on_loss: Mapping[str, OnLoss]) -> Plan:
         """The plan with these components' OnLoss (the others keep theirs)."""
         for name in on_loss:

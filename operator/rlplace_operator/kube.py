@@ -121,6 +121,25 @@ class Kube:
             raise
         return True
 
+    def patch_ray_object(self, namespace: str, plural: str, name: str, patch: dict) -> bool:
+        """A merge patch of a RayCluster or RayJob (lists in it are replaced whole); False when it is gone."""
+        try:
+            self.custom.patch_namespaced_custom_object(RAY_GROUP, RAY_VERSION, namespace, plural, name, patch)
+        except ApiException as err:
+            if err.status == 404:
+                return False
+            raise
+        return True
+
+    def delete_pod_now(self, namespace: str, name: str) -> None:
+        """Delete a pod without its grace period: its node is gone or unreachable, so its kubelet would never
+        confirm a graceful deletion and the pod would stay Terminating."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace, grace_period_seconds=0)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
     def worker_pod_nodes(self, namespace: str, selector: str) -> list[str | None]:
         """The node each worker pod matching `selector` is bound to (None: not bound yet)."""
         pods = self.core.list_namespaced_pod(namespace, label_selector=selector).items

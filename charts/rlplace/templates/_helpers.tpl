@@ -65,6 +65,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [""]
   resources: [pods]
   verbs: [list]
+# The worker pod of a lost node whose ranks are all Replace ranks is deleted (at once when the node is gone) so
+# that KubeRay makes it on the node they move to (docs/replace.md).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [delete]
 - apiGroups: [""]
   resources: [pods/log]
   verbs: [get]

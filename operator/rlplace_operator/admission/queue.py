@@ -268,6 +268,23 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob) -> Decision:
         return decisions[job.key]
 
 
+def spare_node(
+    ledger: Ledger, world: AdmissionWorld, key: JobKey, group: str, nodes: frozenset[str], lost: str
+) -> str | None:
+    """A node to replace the job's lost node `lost` with (its Replace ranks move there: docs/replace.md): the first
+    ready, untainted node of `group` in rank order that no job holds and no pod uses. The job then holds `nodes`
+    with `lost` swapped for it, so no other admission takes it meanwhile; None when the group has none free."""
+    with ledger.lock:
+        held, _ = _held(ledger, world)
+        busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
+        for node in world.groups.get(group, ()):
+            if node in busy or node in nodes or node == lost or node in world.taints:
+                continue
+            ledger.reserved[key] = (nodes - {lost}) | {node}
+            return node
+    return None
+
+
 def admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
     """What admission reads, from one snapshot of the indexes (built once per snapshot: at 1,000 nodes it walks
     every group's nodes, and a pass admits each of its jobs against it)."""

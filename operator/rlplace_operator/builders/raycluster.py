@@ -10,8 +10,10 @@ exclusively (placement_core.contract.worker_start_command).
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
@@ -331,3 +333,39 @@ def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
         "metadata": {"name": raycluster_name(job), "labels": child_labels(job), "annotations": held_annotations(nodes)},
         "spec": build_raycluster_spec(job, spec, nodes),
     }
+
+
+def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_from: str, host_to: str) -> dict:
+    """The merge patch that moves the RayCluster's worker pod of `node_from` to `node_to` (Replace ranks of a lost
+    node: docs/replace.md): the worker group that may run on `node_from` may run on `node_to` instead (by hostname
+    label as `on_hosts` pins nodes, by name for a node without one; `host_*` empty: no label) and the held-nodes
+    annotation says `node_to`. KubeRay makes the group's next pod from the new template; running pods stay."""
+    groups = copy.deepcopy((cluster.get("spec") or {}).get("workerGroupSpecs") or [])
+    for group in groups:
+        affinity = (((group.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        terms = required.get("nodeSelectorTerms") or []
+        by_host = [r for t in terms for r in t.get("matchExpressions") or [] if r.get("key") == HOSTNAME_LABEL]
+        by_name = [t for t in terms if any(node_from in r.get("values", ()) for r in t.get("matchFields") or [])]
+        held = any(host_from and host_from in r.get("values", ()) for r in by_host) or bool(by_name)
+        if not held:
+            continue
+        for rule in by_host:
+            rule["values"] = [v for v in rule.get("values", ()) if v != host_from]
+        terms = [t for t in terms if t not in by_name]
+        if host_to and by_host:
+            by_host[0]["values"].append(host_to)
+        elif host_to:
+            terms.append({"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [host_to]}]})
+        else:
+            terms.append({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_to]}]})
+        # An `In` with no values left matches nothing and is refused by the API: such a term goes.
+        terms = [
+            t
+            for t in terms
+            if all(r.get("values") for r in [*t.get("matchExpressions", []), *t.get("matchFields", [])])
+        ]
+        required["nodeSelectorTerms"] = terms
+    held_nodes = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
+    nodes = ",".join(node_to if n == node_from else n for n in held_nodes.split(",") if n)
+    return {"metadata": {"annotations": {NODES_ANNOTATION: nodes}}, "spec": {"workerGroupSpecs": groups}}

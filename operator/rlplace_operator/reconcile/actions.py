@@ -87,8 +87,33 @@ class ReleaseWorkload:
     requeue: bool
 
 
+@dataclass(frozen=True)
+class Relocate:
+    """Move the Replace ranks of lost node `node` (gone for the reason `why`) to a free node of its NodeGroup
+    (relocate.py decides on the operator's indexes and reservations, as Provision does)."""
+
+    node: str
+    why: str
+
+
+@dataclass(frozen=True)
+class MoveWorker:
+    """Have KubeRay make the worker pod of `node_from` on `node_to` (builders.raycluster.moved_worker on the job's
+    RayCluster `cluster`; the RayJob's held-nodes annotation follows) and delete the lost pods `pods` without a
+    grace period, their node being gone."""
+
+    cluster: str
+    node_from: str
+    node_to: str
+    host_from: str
+    host_to: str
+    pods: tuple[str, ...] = ()
+
+
 Action = (
     Provision
+    | Relocate
+    | MoveWorker
     | Apply
     | DeleteStale
     | DeleteChildren

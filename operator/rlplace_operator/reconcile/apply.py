@@ -19,13 +19,22 @@ import kopf
 from rlplace_operator.admission import admitter
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import API_VERSION, JobKey, raycluster_name, rayjob_name
+from rlplace_operator.api.names import (
+    API_VERSION,
+    RAYCLUSTER_PLURAL,
+    RAYJOB_PLURAL,
+    JobKey,
+    raycluster_name,
+    rayjob_name,
+)
+from rlplace_operator.builders.raycluster import moved_worker
 from rlplace_operator.kube import Kube, StatusConflict
 from rlplace_operator.reconcile.actions import (
     Apply,
     DeleteChildren,
     DeleteStale,
     MarkWorkload,
+    MoveWorker,
     Outcome,
     Post,
     ReleaseNodes,
@@ -100,12 +109,29 @@ def write_workload(kube: Kube, namespace: str, name: str, change: Callable[[Mapp
 
 
 def make_children(kube: Kube, job: Job, outcome: Outcome) -> None:
-    """The outcome's Apply and DeleteStale actions, in order: the children it makes."""
+    """The outcome's Apply, DeleteStale and MoveWorker actions, in order: the children it makes or changes."""
     for action in outcome.actions:
         if isinstance(action, Apply):
             apply_objects(kube, action)
         elif isinstance(action, DeleteStale):
             delete_stale(kube, job, action)
+        elif isinstance(action, MoveWorker):
+            move_worker(kube, job, action)
+
+
+def move_worker(kube: Kube, job: Job, action: MoveWorker) -> None:
+    """The RayCluster's worker group may run on the new node instead of the lost one (read, changed, patched),
+    the RayJob's held-nodes annotation says so too (KubeRay copied it to the RayCluster at its start), and the
+    lost pods go at once."""
+    cluster = kube.get_raycluster(job.namespace, action.cluster)
+    if cluster is None:
+        return  # gone meanwhile: the job's next look sees why
+    patch = moved_worker(cluster, action.node_from, action.node_to, action.host_from, action.host_to)
+    kube.patch_ray_object(job.namespace, RAYCLUSTER_PLURAL, action.cluster, patch)
+    if job.entrypoint:
+        kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), {"metadata": patch["metadata"]})
+    for pod in action.pods:
+        kube.delete_pod_now(job.namespace, pod)
 
 
 def act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set[JobKey]) -> None:

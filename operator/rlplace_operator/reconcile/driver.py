@@ -26,6 +26,7 @@ from rlplace_operator.api.status import MAX_RESTARTS_KEPT, ComponentBinding, Job
 from rlplace_operator.diagnosis.losses import lost_process
 from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, pod_problems, provisioning_checks, status_of
+from rlplace_operator.reconcile.relocate import relocations
 from rlplace_operator.reconcile.replicas import Replicas, has_replace, replicas
 from rlplace_operator.reconcile.restarts import restart_on_failure
 from rlplace_operator.reconcile.world import Job, World
@@ -222,6 +223,7 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         )
         if runs_on and kept is not None:
             new["message"] = f"the driver is running; {kept.summary()}"
+            actions += relocations(job, world, status, kept.lost)
         elif waiting is not None:
             new.update(phase=str(JobPhase.PROVISIONING), message=f"the driver started, but {waiting}")
         if kept is not None and kept.unverified:

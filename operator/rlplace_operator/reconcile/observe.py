@@ -46,7 +46,7 @@ from rlplace_operator.reconcile.driver import (
     driver_log_selector,
     driver_state,
 )
-from rlplace_operator.reconcile.pods import cluster_ready
+from rlplace_operator.reconcile.pods import cluster_ready, pod_problems
 from rlplace_operator.reconcile.replicas import has_replace, replaced_unverified
 from rlplace_operator.reconcile.world import Job, Settings, World, admitted_since, owned
 
@@ -277,8 +277,11 @@ class Observer:
         elif not state.started:
             plan = self._plan_if_not_started(job, pods, now)
         elif not state.finished and has_replace(job.spec):
-            # Which ranks a lost pod held, and whether they may be replaced while the job runs (replicas.py).
+            # Which ranks a lost pod held, whether they may be replaced while the job runs (replicas.py), and
+            # whether their node is gone for good (relocate.py).
             plan = self._plan(job)
+            lost = pod_problems(job.status, cluster, pods).workers
+            nodes = {name: node for name in lost if (node := self.kube.get_node(name)) is not None}
         if failed_now and state.phase is JobPhase.FAILED:
             tail = self._log_tail(job, rayjob)
         verified = any(c.get("type") == cond.BINDING_VERIFIED for c in job.status.get("conditions") or [])

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.admission.rules import Decision
 from rlplace_operator.kube import Kube, StatusConflict
-from rlplace_operator.reconcile.actions import Provision, Retry
+from rlplace_operator.reconcile.actions import Provision, Relocate, Retry
 from rlplace_operator.reconcile.apply import MAX_CONFLICTS, act, make_children, reread, write_provisioned, write_status
 from rlplace_operator.reconcile.decide import decide, status_wire
 from rlplace_operator.reconcile.observe import Observer
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS
 from rlplace_operator.reconcile.provision import provision
+from rlplace_operator.reconcile.relocate import relocate
 from rlplace_operator.reconcile.world import Job
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,14 @@ def run(
         world = observer.look(job, queue, fresh)
         outcome = decide(job, world)
         try:
+            if any(isinstance(a, Relocate) for a in outcome.actions):
+                if not job.fresh:
+                    raise StatusConflict(job.name)  # decided on an index entry: decide again on the job as it is
+                outcome = relocate(job, observer.for_provision(job, world), ledger, outcome)
+                make_children(kube, job, outcome)
+                write_provisioned(kube, job, status_wire(outcome.status))
+                act(kube, ledger, job, outcome, observer.checkpoint_requests)
+                return Looked(outcome.requeue_after)
             if any(isinstance(a, Provision) for a in outcome.actions):
                 if not job.fresh:
                     # Children are applied before the status is written: decide on the job as it is now, not on an

@@ -1,0 +1,160 @@
+"""Replace ranks of a lost node move to a free node of their NodeGroup while the job runs (reconcile/relocate.py),
+over the recorded local cluster with a third a800 node: the decision to move (the node gone for good), the node
+reserved, the ConfigMap's plan and node ranks, the RayCluster's worker group and held nodes, the status and the
+Event; and a group with no free node, where the job runs on and says it waits for one."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+from placement_core.contract import NODE_RANKS_KEY, parse_node_ranks
+from placement_core.plan import OnLoss, Plan
+from rlplace_operator.admission.ledger import Ledger
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.names import NODES_ANNOTATION
+from rlplace_operator.builders.raycluster import moved_worker
+from rlplace_operator.reconcile.actions import Apply, MoveWorker, Post, Relocate
+from rlplace_operator.reconcile.decide import reconcile
+from rlplace_operator.reconcile.provision import provision
+from rlplace_operator.reconcile.relocate import node_gone, relocate
+from rlplace_operator.reconcile.world import Job, World
+
+from recorded import NOW, cluster_snapshot, local_nodes, new_job, pod, ray_pods, rayjob, ready
+
+SPEC = {
+    "nodeGroups": ["a800"],
+    "componentPlacement": [{"components": "actor", "placement": "0-7"}, {"components": "rollout", "placement": "8-15"}],
+    "components": [{"name": "rollout", "onLoss": "Replace"}],
+    "entrypoint": "python -m placement_core.launcher.demo --steps 60",
+}
+LOST = "a800-1"
+
+
+def nodes(extra: int = 1, lost_ready: str = "True") -> list[dict]:
+    """The local cluster's kwok nodes, `extra` more a800 nodes, and a800-1's Ready condition as given."""
+    found = local_nodes()
+    a800 = next(n for n in found if n["metadata"]["name"] == "a800-1")
+    for i in range(2, 2 + extra):
+        more = copy.deepcopy(a800)
+        more["metadata"]["name"] = more["metadata"]["labels"]["kubernetes.io/hostname"] = f"a800-{i}"
+        found.append(more)
+    for node in found:
+        if node["metadata"]["name"] == LOST:
+            node["status"]["conditions"] = [
+                {"type": "Ready", "status": lost_ready, "lastTransitionTime": "2026-11-24T00:59:30Z"}
+            ]
+    return found
+
+
+def provisioned(extra: int = 1) -> tuple[Job, dict, dict, Plan, Ledger]:
+    """The job provisioned on a800-0 (actor) and a800-1 (rollout), as it runs: its job, status, RayJob, plan."""
+    ledger = Ledger()
+    snapshot = cluster_snapshot(nodes(extra))
+    outcome = provision(new_job("split", SPEC), World(now=NOW, child_known=False, snapshot=snapshot), ledger)
+    objects = {o["kind"]: o for a in outcome.actions if isinstance(a, Apply) for o in a.objects}
+    plan = Plan.from_json(objects["ConfigMap"]["data"]["plan.json"])
+    status = dump(outcome.status) | {
+        "phase": "Running",
+        "rayCluster": "split-abcde",
+        "driverStartTime": "2026-11-24T00:59:45Z",
+        "attempts": 1,
+    }
+    status["conditions"].append(
+        {
+            "type": "BindingVerified",
+            "status": "True",
+            "reason": "Verified",
+            "lastTransitionTime": "2026-11-24T00:59:50Z",
+        }
+    )
+    job = dataclasses.replace(new_job("split", SPEC), status=status)
+    return job, status, objects["RayJob"], plan, ledger
+
+
+def lost_world(plan: Plan, lost_ready: str, extra: int = 1) -> World:
+    head, actor, rollout = ray_pods("split-abcde", ("a800-0", LOST))
+    rollout["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}
+    driver = rayjob("Running", "RUNNING")
+    driver["metadata"]["name"] = "split"
+    driver["status"]["rayClusterName"] = "split-abcde"
+    lost = next(n for n in nodes(extra, lost_ready) if n["metadata"]["name"] == LOST)
+    return World(now=NOW, rayjob=driver, pods=[head, actor, rollout], plan=plan, nodes={LOST: lost})
+
+
+def test_a_node_notready_past_its_grace_moves_its_replace_ranks_to_a_free_node_of_the_group() -> None:
+    job, _, child, plan, ledger = provisioned()
+    assert plan.component("rollout").on_loss is OnLoss.REPLACE
+    assert {p.node_name for p in plan.component("rollout").processes} == {LOST}
+    world = lost_world(plan, "False")
+    decided = reconcile(job, world)
+    assert dump(decided.status)["phase"] == "Running"
+    (move,) = [a for a in decided.actions if isinstance(a, Relocate)]
+    assert move.node == LOST and move.why.startswith("node a800-1 NotReady for 30 s")
+
+    snapshot = cluster_snapshot(nodes(1, "False"))
+    moved = relocate(job, dataclasses.replace(world, snapshot=snapshot), ledger, decided)
+    (worker,) = [a for a in moved.actions if isinstance(a, MoveWorker)]
+    assert (worker.node_from, worker.node_to, worker.host_to, worker.pods) == (
+        LOST, "a800-2", "a800-2", ("split-abcde-gpu-worker-1",)
+    )  # fmt: skip
+    assert ledger.reserved[job.key] == frozenset({"a800-0", "a800-2"})
+    (configmap,) = [o for a in moved.actions if isinstance(a, Apply) for o in a.objects]
+    new_plan = Plan.from_json(configmap["data"]["plan.json"])
+    assert {p.node_name for p in new_plan.component("rollout").processes} == {"a800-2"}
+    assert [p.node_rank for p in new_plan.component("rollout").processes] == [
+        p.node_rank for p in plan.component("rollout").processes
+    ]
+    assert parse_node_ranks(configmap["data"][NODE_RANKS_KEY]) == {"a800-0": 0, "a800-2": 1}
+    said = dump(moved.status)
+    assert said["phase"] == "Running"
+    assert next(c for c in said["placement"]["components"] if c["name"] == "rollout")["nodes"] == ["a800-2"]
+    (entry,) = next(c for c in said["components"] if c["name"] == "rollout")["lost"]
+    assert entry["node"] == "a800-2" and "moved to node a800-2" in entry["why"]
+    events = [a.message for a in moved.actions if isinstance(a, Post) and a.reason == "RanksMoved"]
+    assert events == ["'rollout' ranks 0, 1, 2, 3, 4, 5, 6, 7 move from node a800-1 (node a800-1 NotReady for 30 s) "
+                      "to node a800-2"]  # fmt: skip
+
+    # KubeRay makes the group's next pod on the new node; the held nodes follow.
+    cluster = {"metadata": child["metadata"], "spec": child["spec"]["rayClusterSpec"]}
+    patch = moved_worker(cluster, LOST, "a800-2", LOST, "a800-2")
+    hosts = [
+        v
+        for g in patch["spec"]["workerGroupSpecs"]
+        for t in g["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"][
+            "nodeSelectorTerms"
+        ]
+        for r in t.get("matchExpressions", [])
+        for v in r["values"]
+    ]
+    assert sorted(hosts) == ["a800-0", "a800-2"]
+    assert patch["metadata"]["annotations"][NODES_ANNOTATION] == "a800-0,a800-2"
+
+
+def test_with_no_free_node_the_job_runs_on_with_fewer_replicas_and_says_it_waits_for_one() -> None:
+    job, _, _, plan, ledger = provisioned(extra=0)
+    world = lost_world(plan, "False", extra=0)
+    decided = reconcile(job, world)
+    moved = relocate(job, dataclasses.replace(world, snapshot=cluster_snapshot(nodes(0, "False"))), ledger, decided)
+    assert not [a for a in moved.actions if isinstance(a, (MoveWorker, Apply))]
+    said = dump(moved.status)
+    assert said["phase"] == "Running"
+    (entry,) = next(c for c in said["components"] if c["name"] == "rollout")["lost"]
+    assert "no free node of NodeGroup a800 to move them to yet" in entry["why"]
+
+
+def test_a_node_not_ready_for_a_moment_keeps_its_ranks() -> None:
+    now = NOW.timestamp()
+    notready = {
+        "status": {"conditions": [{"type": "Ready", "status": "False", "lastTransitionTime": "2026-11-24T00:59:50Z"}]}
+    }
+    assert node_gone(notready, "n", True, now) is None  # 10 s: may come back
+    assert node_gone(notready, "n", True, now + 15) == "node n NotReady for 25 s"
+    assert node_gone(None, "n", False, now) == "node n no longer exists"
+    cordoned = {"spec": {"unschedulable": True}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}}
+    assert node_gone(cordoned, "n", True, now) is None
+    assert node_gone(cordoned, "n", False, now) == "node n is cordoned and the job's pod on it is gone"
+    job, _, _, plan, _ = provisioned()
+    world = lost_world(plan, "True")  # the pod is not Ready but its node is: KubeRay's new pod goes there again
+    assert not [a for a in reconcile(job, world).actions if isinstance(a, Relocate)]
+    assert ready(pod("x"))  # the recorded helpers stay importable here
