@@ -408,6 +408,7 @@ class ProgressService:
         self.stats = Stats()
         self._executor = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="rlplace-progress")
         self._tasks: set[asyncio.Task[None]] = set()
+        self._writing: dict[JobKey, asyncio.Lock] = {}
         self._warned: dict[str, float] = {}
 
     def app(self) -> web.Application:
@@ -463,25 +464,29 @@ class ProgressService:
     async def _write_later(self, key: JobKey, delay: float) -> None:
         if delay > 0:
             await asyncio.sleep(delay)
-        window = self.windows.get(key)
-        progress = window.progress() if window is not None else None
-        try:
-            if progress is not None:
-                received = window.received if window is not None else self.clock()
-                if not await self._blocking(self.write, key, dump(progress)):
-                    self.forget(key)
-                    return
-                self.stats.writes += 1
-                self.stats.staleness.append(self.clock() - received)
-        except Exception as err:  # a failed write is retried with the next report, never lost silently
-            self.stats.write_failures += 1
-            logger.warning("RLJob %s/%s: writing status.progress failed: %s", *key, err)
-        finally:
-            self.throttle.wrote(key, self.clock())
+        # One write per job at a time, its progress taken once the one before landed: a write held up by the API
+        # server (a restart) must not land after a newer one, or the job's iteration would go back.
+        async with self._writing.setdefault(key, asyncio.Lock()):
+            window = self.windows.get(key)
+            progress = window.progress() if window is not None else None
+            try:
+                if progress is not None:
+                    received = window.received if window is not None else self.clock()
+                    if not await self._blocking(self.write, key, dump(progress)):
+                        self.forget(key)
+                        return
+                    self.stats.writes += 1
+                    self.stats.staleness.append(self.clock() - received)
+            except Exception as err:  # a failed write is retried with the next report, never lost silently
+                self.stats.write_failures += 1
+                logger.warning("RLJob %s/%s: writing status.progress failed: %s", *key, err)
+            finally:
+                self.throttle.wrote(key, self.clock())
 
     def forget(self, key: JobKey) -> None:
         self.windows.pop(key, None)
         self.throttle.forget(key)
+        self._writing.pop(key, None)
 
     def forget_idle(self) -> None:
         """Drop jobs with no report for FORGET_AFTER_S (ended or deleted)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -545,3 +546,28 @@ def test_operator_startup_serves_the_endpoint_and_metrics(monkeypatch: pytest.Mo
             await main.stop_serving(memo=memo)
 
     asyncio.run(scenario())
+
+
+def test_a_write_held_up_by_the_api_server_never_lands_after_a_newer_one() -> None:
+    """Seen under chaos (an apiserver restart): a planned write that waited for the API server landed after the
+    one a new checkpoint sent at once, and the job's reported iteration went back from 55 to 50."""
+    landed: list[int] = []
+    first = threading.Event()
+
+    def write(key: JobKey, progress: dict[str, Any]) -> bool:
+        if not landed and not first.is_set():
+            first.set()
+            time.sleep(1.0)  # the API server is away: this request hangs
+        landed.append(progress["iteration"])
+        return True
+
+    async def main() -> None:
+        service = ProgressService(identify, write, interval=0.1)
+        service.accept(("ns", "a"), report(50, wall=1.0, a=1.0))  # written at once, and held up
+        await asyncio.sleep(0.2)
+        service.accept(("ns", "a"), report(55, wall=1.0, checkpoint=55, a=1.0))  # a new checkpoint: at once
+        await service.drain()
+        service.close()
+
+    asyncio.run(main())
+    assert landed == sorted(landed) and landed[-1] == 55, landed
