@@ -89,11 +89,13 @@ class ReleaseWorkload:
 
 @dataclass(frozen=True)
 class Relocate:
-    """Move the Replace ranks of lost node `node` (gone for the reason `why`) to a free node of its NodeGroup
-    (relocate.py decides on the operator's indexes and reservations, as Provision does)."""
+    """Move the Replace ranks of lost node `node` (gone for the reason `why`) to node `to` (Kueue granted it in
+    the job's Workload), or without one to a free node of its NodeGroup (relocate.py decides on the operator's
+    indexes and reservations, as Provision does)."""
 
     node: str
     why: str
+    to: str | None = None
 
 
 @dataclass(frozen=True)

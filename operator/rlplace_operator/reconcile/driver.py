@@ -24,9 +24,9 @@ from rlplace_operator.api.names import KUBERAY_NODE_TYPE_LABEL, SUBMITTER_CONTAI
 from rlplace_operator.api.rljob import SubmissionMode
 from rlplace_operator.api.status import MAX_RESTARTS_KEPT, ComponentBinding, JobPhase, ObservedProcesses
 from rlplace_operator.diagnosis.losses import lost_process
-from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes
+from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes, Relocate
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, pod_problems, provisioning_checks, status_of
-from rlplace_operator.reconcile.relocate import relocations
+from rlplace_operator.reconcile.relocate import gone_nodes
 from rlplace_operator.reconcile.replicas import Replicas, has_replace, replicas
 from rlplace_operator.reconcile.restarts import restart_on_failure
 from rlplace_operator.reconcile.world import Job, World
@@ -223,7 +223,15 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         )
         if runs_on and kept is not None:
             new["message"] = f"the driver is running; {kept.summary()}"
-            actions += relocations(job, world, status, kept.lost)
+            gone = gone_nodes(world, status, kept.lost) if world.plan is not None else {}
+            if job.by_workload:
+                # Kueue's node replacement grants the new node in the Workload (restarts.follow_replaced_nodes).
+                for component in kept.components:
+                    for entry in component.get("lost") or []:
+                        if entry["node"] in gone:
+                            entry["why"] = cond.brief(f"{gone[entry['node']]}; waiting for Kueue to replace it", 200)
+            else:
+                actions += [Relocate(node, why) for node, why in gone.items()]
         elif waiting is not None:
             new.update(phase=str(JobPhase.PROVISIONING), message=f"the driver started, but {waiting}")
         if kept is not None and kept.unverified:

@@ -8,8 +8,9 @@ GPU numbers), the job's ConfigMap carries it (the new worker pod reads its node 
 RayCluster's worker group may run on the new node instead of the lost one, and the lost pod is deleted at once so
 KubeRay makes the new one. With no free node the job runs on with fewer replicas and says it waits for one.
 
-Jobs a Workload admits (Kueue) follow Kueue's own node replacement instead (restarts.follow_replaced_nodes), and
-DRA groups are left to wait for their node: their pods claim exactly the GPUs admission reserved, node by node.
+A job a Workload admits (Kueue) moves its ranks to the node Kueue's own node replacement granted in the Workload
+(restarts.follow_replaced_nodes asks with `Relocate.to`), never to one rlplace picks: the quota stays Kueue's. DRA
+groups are left to wait for their node: their pods claim exactly the GPUs admission reserved, node by node.
 """
 
 from __future__ import annotations
@@ -65,7 +66,13 @@ def relocate(job: Job, world: World, ledger: Ledger, decided: Outcome) -> Outcom
     cluster = status.get("rayCluster") or ""
     for move in moves:
         groups = node_groups(job, world, ledger, move.node)
-        spare = next((n for g in groups if (n := spare_node(ledger, admission, job.key, g, planned, move.node))), None)
+        if move.to is not None:
+            spare = move.to
+            ledger.hold(job.key, (planned - {move.node}) | {spare})
+        else:
+            spare = next(
+                (n for g in groups if (n := spare_node(ledger, admission, job.key, g, planned, move.node))), None
+            )
         entries = [e for c in status.get("components") or [] for e in c.get("lost") or [] if e["node"] == move.node]
         if spare is None:
             where = " or ".join(groups)
@@ -114,18 +121,15 @@ def node_groups(job: Job, world: World, ledger: Ledger, node: str) -> list[str]:
     return found or names
 
 
-def relocations(job: Job, world: World, status: Mapping[str, Any], lost: Mapping[str, str]) -> list[Relocate]:
-    """The moves a running job's lost Replace nodes (`lost`: node -> why its pod is lost) call for now: each node
-    gone for good, of a job rlplace's own queue admitted, on a device-plugin group."""
-    if job.by_workload or world.plan is None:
-        return []
+def gone_nodes(world: World, status: Mapping[str, Any], lost: Mapping[str, str]) -> dict[str, str]:
+    """The running job's lost Replace nodes (`lost`: node -> why its pod is lost) that are gone for good, with why;
+    never a DRA node (its pod claims exactly the GPUs admission reserved there: it waits for the node)."""
     claimed = {c.get("node") for c in status.get("gpuClaims") or []}
     on_node = {(p.get("spec") or {}).get("nodeName") for p in worker_pods(world.pods)}
-    moves = []
+    gone = {}
     for node in lost:
-        if node in claimed:
-            continue
-        why = node_gone(world.nodes.get(node), node, node in on_node, world.now.timestamp())
-        if why is not None:
-            moves.append(Relocate(node, why))
-    return moves
+        if node not in claimed:
+            why = node_gone(world.nodes.get(node), node, node in on_node, world.now.timestamp())
+            if why is not None:
+                gone[node] = why
+    return gone

@@ -44,6 +44,12 @@ def ranks_by_node(plan: Plan) -> dict[str, list[tuple[str, int, OnLoss]]]:
     return found
 
 
+def only_replace_ranks(plan: Plan, nodes: Sequence[str]) -> bool:
+    """Whether every process planned on `nodes` belongs to a Replace component (and there is one)."""
+    found = [on_loss for node, ranks in ranks_by_node(plan).items() if node in nodes for _, _, on_loss in ranks]
+    return bool(found) and all(on_loss is OnLoss.REPLACE for on_loss in found)
+
+
 def _ranks_text(ranks: Sequence[int]) -> str:
     ranks = sorted(ranks)
     if len(ranks) > 1 and ranks == list(range(ranks[0], ranks[-1] + 1)):

@@ -29,9 +29,11 @@ from rlplace_operator.reconcile.actions import (
     Post,
     ReleaseNodes,
     ReleaseWorkload,
+    Relocate,
     RequestCheckpoint,
 )
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of
+from rlplace_operator.reconcile.replicas import only_replace_ranks
 from rlplace_operator.reconcile.world import Job, World
 
 #: The condition reason and Event of a restart the operator makes.
@@ -295,6 +297,13 @@ def follow_replaced_nodes(job: Job, world: World, status: dict[str, Any]) -> Out
     if replaced is None:
         return None
     gone, new = replaced
+    if world.plan is not None and len(gone) == len(new) and only_replace_ranks(world.plan, gone):
+        # Every rank on the replaced nodes is a Replace rank: they move to the granted nodes while the job runs.
+        moves = tuple(
+            Relocate(node, f"Kueue replaced node {node} in Workload {workload.name}", to=granted)
+            for node, granted in zip(gone, new, strict=True)
+        )
+        return Outcome(moves, status_of(status), LOOK_AGAIN_SECONDS)
     attempt = attempt_of(status) + 1
     message = cond.brief(
         f"Kueue replaced node {', '.join(gone)} of the job's Workload {workload.name} (now {', '.join(new) or 'none'}): "

@@ -10,6 +10,7 @@ import dataclasses
 
 from placement_core.contract import NODE_RANKS_KEY, parse_node_ranks
 from placement_core.plan import OnLoss, Plan
+from rlplace_operator.admission.kueue import Grant, WorkloadState
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import NODES_ANNOTATION
@@ -158,3 +159,36 @@ def test_a_node_not_ready_for_a_moment_keeps_its_ranks() -> None:
     world = lost_world(plan, "True")  # the pod is not Ready but its node is: KubeRay's new pod goes there again
     assert not [a for a in reconcile(job, world).actions if isinstance(a, Relocate)]
     assert ready(pod("x"))  # the recorded helpers stay importable here
+
+
+def test_under_kueue_the_ranks_move_to_the_node_kueue_granted_in_the_workload_not_one_rlplace_picks() -> None:
+    """Kueue's topology-aware node replacement put a800-2 in the Workload in place of the lost a800-1: the rollout
+    ranks follow it while the job runs (no restart), and rlplace holds what Kueue granted."""
+    job, _, _, plan, ledger = provisioned()
+    job = dataclasses.replace(job, labels={"kueue.x-k8s.io/queue-name": "rl"})
+    workload = WorkloadState(
+        "split-w",
+        True,
+        True,
+        True,
+        False,
+        grants={"a800": Grant({"nvidia.com/gpu": "a800"}, {"a800-0": 1, "a800-2": 1})},
+    )
+    world = dataclasses.replace(lost_world(plan, "False"), workload=workload)
+    decided = reconcile(job, world)
+    assert dump(decided.status)["phase"] == "Running"
+    (move,) = [a for a in decided.actions if isinstance(a, Relocate)]
+    assert (move.node, move.to) == (LOST, "a800-2") and "Kueue replaced node a800-1 in Workload split-w" in move.why
+    moved = relocate(job, dataclasses.replace(world, snapshot=cluster_snapshot(nodes(1, "False"))), ledger, decided)
+    (worker,) = [a for a in moved.actions if isinstance(a, MoveWorker)]
+    assert (worker.node_from, worker.node_to) == (LOST, "a800-2")
+    assert ledger.reserved[job.key] == frozenset({"a800-0", "a800-2"})
+
+    # Before Kueue granted a replacement, the job runs on and says it waits for Kueue (rlplace picks no node).
+    waiting = WorkloadState(
+        "split-w", True, True, True, False, grants={"a800": Grant({"nvidia.com/gpu": "a800"}, {"a800-0": 1, LOST: 1})}
+    )
+    decided = reconcile(job, dataclasses.replace(lost_world(plan, "False"), workload=waiting))
+    assert not [a for a in decided.actions if isinstance(a, Relocate)]
+    (entry,) = next(c for c in dump(decided.status)["components"] if c["name"] == "rollout")["lost"]
+    assert "waiting for Kueue to replace it" in entry["why"]
