@@ -17,7 +17,7 @@ The rules (docs/status-truth.md):
 - silent: a job not Running, finished or Suspended has a condition naming what it waits for, written within 60 s
   of its creation or its spec's change.
 - lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else (once the operator
-  had 30 s to see a change); a job placed (Provisioning or Running) names nothing it waits for and no queue
+  had 30 s to see a change; a node whose Replace ranks status.components names as lost is excused); a job placed (Provisioning or Running) names nothing it waits for and no queue
   position; a phase moves back only with a condition that says why; the attempt never goes down.
 - driver-twice, progress: one driver (one RayJob) per attempt; the reported iteration never goes down within one
   attempt.
@@ -392,7 +392,9 @@ class Checker:
         if not heads or not all(_running_and_ready(p) for p in heads):
             found.append(f"lie: RLJob {name} is Running but its Ray head pod is not running")
         running = {p["spec"].get("nodeName") for p in workers if _running_and_ready(p)}
-        missing = sorted(planned - running)
+        # Ranks of Replace components the status names as lost: the job says it runs on without them.
+        said_lost = {e.get("node") for c in status.get("components") or [] for e in c.get("lost") or []}
+        missing = sorted(planned - running - said_lost)
         if missing:
             found.append(f"lie: RLJob {name} is Running but no worker pod runs on planned node {', '.join(missing)}")
         elsewhere = sorted({p["spec"].get("nodeName") or "(unbound)" for p in workers} - planned)

@@ -136,6 +136,16 @@ def test_a_running_job_without_its_pods_is_a_lie_once_the_operator_had_time_to_s
     assert checker.check(state) == []
 
 
+def test_a_running_job_that_says_its_replace_ranks_are_lost_is_no_lie() -> None:
+    state = healthy()
+    state.pods = [pod("a-head", "n0", "head")]
+    checker = Checker(reaction_seconds=0)
+    assert "lie: RLJob ns/a is Running but no worker pod runs on planned node n0" in checker.check(state)
+    lost = {"node": "n0", "ranks": [0], "since": "2026-11-28T02:59:00Z", "why": "pod deleted"}
+    state.rljobs[0]["status"]["components"] = [{"name": "actor", "desired": 8, "live": 0, "lost": [lost]}]
+    assert Checker(reaction_seconds=0).check(state) == []
+
+
 def test_a_running_job_still_saying_what_it_waits_for_is_a_lie() -> None:
     state = healthy()
     state.rljobs[0]["status"]["waitingFor"] = "Kueue (ClusterQueue chaos)"
