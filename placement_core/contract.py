@@ -262,6 +262,8 @@ def node_resources(rank: int, num_gpus: int) -> dict[str, float]:
 #: pod mounts at NODE_RANKS_MOUNT_DIR: a worker group holds the pods of many nodes, so a pod finds its rank
 #: from the node it was scheduled to (RLPLACE_KUBE_NODE) before Ray starts.
 NODE_RANKS_KEY = "node-ranks"
+#: Where each worker pod mounts the whole job ConfigMap: the node ranks, and the plan as it was when the pod
+#: started (a replaced rank's plan entry is read there: docs/replace.md).
 NODE_RANKS_MOUNT_DIR = "/opt/rlplace-nodes"
 
 

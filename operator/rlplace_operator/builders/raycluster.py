@@ -218,10 +218,10 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
             "containers": [container],
         },
     }
-    ranks = {
-        "name": placement_configmap_name(job),
-        "items": [{"key": contract.NODE_RANKS_KEY, "path": contract.NODE_RANKS_KEY}],
-    }
+    # The whole ConfigMap: the node ranks the start command reads, and the plan as it was when the pod started
+    # (the launcher reads a replaced rank's plan entry there: the head's copy of a changed ConfigMap lags by up to
+    # the kubelet's sync period, and a moved rank runs on another node than the plan the driver started with).
+    ranks = {"name": placement_configmap_name(job)}
     mount = {"name": NODE_RANKS_VOLUME, "mountPath": contract.NODE_RANKS_MOUNT_DIR, "readOnly": True}
     template = with_volume(template, {"name": NODE_RANKS_VOLUME, "configMap": ranks}, "ray-worker", mount)
     if first.pin is not None and pod_gpus is not None:
