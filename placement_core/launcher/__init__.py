@@ -8,10 +8,11 @@
 Ray cannot be asked for specific GPU ids, and mixing `num_gpus>0` actors with self-managed visibility
 double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resources of `placement_core.contract`
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
-GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls),
-`simulated` (a multi-node Ray cluster in one process tree), `checkpoint` (a driver's step and state saved
-atomically, resumed on a new attempt), `synthetic` (a synthetic workload whose step times follow declared laws;
-docs/driver.md) and `demo` (the reference driver). How each process is checked against its plan entry, and how
+GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls, and
+replacing a lost replica while the others go on: `LaunchOptions.replace_lost`), `membership` (which ranks of a
+replaceable group are live), `simulated` (a multi-node Ray cluster in one process tree), `checkpoint` (a
+driver's step and state saved atomically, resumed on a new attempt), `synthetic` (a synthetic workload whose
+step times follow declared laws; docs/driver.md) and `demo` (the reference driver). How each process is checked against its plan entry, and how
 step times are reported, is `placement_core.observe` (whoever launched the processes). Ray is imported only
 when a cluster is used.
 """
@@ -28,6 +29,7 @@ from placement_core.launcher.groups import (
     launch_all,
     ray_node_addresses,
 )
+from placement_core.launcher.membership import Membership
 from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, load_plan, read_plan
 from placement_core.launcher.resources import check_resources
 from placement_core.launcher.simulated import simulated_cluster
@@ -42,6 +44,7 @@ __all__ = [
     "LaunchError",
     "LaunchOptions",
     "LaunchPlan",
+    "Membership",
     "ProcessCheck",
     "WorkerDiedError",
     "WorkerGroup",
