@@ -67,8 +67,8 @@ demo: setup tools images  ## local cluster + operator + example RLJobs, then kub
 operator: setup  ## run the operator in the foreground against KUBECONFIG (default .e2e/kubeconfig)
 	$(PY) -m rlplace_operator.main --verbose
 
-bench: setup  ## print the benchmark figures
-	@for b in benchmarks/*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+bench: setup  ## print the benchmark figures (benchmarks/_harness.py is their shared code, not one of them)
+	@for b in benchmarks/[!_]*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
 
 clean: cluster-down
 	rm -rf $(VENV) .pytest_cache .ruff_cache .hypothesis

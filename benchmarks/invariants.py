@@ -427,10 +427,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from kubernetes import client, config
 
-    config.load_kube_config(args.kubeconfig)
+    try:
+        config.load_kube_config(args.kubeconfig)
+    except (config.ConfigException, OSError) as err:
+        print(f"error: no cluster to check: {err}", file=sys.stderr)
+        return 2
     api, checker = client.ApiClient(), Checker()
     while True:
-        violations = checker.check(ClusterState.read(api))
+        try:
+            state = ClusterState.read(api)
+        except Exception as err:  # the API's errors, the connection's: one line, not a traceback
+            print(
+                f"error: reading the cluster failed: {str(err).splitlines()[0] if str(err) else type(err).__name__}",
+                file=sys.stderr,
+            )
+            return 2
+        violations = checker.check(state)
         for line in violations:
             print(line)
         print(f"{len(violations)} violations at {dt.datetime.now(dt.UTC):%H:%M:%S}", file=sys.stderr)
