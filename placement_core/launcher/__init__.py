@@ -8,18 +8,19 @@
 Ray cannot be asked for specific GPU ids, and mixing `num_gpus>0` actors with self-managed visibility
 double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resources of `placement_core.contract`
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
-GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (actors and calls, and
-replacing a lost replica while the others go on: `LaunchOptions.replace_lost`), `membership` (which ranks of a
-replaceable group are live), `simulated` (a multi-node Ray cluster in one process tree), `checkpoint` (a
-driver's step and state saved atomically, resumed on a new attempt), `synthetic` (a synthetic workload whose
-step times follow declared laws; docs/driver.md) and `demo` (the reference driver). How each process is checked against its plan entry, and how
-step times are reported, is `placement_core.observe` (whoever launched the processes). Ray is imported only
-when a cluster is used.
+GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (the launch, worker groups
+and their calls), `actors` (the actor Ray runs for a worker, and how one process is started where the plan
+says), `replacing` (starting a lost replica again while the others go on: `LaunchOptions.replace_lost`),
+`membership` (which ranks of a replaceable group are live), `simulated` (a multi-node Ray cluster in one process
+tree), `checkpoint` (a driver's step and state saved atomically, resumed on a new attempt), `synthetic` (a
+synthetic workload whose step times follow declared laws; docs/driver.md) and `demo` (the reference driver).
+How each process is checked against its plan entry, and how step times are reported, is `placement_core.observe`
+(whoever launched the processes). Ray is imported only when a cluster is used.
 """
 
 from placement_core.errors import LaunchError, WorkerDiedError
+from placement_core.launcher.actors import PLACEMENT_OPTIONS
 from placement_core.launcher.groups import (
-    PLACEMENT_OPTIONS,
     GroupCall,
     LaunchOptions,
     WorkerGroup,

@@ -604,7 +604,7 @@ def test_the_default_sets_the_environment_in_the_actor_not_in_a_runtime_env(ray_
 def test_the_actor_class_holds_no_reference_to_the_worker_class() -> None:
     """What Ray pickles and loads first in the worker: forwarders named like the worker's methods, nothing that
     would import the worker's module (its pickle names no test module and no worker class)."""
-    from placement_core.launcher.groups import CHECK_METHOD, _host
+    from placement_core.launcher.actors import CHECK_METHOD, _host
 
     host = _host(Kinds)
     methods = {name for name, value in vars(host).items() if callable(value) and not name.startswith("__")}

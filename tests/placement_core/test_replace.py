@@ -20,8 +20,7 @@ import pytest
 
 from placement_core import contract, launcher
 from placement_core.components import component_placement
-from placement_core.launcher import LaunchOptions, WorkerDiedError, WorkerGroup
-from placement_core.launcher import groups as launcher_groups
+from placement_core.launcher import LaunchOptions, WorkerDiedError, WorkerGroup, replacing
 from placement_core.launcher.membership import Ledger, Membership
 from placement_core.observe.progress import IterationReport, LogReporter, find_progress
 from placement_core.observe.verify import find_report
@@ -139,7 +138,7 @@ def test_a_killed_replica_is_left_out_then_started_again_on_its_node(
     driver_mount.mkdir()
     (driver_mount / contract.PLAN_KEY).write_text(plan.to_json())
     monkeypatch.setenv(contract.PLAN_DIR_ENV, str(driver_mount))
-    monkeypatch.setattr(launcher_groups, "POD_PLAN_DIR", str(pod_mount))
+    monkeypatch.setattr(replacing, "POD_PLAN_DIR", str(pod_mount))
     groups = launcher.launch_all(launcher.read_plan(), {"rollout": Replica}, options=LaunchOptions(replace_lost=True))
     group = groups["rollout"]
     try:
@@ -185,7 +184,7 @@ def test_a_replaced_rank_that_fails_its_binding_check_stays_lost(
     plan = plan_of({"rollout": "5,13"}, replace=("rollout",))
     (tmp_path / contract.PLAN_KEY).write_text(plan.to_json())
     monkeypatch.setenv(contract.PLAN_DIR_ENV, str(tmp_path))
-    monkeypatch.setattr(launcher_groups, "POD_PLAN_DIR", str(tmp_path / "no-pod-mount"))
+    monkeypatch.setattr(replacing, "POD_PLAN_DIR", str(tmp_path / "no-pod-mount"))
     with launcher.launch(launcher.read_plan(), "rollout", Replica, options=LaunchOptions(replace_lost=True)) as group:
         (tmp_path / contract.PLAN_KEY).write_text(with_env(plan, "rollout", 0, CUDA_VISIBLE_DEVICES="0").to_json())
         kill(group.actors[0])
