@@ -13,9 +13,11 @@ and their calls), `actors` (the actor Ray runs for a worker, and how one process
 says), `replacing` (starting a lost replica again while the others go on: `LaunchOptions.replace_lost`),
 `membership` (which ranks of a replaceable group are live), `simulated` (a multi-node Ray cluster in one process
 tree), `checkpoint` (a driver's step and state saved atomically, resumed on a new attempt), `synthetic` (a
-synthetic workload whose step times follow declared laws; docs/driver.md) and `demo` (the reference driver).
-How each process is checked against its plan entry, and how step times are reported, is `placement_core.observe`
-(whoever launched the processes). Ray is imported only when a cluster is used.
+synthetic workload whose step times follow declared laws; docs/driver.md), `demo` (the reference driver: its
+command line and one-shot exercise), `demo_worker` (its worker, the parts its components play and its process
+table) and `steps` (its `--steps` mode). How each process is checked against its plan entry, and how step times
+are reported, is `placement_core.observe` (whoever launched the processes). Ray is imported only when a cluster
+is used.
 """
 
 from placement_core.errors import LaunchError, WorkerDiedError

@@ -16,7 +16,7 @@ import pytest
 from placement_core import launcher
 from placement_core.components import component_placement, sharing_groups
 from placement_core.errors import LaunchError
-from placement_core.launcher import demo
+from placement_core.launcher import demo, steps
 from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.launcher.synthetic import (
     Law,
@@ -120,18 +120,18 @@ def test_step_options_read_the_contract_variables(tmp_path, monkeypatch) -> None
     from placement_core.observe.progress import HttpReporter, LogReporter, Reporters
 
     parser = argparse.ArgumentParser()
-    demo.add_step_arguments(parser)
+    steps.add_step_arguments(parser)
     monkeypatch.setenv("RLPLACE_CHECKPOINT_DIR", str(tmp_path / "ck"))
     monkeypatch.setenv("RLPLACE_ATTEMPT", "3")
     monkeypatch.setenv("RLPLACE_PROGRESS_URL", "http://127.0.0.1:9/progress")
-    options = demo.step_options(parser.parse_args(["--steps", "4", "--checkpoint-every", "2"]), ["actor"])
+    options = steps.step_options(parser.parse_args(["--steps", "4", "--checkpoint-every", "2"]), ["actor"])
     assert (options.steps, options.checkpoint_every, options.laws) == (4, 2, None)
     assert (options.store.directory, options.store.attempt) == (tmp_path / "ck", 3)
     assert isinstance(options.reporter, Reporters)
     assert [type(r) for r in options.reporter.reporters] == [LogReporter, HttpReporter]
     options.reporter.close()
     monkeypatch.delenv("RLPLACE_PROGRESS_URL")
-    assert isinstance(demo.step_options(parser.parse_args(["--steps", "1"]), ["actor"]).reporter, LogReporter)
+    assert isinstance(steps.step_options(parser.parse_args(["--steps", "1"]), ["actor"]).reporter, LogReporter)
 
 
 # -- real steps on a simulated cluster -------------------------------------------------------------------
@@ -158,7 +158,7 @@ def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path
     assert predicted_iteration_seconds(laws, {n: component_gpus(plan, n) for n in laws}) == pytest.approx(
         expected["iteration"]
     )
-    options = demo.StepOptions(steps=3, laws=laws)
+    options = steps.StepOptions(steps=3, laws=laws)
     assert demo.run(plan, ["actor", "rollout"], options) == 0
     reports = find_progress(capsys.readouterr().out)
     assert [r.iteration for r in reports] == [1, 2, 3]
@@ -177,7 +177,7 @@ def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path
 def test_steps_checkpoint_and_a_later_attempt_resumes(ray_cluster, tmp_path, capsys) -> None:
     plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1", "reward": "2"}))
     components = ["actor", "rollout", "reward"]
-    first = demo.StepOptions(steps=5, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=1))
+    first = steps.StepOptions(steps=5, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=1))
     assert demo.run(plan, components, first) == 0
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == [
@@ -187,7 +187,7 @@ def test_steps_checkpoint_and_a_later_attempt_resumes(ray_cluster, tmp_path, cap
     assert all(r.seconds().keys() == {"actor", "rollout"} for r in find_progress(out))
     assert CheckpointStore(tmp_path).steps() == [2, 4]
     # The job asks for more steps on a new attempt: it resumes after step 4 and repeats step 5.
-    second = demo.StepOptions(steps=6, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=2))
+    second = steps.StepOptions(steps=6, checkpoint_every=2, store=CheckpointStore(tmp_path, attempt_number=2))
     assert demo.run(plan, components, second) == 0
     out = capsys.readouterr().out
     assert [line.split(":")[0] for line in out.splitlines() if line.startswith("step ")] == [
@@ -241,8 +241,8 @@ def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: P
     assert CheckpointStore(checkpoints).steps() == [2, 4]
     second = subprocess.run(command, env={**env, "RLPLACE_ATTEMPT": "2"}, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
-    steps = [line.split(":")[0] for line in second.stdout.splitlines() if line.startswith("step ")]
-    assert steps == [f"step {i}/8 (attempt 2)" for i in range(5, 9)]
+    ran = [line.split(":")[0] for line in second.stdout.splitlines() if line.startswith("step ")]
+    assert ran == [f"step {i}/8 (attempt 2)" for i in range(5, 9)]
     assert "summary: attempt 2 ran 4 steps (5-8), resumed from step 4, repeated 1" in second.stdout
     assert [r.iteration for r in find_progress(second.stdout)] == [5, 6, 7, 8]
     assert CheckpointStore(checkpoints).latest().step == 8

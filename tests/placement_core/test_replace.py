@@ -262,12 +262,13 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
     score), and the replaced rank has the weights of the last step."""
     import ray
 
-    from placement_core.launcher import demo
+    from placement_core.launcher import steps
     from placement_core.launcher.checkpoint import CheckpointStore
+    from placement_core.launcher.demo_worker import Worker
 
     plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1,9", "reward": "2"}, replace=("rollout", "reward")))
     groups = launcher.launch_all(
-        plan, dict.fromkeys(["actor", "rollout", "reward"], demo.Worker), options=LaunchOptions(replace_lost=True)
+        plan, dict.fromkeys(["actor", "rollout", "reward"], Worker), options=LaunchOptions(replace_lost=True)
     )
     rollout = groups["rollout"]
 
@@ -281,8 +282,8 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
     hooks = Hooks({2: killer.start, 3: killer.join, 4: wait_back})
     store = CheckpointStore(tmp_path, attempt_number=1)
     try:
-        options = demo.StepOptions(steps=6, checkpoint_every=6, store=store, reporter=hooks)
-        assert demo.run_steps(groups, plan, options) == 6
+        options = steps.StepOptions(steps=6, checkpoint_every=6, store=store, reporter=hooks)
+        assert steps.run_steps(groups, plan, options) == 6
         weights = rollout.run("weights", timeout=60)
     finally:
         for group in groups.values():
@@ -306,17 +307,18 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
 def test_the_reference_driver_still_fails_when_a_restart_job_rank_dies(ray_cluster: None) -> None:
     """The reference driver opts in, but its rollout here is RestartJob: a dead rollout rank fails the step with
     the WorkerDiedError line the operator reads, as before."""
-    from placement_core.launcher import demo
+    from placement_core.launcher import steps
+    from placement_core.launcher.demo_worker import Worker
 
     plan = launcher.load_plan(plan_of({"actor": "3", "rollout": "4"}))
     groups = launcher.launch_all(
-        plan, dict.fromkeys(["actor", "rollout"], demo.Worker), options=LaunchOptions(replace_lost=True)
+        plan, dict.fromkeys(["actor", "rollout"], Worker), options=LaunchOptions(replace_lost=True)
     )
     try:
         assert not any(group.replaceable for group in groups.values())
         kill(groups["rollout"].actors[0])
         with pytest.raises(WorkerDiedError, match=r"^component 'rollout' rank 0 \(node rank 0\) died during 'sync_"):
-            demo.run_steps(groups, plan, demo.StepOptions(steps=2))
+            steps.run_steps(groups, plan, steps.StepOptions(steps=2))
     finally:
         for group in groups.values():
             group.shutdown()
@@ -354,12 +356,13 @@ def node_scenario() -> None:
     ranks 0 on node 0 and 1-2 on node 1 (Replace), the reference driver's steps; node 1 removed after step 2's
     report and added again after step 4's; step 5's report waits until both ranks are back."""
     from placement_core.contract import node_labels, node_resources
-    from placement_core.launcher import demo
+    from placement_core.launcher import steps
+    from placement_core.launcher.demo_worker import Worker
 
     plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1,2-3"}, replace=("rollout",), gpus=2))
     with launcher.simulated_cluster([2, 2], ship_code=True) as cluster:
         groups = launcher.launch_all(
-            plan, dict.fromkeys(["actor", "rollout"], demo.Worker), options=LaunchOptions(replace_lost=True)
+            plan, dict.fromkeys(["actor", "rollout"], Worker), options=LaunchOptions(replace_lost=True)
         )
         (node,) = cluster.worker_nodes
         rollout = groups["rollout"]
@@ -372,7 +375,7 @@ def node_scenario() -> None:
                 back(rollout, rank)
 
         hooks = Hooks({2: lambda: cluster.remove_node(node), 4: add_again, 5: wait_back})
-        demo.run_steps(groups, plan, demo.StepOptions(steps=7, reporter=hooks))
+        steps.run_steps(groups, plan, steps.StepOptions(steps=7, reporter=hooks))
         weights = rollout.run("weights", timeout=60)
         membership = rollout.membership
         for group in groups.values():
