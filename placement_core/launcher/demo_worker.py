@@ -18,8 +18,11 @@ if TYPE_CHECKING:
     from placement_core.launcher.groups import WorkerGroup
     from placement_core.observe.verify import BindingReport
 
-#: What each process reports about itself, in table order.
-SEEN = ("RANK", "WORLD_SIZE", "NODE_RANK", "CLUSTER_NODE_RANK", "CUDA_VISIBLE_DEVICES", "LOCAL_HARDWARE_RANKS")
+#: The planned variables each process reports, in table order.
+VARIABLES = ("RANK", "WORLD_SIZE", "NODE_RANK", "CLUSTER_NODE_RANK", "CUDA_VISIBLE_DEVICES", "LOCAL_HARDWARE_RANKS")
+#: What each process reports about itself, in table order: its planned variables and its process id, by which a
+#: reader of the log tells a rank started again from one that kept its process.
+SEEN = (*VARIABLES, "PID")
 COLUMNS = ("component", *SEEN, "node", "binding")
 
 
@@ -32,8 +35,8 @@ class Worker:
         """The version of the weights this process generates with (`sync_weights`); None before the first."""
 
     def where(self) -> dict[str, str]:
-        seen = {key: os.environ.get(key, "") for key in SEEN}
-        return {**seen, "node": os.environ.get(KUBE_NODE_ENV) or socket.gethostname()}
+        seen = {key: os.environ.get(key, "") for key in VARIABLES}
+        return {**seen, "PID": str(os.getpid()), "node": os.environ.get(KUBE_NODE_ENV) or socket.gethostname()}
 
     def train_step(self, seconds: float) -> tuple[float, float]:
         start = time.time()
@@ -99,12 +102,13 @@ def roles(groups: Mapping[str, WorkerGroup]) -> tuple[WorkerGroup, WorkerGroup, 
 
 
 def table(groups: Mapping[str, WorkerGroup], report: BindingReport) -> list[dict[str, str]]:
-    """One row per process: what it saw from inside, and its binding verdict."""
+    """One row per live process: what it saw from inside, and its binding verdict. A replaceable group's rank
+    that dies meanwhile is left out (and started again), as in a step."""
     verdicts = {(c.component, c.rank): ("ok" if c.ok else c.problems[0]) for c in report.checks}
     calls = {name: group.call("where") for name, group in groups.items()}
     rows = []
     for name, call in calls.items():
-        for rank, seen in zip(call.ranks, call.get(timeout=120), strict=True):
+        for rank, seen in call.get_live(timeout=120).items():
             rows.append({"component": name, **seen, "binding": verdicts.get((name, rank), "not checked")})
     return rows
 

@@ -12,7 +12,9 @@ it saves one after the step it is in; every report carries the newest checkpoint
 A component whose plan says `Replace` (rollout, reward) goes on with its live ranks while the launcher starts a
 lost one again: a step's work of a rank that dies is done again by the others in the same step, a rank started
 again gets the current weights before it generates, and each step line says how many replicas were live
-(`rollout 2/4 live`). docs/driver.md, "Replacing lost replicas".
+(`rollout 2/4 live`). After a step took replaced ranks the process table is printed again: every live process
+with its PID, so that the log shows that the ranks not replaced kept their processes. docs/driver.md,
+"Replacing lost replicas".
 """
 
 from __future__ import annotations
@@ -31,8 +33,8 @@ from placement_core.components import sharing_groups
 from placement_core.contract import CHECKPOINT_DIR_ENV
 from placement_core.errors import LaunchError
 from placement_core.launcher.checkpoint import CheckpointStore, attempt
-from placement_core.launcher.demo_worker import roles
-from placement_core.launcher.groups import WorkerGroup
+from placement_core.launcher.demo_worker import print_table, roles, table
+from placement_core.launcher.groups import WorkerGroup, binding_report
 from placement_core.launcher.plan import LaunchPlan
 from placement_core.launcher.synthetic import Law, component_gpus, parse_laws
 from placement_core.observe.progress import LogReporter, Reporter, StepTimer, reporter_from_env
@@ -79,12 +81,20 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     # The newest checkpoint (this attempt's, or the one it resumed from): every report carries it.
     checkpoint_step = last.step if last is not None else None
     replaceable = [group for group in groups.values() if group.replaceable]
+    # The process of each live rank as the process table last showed it (demo.run prints it before the steps).
+    shown = live_processes(groups)
     for step in range(first, options.steps + 1):
-        timer = StepTimer(order=list(groups))
         for group in replaceable:
             # Prints what the launcher replaced since (its lines and a fresh binding report); the generator's
             # new ranks get the step's weights like every other rank of it (synced_ranks).
             group.take_joined()
+        # The ranks just taken, and those that synced_ranks took during the last step: every live process again,
+        # each with its PID, so that the log shows that the ranks not replaced kept theirs.
+        live = live_processes(groups)
+        if any(shown.get(key) is not actor for key, actor in live.items()):
+            print_table(table(groups, binding_report(groups)))
+            shown = live
+        timer = StepTimer(order=list(groups))  # after the table: its calls are not the step's time
         if options.laws is None:
             total_score += demo_step(groups, timer, step)
         else:
@@ -119,6 +129,11 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
         flush=True,
     )
     return ran
+
+
+def live_processes(groups: Mapping[str, WorkerGroup]) -> dict[tuple[str, int], Any]:
+    """(component, rank) -> actor of every live rank: a rank started again has another actor."""
+    return {(name, rank): actor for name, group in groups.items() for rank, actor in group.live_actors().items()}
 
 
 def demo_step(groups: Mapping[str, WorkerGroup], timer: StepTimer, step: int = 1) -> float:

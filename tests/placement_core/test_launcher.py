@@ -484,6 +484,9 @@ def test_reference_driver_verifies_overlaps_and_prints_every_process(ray_cluster
         ("rollout", "0", "7", "ok"),
         ("reward", "0", "6", "ok"),
     ]
+    assert "LOCAL_HARDWARE_RANKS  PID  " in out
+    pids = [int(r[7]) for r in rows]  # each process's own, none the driver's
+    assert len(set(pids)) == 3 and os.getpid() not in pids, out
 
 
 def test_reference_driver_fails_a_tampered_plan_naming_the_rank(ray_cluster, tmp_path, capsys) -> None:

@@ -253,13 +253,30 @@ def step_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("step ")]
 
 
+def process_tables(out: str) -> list[list[dict[str, str]]]:
+    """The reference driver's process tables in `out`, in order: each a row per process, by column name."""
+    tables: list[list[dict[str, str]]] = []
+    header: list[str] = []
+    for line in out.splitlines():
+        cells = line.split()
+        if cells[:2] == ["component", "RANK"]:
+            header = cells
+            tables.append([])
+        elif header and len(cells) == len(header) and cells[-1] == "ok":
+            tables[-1].append(dict(zip(header, cells, strict=True)))
+        else:
+            header = []
+    return tables
+
+
 @pytest.mark.ray
 def test_the_reference_driver_goes_on_through_a_rollout_kill(
     ray_cluster: None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """run_steps with a rollout rank killed during step 3: every step is reported once and in order, the steps
     go on with one replica until the rank is back, every sample of every step is scored once (the checkpointed
-    score), and the replaced rank has the weights of the last step."""
+    score), the replaced rank has the weights of the last step, and the process table printed again once the
+    driver took it shows every live process, only that rank's PID new."""
     import ray
 
     from placement_core.launcher import steps
@@ -282,6 +299,7 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
     hooks = Hooks({2: killer.start, 3: killer.join, 4: wait_back})
     store = CheckpointStore(tmp_path, attempt_number=1)
     try:
+        before = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
         options = steps.StepOptions(steps=6, checkpoint_every=6, store=store, reporter=hooks)
         assert steps.run_steps(groups, plan, options) == 6
         weights = rollout.run("weights", timeout=60)
@@ -296,6 +314,11 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
     assert any(line.endswith("; rollout 1/2 live, reward 1/1 live") for line in lines[2:4]), out
     assert lines[-1].endswith("; rollout 2/2 live, reward 1/1 live")
     assert "replaced: component 'rollout' rank 1 on node rank 1 after " in out
+    # The process table again once the driver took the rank: every live process, only the replaced rank's new.
+    (table,) = process_tables(out)
+    after = {(row["component"], int(row["RANK"])): row["PID"] for row in table}
+    assert after.keys() == before.keys() and {key for key in before if after[key] != before[key]} == {("rollout", 1)}
+    assert out.index("replaced: ") < out.index("component  RANK"), out
     # 4 samples a step (2 per reward process per rollout process), scored 0.0 + 0.1 + 0.2 + 0.3, each once.
     assert store.latest().state["total_score"] == pytest.approx(6 * 0.6)
     assert weights == [5, 5]  # the weights step 6 generated with, the replaced rank's too
