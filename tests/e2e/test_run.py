@@ -338,7 +338,7 @@ def test_example_job_succeeds_with_every_process_verified_as_planned(
         for n, c in plan["components"].items()
         for p in c["processes"]
     ]
-    assert [(r[0], r[1], r[5] if len(r) == 9 else "", r[-2]) for r in rows] == expected
+    assert [(r[0], r[1], r[5] if len(r) == 10 else "", r[-2]) for r in rows] == expected  # a row of 10 cells: with PID
     assert "ran concurrently: overlap" in log
 
 
