@@ -85,8 +85,12 @@ def relocate(job: Job, world: World, ledger: Ledger, decided: Outcome) -> Outcom
         host_from = ((lost_info.get("metadata") or {}).get("labels") or {}).get(HOSTNAME_LABEL) or move.node
         spare_info = indexed(world.snapshot.nodes, spare)
         host_to = spare_info.labels.get(HOSTNAME_LABEL, "") if spare_info is not None else ""
+        # The lost node's pod, and a pod KubeRay made again that waits unbound: it has the old template (the
+        # lost node's affinity) and would wait for ever; KubeRay makes the next one from the new template.
         pods = tuple(
-            p["metadata"]["name"] for p in worker_pods(world.pods) if (p.get("spec") or {}).get("nodeName") == move.node
+            p["metadata"]["name"]
+            for p in worker_pods(world.pods)
+            if (p.get("spec") or {}).get("nodeName") in (move.node, None, "")
         )
         actions.append(MoveWorker(cluster, move.node, spare, host_from, host_to, pods))
         for component in (status.get("placement") or {}).get("components") or []:

@@ -1,0 +1,206 @@
+"""A lost rollout replica is replaced while the job runs (issue 42, docs/replace.md), on the real kubelets of the
+local cluster: examples/rljob-replace-run.yaml (the actor on the a800 node, eight rollout ranks on the 4090
+node, rollout onLoss Replace).
+
+- The rollout's worker pod force-deleted mid-run: the job never leaves Running, says which ranks are lost and
+  why, KubeRay makes the pod again, the launcher starts the ranks in it, their binding is verified again from
+  inside (BindingVerified from the report printed after them), the actor's processes keep their PIDs, every step
+  is reported once and in order; then the actor's pod deleted: a RestartJob loss restarts the job (attempt 2).
+- The rollout's node cordoned and its pod gone: the ranks move to the other node of their NodeGroup (the
+  ConfigMap's plan, the RayCluster's worker group), their binding is verified there, the job Succeeds as attempt 1.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from collections.abc import Iterator
+
+import pytest
+from kubernetes import client
+from test_lifecycle import CHECKPOINTS, condition, force_delete, ray_pods, wait_ended
+from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixtures)
+
+from e2e_cluster import wait_for
+from invariants import Checker, ClusterState
+from rlplace_fixtures import run_tool
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION = "rlplace.io", "v1alpha1"
+STEPS = 45
+
+
+def replace_job(run_jobs: RunJobs, name: str, **spec: object) -> dict:  # noqa: F811
+    """examples/rljob-replace-run.yaml named `name`, STEPS steps, its checkpoints in a fresh host directory."""
+    body = example("rljob-replace-run.yaml")
+    body["metadata"]["name"] = name
+    body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {STEPS} --checkpoint-every 10"
+    directory = CHECKPOINTS / run_jobs.namespace / name
+    directory.mkdir(parents=True, exist_ok=True)
+    directory.chmod(0o1777)
+    for parent in (CHECKPOINTS, CHECKPOINTS / run_jobs.namespace):
+        parent.chmod(0o755)
+    body["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = str(directory)
+    body["spec"].update(spec)
+    return body
+
+
+def driver_log(kubeconfig: str, namespace: str, job: str) -> str:
+    return run_tool("kubectl", kubeconfig, "logs", "-n", namespace, f"job/{job}", check=False).stdout
+
+
+def steps_seen(log: str) -> list[int]:
+    return [int(m.group(1)) for m in re.finditer(r"^step (\d+)/\d+ \(attempt 1\)", log, re.MULTILINE)]
+
+
+def pids(log: str, component: str) -> list[dict[str, str]]:
+    """Every process table row of `component` in the log, oldest first: its RANK, PID and what it saw."""
+    rows, header = [], None
+    for line in log.splitlines():
+        cells = line.split()
+        if cells[:2] == ["component", "RANK"]:
+            header = cells
+        elif header and cells and cells[0] == component and len(cells) == len(header):
+            rows.append(dict(zip(header, cells, strict=True)))
+    return rows
+
+
+def verified_at_step_3(status: dict) -> dict | None:
+    """The status once the binding is verified and the driver reported its third step."""
+    progress = (status.get("progress") or {}).get("iteration") or 0
+    return status if condition(status, "BindingVerified").get("status") == "True" and progress >= 3 else None
+
+
+def rollout(status: dict) -> dict:
+    return next(c for c in status.get("components") or [] if c["name"] == "rollout")
+
+
+def events(run_jobs: RunJobs, job: str, reason: str) -> list[str]:  # noqa: F811
+    found = run_jobs.core.list_namespaced_event(run_jobs.namespace, field_selector=f"reason={reason}").items
+    return [e.message for e in found if e.involved_object.name == job]
+
+
+def watch_running(run_jobs: RunJobs, job: str, until: object, timeout: float, what: str) -> dict:  # noqa: F811
+    """Poll the job every second until `until(status)`; it must stay Running meanwhile."""
+
+    last: dict = {}
+
+    def look() -> dict | None:
+        status = last["status"] = run_jobs.status(job)
+        assert status.get("phase") == "Running", f"{job} left Running: {status.get('phase')} {status.get('message')}"
+        return status if until(status) else None  # type: ignore[operator]
+
+    try:
+        return wait_for(look, timeout, what, interval=1)
+    except TimeoutError as err:
+        said = {k: last.get("status", {}).get(k) for k in ("message", "components", "conditions", "placement")}
+        raise AssertionError(f"{err}; the job's status then: {said}") from None
+
+
+def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss_restarts_it(
+    run_jobs: RunJobs,  # noqa: F811
+    real_nodes: list[str],  # noqa: F811
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
+    run_jobs.create(replace_job(run_jobs, "replace"))
+
+    wait_for(lambda: verified_at_step_3(run_jobs.status("replace")), 300, "replace verified at step 3", interval=1)
+    before = driver_log(kubeconfig, run_jobs.namespace, "replace")
+    actor_pids = {row["RANK"]: row["PID"] for row in pids(before, "actor")}
+    (worker,) = [p for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-4090-0"]
+    force_delete(run_jobs, worker)
+    lost_at = time.monotonic()
+
+    lost = watch_running(run_jobs, "replace", lambda s: rollout(s).get("lost"), 60, "the rollout ranks named lost")
+    assert condition(lost, "RayClusterReady")["reason"] == "Replacing", lost["conditions"]
+    assert rollout(lost)["live"] < 8 and "real-4090-0" in condition(lost, "RayClusterReady")["message"]
+
+    def replaced(status: dict) -> bool:
+        return rollout(status).get("replaced") == 8 and condition(status, "BindingVerified").get("status") == "True"
+
+    back = watch_running(run_jobs, "replace", replaced, 180, "the rollout ranks replaced and verified again")
+    took = time.monotonic() - lost_at
+    assert rollout(back)["live"] == 8 and not rollout(back).get("lost"), back["components"]
+    assert back["attempts"] == 1 and not back.get("restarts"), back
+    assert events(run_jobs, "replace", "RanksLost") and events(run_jobs, "replace", "Replaced")
+
+    log = driver_log(kubeconfig, run_jobs.namespace, "replace")
+    assert re.search(r"^replaced: component 'rollout' rank 7 ", log, re.MULTILINE), log[-3000:]
+    after = pids(log, "actor")[-len(actor_pids) :]
+    assert {row["RANK"]: row["PID"] for row in after} == actor_pids  # the trainer kept its processes
+    new_rollout = pids(log, "rollout")[-8:]
+    assert {row["node"] for row in new_rollout} == {"real-4090-0"}
+    assert sorted(row["CUDA_VISIBLE_DEVICES"] for row in new_rollout) == [str(i) for i in range(8)]
+    assert Checker().check(ClusterState.read(k8s)) == []
+    print(f"replace in place: lost -> replaced and verified in {took:.0f} s")
+
+    # A loss that takes a RestartJob (the trainer's) process restarts the whole job from its checkpoint.
+    (trainer,) = [p for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-a800-0"]
+    force_delete(run_jobs, trainer)
+    status = wait_ended(run_jobs, "replace", 400)
+    assert status["phase"] == "Succeeded", status.get("message")
+    assert status["attempts"] == 2, status
+    assert sorted(set(steps_seen(log))) == steps_seen(log)  # attempt 1: every step once, in order
+
+
+@pytest.fixture
+def rollout_pair(k8s: client.ApiClient, real_nodes: list[str]) -> Iterator[str]:  # noqa: F811
+    """A NodeGroup of the two real GPU nodes (real-4090-0 first: both are rank 0, then by name), every node
+    uncordoned afterwards."""
+    custom, core = client.CustomObjectsApi(k8s), client.CoreV1Api(k8s)
+    name = f"rollout-pair-{uuid.uuid4().hex[:5]}"
+    selector = {"matchExpressions": [{"key": "rlplace.io/real-gpu-type", "operator": "In", "values": ["a800", "4090"]}]}
+    body = {"apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeGroup", "metadata": {"name": name}}
+    custom.create_cluster_custom_object(GROUP, VERSION, "nodegroups", {**body, "spec": {"nodeSelector": selector}})
+
+    def ready() -> bool:
+        status = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", name).get("status") or {}
+        return status.get("readyNodes") == 2
+
+    try:
+        wait_for(ready, 60, f"NodeGroup {name} with 2 ready nodes")
+        yield name
+    finally:
+        for node in ("real-4090-0", "real-a800-0"):
+            core.patch_node(node, {"spec": {"unschedulable": None}})
+        custom.delete_cluster_custom_object(GROUP, VERSION, "nodegroups", name)
+
+
+def test_a_lost_rollout_node_moves_its_ranks_to_the_other_node_of_the_group(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,
+    kubeconfig: str,
+) -> None:
+    placement = [
+        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
+    ]
+    run_jobs.create(replace_job(run_jobs, "move", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement))
+
+    first = wait_for(lambda: verified_at_step_3(run_jobs.status("move")), 300, "move verified at step 3", interval=1)
+    (lost,) = rollout_nodes(first)
+    run_jobs.core.patch_node(lost, {"spec": {"unschedulable": True}})
+    (worker,) = [p for p in ray_pods(run_jobs, "move", "worker") if p.spec.node_name == lost]
+    force_delete(run_jobs, worker)
+
+    def moved(status: dict) -> bool:
+        verified = condition(status, "BindingVerified").get("status") == "True"
+        return rollout(status).get("replaced") == 4 and verified and lost not in rollout_nodes(status)
+
+    back = watch_running(run_jobs, "move", moved, 240, "the rollout ranks moved, replaced and verified")
+    (there,) = rollout_nodes(back)
+    assert there != lost and events(run_jobs, "move", "RanksMoved"), back
+    configmap = run_jobs.core.read_namespaced_config_map("move-placement", run_jobs.namespace)
+    assert f"{there} " in configmap.data["node-ranks"] and lost not in configmap.data["node-ranks"]
+    status = wait_ended(run_jobs, "move", 300)
+    assert status["phase"] == "Succeeded" and status["attempts"] == 1, status
+    log = driver_log(kubeconfig, run_jobs.namespace, "move")
+    assert steps_seen(log) == list(range(1, STEPS + 1))
+
+
+def rollout_nodes(status: dict) -> list[str]:
+    components = (status.get("placement") or {}).get("components") or []
+    return next(c["nodes"] for c in components if c["name"] == "rollout")
