@@ -2,10 +2,11 @@
 
     KUBECONFIG=.e2e/kubeconfig .venv/bin/python benchmarks/replace_in_place.py [--steps 60] [--every 10] [--seed 1]
 
-On a local cluster of `make cluster-up` (its real nodes; RLPLACE_E2E_DIR names its state dir, default .e2e),
-the operator started from this tree, and examples/rljob-replace-run.yaml (the actor on four GPUs of the a800
-node, eight rollout ranks on the 4090 node, the reference driver's one-second steps, a checkpoint every
-`--every`). Three runs, the loss at a random step of each (the seed's):
+On a local cluster of `make cluster-up` (its real nodes), the operator started from this tree, and
+examples/rljob-replace-run.yaml laid out as the issue asks: the actor on one node (the CPU-only real node), the
+rollout on two (eight ranks on each real GPU node, `nodeGroup: real-a800,real-4090`), the reference driver's steps
+of about a second, a checkpoint every `--every`. Three runs, the loss at a random step of each (the seed's), on
+the rollout's pod of the 4090 node (half the rollout):
 
 - restart: rollout RestartJob (the job as it was before Replace), its worker pod force-deleted: the job restarts
   from its last checkpoint. Figures: seconds from the loss to the first step after the resume, steps repeated.
@@ -17,7 +18,8 @@ node, eight rollout ranks on the 4090 node, the reference driver's one-second st
 For the replace runs: the phases seen from the loss on (goal: Running only), steps lost or reported twice (goal:
 every step once, in order), seconds from the loss to the replaced ranks' `replaced:` line and to the first step
 in which all eight rollout replicas generated again (goal for a deleted pod: 60 s), and the iteration time of the
-steps before the loss, while replicas were missing, and after. Times come from the driver's log as the container
+steps before the loss, while replicas were missing, and after. A pod whose node only went NotReady keeps its
+processes (nothing is replaced: the status says `RanksBack` once it is Ready again). Times come from the driver's log as the container
 runtime stamped each line (`kubectl logs --timestamps`). Prints figures; it is not a test.
 """
 
@@ -44,6 +46,11 @@ from _harness import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
 ROLLOUT_NODE = "real-4090-0"
+#: The actor on the CPU-only real node, the rollout's sixteen ranks over both real GPU nodes.
+LAYOUT = [
+    {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+    {"components": "rollout", "nodeGroup": "real-a800,real-4090", "placement": "0-15"},
+]
 STEP_LINE = re.compile(r"^step (\d+)/\d+ \(attempt (\d+)\):.*iteration ([0-9.]+) s(?:; (.*))?$")
 ROLLOUT_LIVE = re.compile(r"rollout (\d+)/(\d+) live")
 
@@ -87,6 +94,8 @@ def job_body(namespace: str, name: str, steps: int, every: int, replace: bool) -
     body["metadata"] = {"name": name}
     body["spec"]["checkpoint"]["volume"]["hostPath"]["path"] = str(directory)
     body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {steps} --checkpoint-every {every}"
+    body["spec"]["nodeGroups"] = ["real-cpu", "real-a800", "real-4090"]
+    body["spec"]["componentPlacement"] = LAYOUT
     if not replace:
         del body["spec"]["components"]
     return body

@@ -86,6 +86,8 @@ PODS_NOT_READY = "PodsNotReady"
 REPLACING = "Replacing"
 RANKS_LOST = "RanksLost"
 RANKS_REPLACED = "Replaced"
+#: Lost ranks whose own pod is Ready again (its node was NotReady for a while): nothing was replaced.
+RANKS_BACK = "RanksBack"
 REVERIFYING = "Reverifying"
 # Kueue admission (docs/kueue.md)
 WAITING_FOR_KUEUE = "WaitingForKueue"

@@ -247,6 +247,9 @@ class LostRanks(CamelModel):
     """When the loss was first seen (RFC 3339)."""
     why: str
     """What the API shows of their pod (deleted, Pending and why, its node NotReady)."""
+    pod: str | None = None
+    """The uid of the pod they ran in when they were seen lost, if it was still there (a pod that comes back Ready,
+    its node NotReady for a while, kept its processes: nothing was replaced)."""
 
 
 class ComponentReplicas(CamelModel):

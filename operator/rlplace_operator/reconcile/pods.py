@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rlplace_operator.api import conditions as cond
@@ -214,6 +214,8 @@ class PodProblems:
 
     head: str | None
     workers: dict[str, str]
+    pods: dict[str, str] = field(default_factory=dict)
+    """Planned node -> the uid of the job's worker pod bound there (Ready or not)."""
 
     def first(self) -> str | None:
         return self.head or next(iter(self.workers.values()), None)
@@ -256,7 +258,8 @@ def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[
             )
         elif (why := _running_and_ready(pod)) is not None:
             problems[node] = f"worker pod {pod['metadata']['name']} on node {node}: {why}"
-    return PodProblems(head, problems)
+    uids = {node: (pod.get("metadata") or {}).get("uid", "") for node, pod in bound.items() if node}
+    return PodProblems(head, problems, uids)
 
 
 def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> str | None:

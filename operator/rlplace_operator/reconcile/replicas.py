@@ -115,22 +115,26 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
                         + (": replacing while the job runs" if component.on_loss is OnLoss.REPLACE else ""),
                     )
                 )
-            lost.append({"node": node, "ranks": ranks, "since": since, "why": cond.brief(why, 200)})
+            pod = (was_lost.get(node) or {}).get("pod") if node in was_lost else problems.pods.get(node)
+            entry = {"node": node, "ranks": ranks, "since": since, "why": cond.brief(why, 200)}
+            lost.append({**entry, **({"pod": pod} if pod else {})})
         replaced = int(was.get("replaced") or 0)
         back = [entry for node, entry in was_lost.items() if node not in lost_nodes]
         pending = list(was.get("unverified") or [])
         for entry in back:
-            replaced += len(entry["ranks"])
-            pending += entry["ranks"]
             started = cond.parse_time(entry.get("since"))
             after = f", {(now - started).total_seconds():.0f} s after the loss" if started else ""
-            events.append(
-                Post(
-                    False,
-                    cond.RANKS_REPLACED,
-                    f"component '{component.name}' {_ranks_text(entry['ranks'])} run again on node {entry['node']}{after}",
+            ranks = f"component '{component.name}' {_ranks_text(entry['ranks'])}"
+            if entry.get("pod") and problems.pods.get(entry["node"]) == entry["pod"]:
+                # The same pod is Ready again (its node was NotReady for a while): its processes never stopped,
+                # so nothing was replaced and no new binding report will come.
+                events.append(
+                    Post(False, cond.RANKS_BACK, f"{ranks} on node {entry['node']}: their pod is Ready again{after}")
                 )
-            )
+                continue
+            replaced += len(entry["ranks"])
+            pending += entry["ranks"]
+            events.append(Post(False, cond.RANKS_REPLACED, f"{ranks} run again on node {entry['node']}{after}"))
         if pending:
             unverified[component.name] = sorted(set(pending))
         components.append(

@@ -108,3 +108,28 @@ def test_a_job_not_yet_running_whose_replace_pod_waits_is_provisioning() -> None
     status["phase"] = "Provisioning"
     outcome = reconcile(replace_job(status), world(without(pods, "node-1")))
     assert dump(outcome.status)["phase"] == "Provisioning"
+
+
+def test_a_pod_that_is_ready_again_on_its_node_replaced_nothing_and_waits_for_no_report() -> None:
+    """Its node was NotReady for a while (a kubelet stopped): the pod, and the processes in it, were there all
+    along, so no rank was started again and the driver prints no new binding report."""
+    pods = ray_pods("train-abcde", NODES)
+    for i, p in enumerate(pods):
+        p["metadata"]["uid"] = f"pod-{i}"
+    not_ready = [dict(p) for p in pods]
+    not_ready[-1] = {**pods[-1], "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "False"}]}}
+    lost = reconcile(replace_job(running()), world(not_ready))
+    status = dump(lost.status)
+    assert status["phase"] == "Running" and rollout_of(status)["lost"][0]["pod"] == "pod-3"
+    back = reconcile(replace_job(status), world(pods))
+    status = dump(back.status)
+    assert posts(back, "RanksBack") == [
+        "component 'rollout' ranks 4-7 on node node-2: their pod is Ready again, 0 s after the loss"
+    ]
+    assert posts(back, "Replaced") == []
+    assert "replaced" not in rollout_of(status) and "unverified" not in rollout_of(status)
+    assert condition(status, "BindingVerified")["status"] == "True"
+
+
+def rollout_of(status: dict) -> dict:
+    return next(c for c in status["components"] if c["name"] == "rollout")
