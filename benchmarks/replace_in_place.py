@@ -6,7 +6,7 @@ On a local cluster of `make cluster-up` (its real nodes), the operator started f
 examples/rljob-replace-run.yaml laid out as the issue asks: the actor on one node (the CPU-only real node), the
 rollout on two (eight ranks on each real GPU node, `nodeGroup: real-a800,real-4090`), the reference driver's steps
 of about a second, a checkpoint every `--every`. Three runs, the loss at a random step of each (the seed's), on
-the rollout's pod of the 4090 node (half the rollout):
+the rollout's pod of a GPU node that does not run the Ray head (half the rollout):
 
 - restart: rollout RestartJob (the job as it was before Replace), its worker pod force-deleted: the job restarts
   from its last checkpoint. Figures: seconds from the loss to the first step after the resume, steps repeated.
@@ -45,7 +45,7 @@ from kubernetes import client
 from _harness import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
-ROLLOUT_NODE = "real-4090-0"
+ROLLOUT_NODES = ("real-4090-0", "real-a800-0")
 #: The actor on the CPU-only real node, the rollout's sixteen ranks over both real GPU nodes.
 LAYOUT = [
     {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
@@ -113,7 +113,7 @@ def one_run(
 ) -> Outcome:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
     kubectl = [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig]
-    name = kind.replace(", ", "-")
+    name = kind
 
     def status() -> dict:
         return custom.get_namespaced_custom_object(GROUP, VERSION, namespace, "rljobs", name).get("status") or {}
@@ -134,20 +134,20 @@ def one_run(
             time.sleep(1)
 
     watcher = threading.Thread(target=watch, daemon=True)
+    pods = core.list_namespaced_pod(namespace, label_selector=f"rlplace.io/job={name}").items
+    # Half the rollout: the GPU node whose pod holds no head (the head's loss restarts any job, by design).
+    heads = {p.spec.node_name for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "head"}
+    lost_node = next(n for n in ROLLOUT_NODES if n not in heads)
+    workers = [p for p in pods if (p.metadata.labels or {}).get("ray.io/node-type") == "worker"]
+    (pod,) = [p for p in workers if p.spec.node_name == lost_node]
     lost_at = dt.datetime.now(dt.UTC)
-    selector = f"rlplace.io/job={name},ray.io/node-type=worker"
-    (pod,) = [
-        p
-        for p in core.list_namespaced_pod(namespace, label_selector=selector).items
-        if p.spec.node_name == ROLLOUT_NODE
-    ]
-    if kind == "replace, node":
-        core.patch_node(ROLLOUT_NODE, {"spec": {"unschedulable": True}})
-        component(kubeconfig, "stop", f"kubelet@{ROLLOUT_NODE}")
+    if kind == "replace-node":
+        core.patch_node(lost_node, {"spec": {"unschedulable": True}})
+        component(kubeconfig, "stop", f"kubelet@{lost_node}")
         watcher.start()
         time.sleep(60)
-        component(kubeconfig, "start", f"kubelet@{ROLLOUT_NODE}")
-        core.patch_node(ROLLOUT_NODE, {"spec": {"unschedulable": None}})
+        component(kubeconfig, "start", f"kubelet@{lost_node}")
+        core.patch_node(lost_node, {"spec": {"unschedulable": None}})
     else:
         core.delete_namespaced_pod(pod.metadata.name, namespace, grace_period_seconds=0)
         watcher.start()
@@ -213,7 +213,10 @@ def report(outcome: Outcome, steps: int) -> None:
           f"({len(during)} steps), 5 after {mean(after)}")  # fmt: skip
 
 
-def run(api: client.ApiClient, kubeconfig: str, steps: int, every: int, seed: int) -> None:
+RUNS = ("restart", "replace-pod", "replace-node")
+
+
+def run(api: client.ApiClient, kubeconfig: str, steps: int, every: int, seed: int, runs: list[str]) -> None:
     core = client.CoreV1Api(api)
     if not core.list_node(label_selector="rlplace.io/real-node=true").items:
         raise SystemExit("error: needs a cluster with the local real nodes (make cluster-up)")
@@ -228,12 +231,14 @@ def run(api: client.ApiClient, kubeconfig: str, steps: int, every: int, seed: in
     outcomes = []
     try:
         wait_for(lambda: core.list_namespaced_service_account(namespace).items, 60, "default ServiceAccount")
-        for kind in ("restart", "replace, pod", "replace, node"):
+        for kind in RUNS:
             loss_step = rng.randrange(every + 2, steps // 2)
-            outcomes.append(one_run(api, kubeconfig, namespace, kind, steps, every, loss_step))
+            if kind in runs:
+                outcomes.append(one_run(api, kubeconfig, namespace, kind, steps, every, loss_step))
     finally:
         operator.stop()
-        core.patch_node(ROLLOUT_NODE, {"spec": {"unschedulable": None}})
+        for node in ROLLOUT_NODES:
+            core.patch_node(node, {"spec": {"unschedulable": None}})
         core.delete_namespace(namespace)
         shutil.rmtree(CHECKPOINTS / namespace, ignore_errors=True)
     print(f"examples/rljob-replace-run.yaml: {steps} steps, a checkpoint every {every}, seed {seed}")
@@ -246,9 +251,13 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--every", type=int, default=10)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--runs", default=",".join(RUNS), help="comma-separated, of: " + ", ".join(RUNS))
     args = parser.parse_args()
+    runs = [r.strip() for r in args.runs.split(",") if r.strip()]
+    if unknown := [r for r in runs if r not in RUNS]:
+        parser.error(f"unknown run {unknown[0]!r} (known: {'; '.join(RUNS)})")
     with bench_cluster() as (api, kubeconfig):
-        run(api, kubeconfig, args.steps, args.every, args.seed)
+        run(api, kubeconfig, args.steps, args.every, args.seed, runs)
 
 
 if __name__ == "__main__":

@@ -6,8 +6,10 @@ named, restarts recorded.
   and gives its nodes to the job queued behind it within 60 s.
 - real nodes: an image that cannot be pulled names the cause and gives the nodes to the next job within 60 s.
 - real nodes, restarts (issue 22): a worker pod force-deleted mid-run restarts the job, which resumes from its
-  last checkpoint and Succeeds as attempt 2 (restartPolicy Never failing the job instead, naming the pod and
-  node, is decided in tests/operator/reconcile/test_decide.py over a recorded snapshot); a node
+  last checkpoint and Succeeds as attempt 2 (shown in test_replace_in_place.py, where the trainer's pod of a job
+  with Replace components is lost; restartPolicy Never failing the job instead, naming the pod and node, is
+  decided in tests/operator/reconcile/test_decide.py over a recorded snapshot); the head pod deleted mid-run
+  shows attempt 2 and a fresh binding check; a node
   lost mid-run (cordoned, the job's worker force-deleted) is left out, the job waits Queued while the only other
   node of its group is busy, then runs there, resumes and Succeeds; a driver that fails while the operator is
   down is restarted once when it is back.
@@ -252,35 +254,6 @@ def summary_line(kubeconfig: str, namespace: str, job: str) -> str:
     lines = [line for line in log.splitlines() if line.startswith("summary: attempt")]
     assert lines, log[-2000:]
     return lines[-1]
-
-
-def test_a_worker_pod_force_deleted_mid_run_restarts_the_job_which_resumes_from_its_checkpoint(
-    run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
-    real_nodes: list[str],  # noqa: F811
-    kubeconfig: str,
-) -> None:
-    run_jobs.create(resumable_job(run_jobs, "lose-worker"))
-    wait_verified_at(run_jobs, "lose-worker", 2 * EVERY)
-    (worker,) = ray_pods(run_jobs, "lose-worker", "worker")[:1]
-    force_delete(run_jobs, worker)
-    status = wait_ended(run_jobs, "lose-worker", 400)
-    assert status["phase"] == "Succeeded", status.get("message")
-    assert (status["attempts"], status["restartCount"]) == (2, 1), status
-    restart = status["restarts"][-1]
-    # A force-deleted pod leaves no object and often no event: the launcher's line names the rank that died.
-    assert restart["attempt"] == 2 and restart["reason"] in ("PodDeleted", "WorkerDied"), restart
-    named = worker.metadata.name in restart["message"] or "rank" in restart["message"]
-    assert named and worker.spec.node_name in restart["message"] and len(restart["message"]) <= 300, restart
-    assert condition(status, "BindingVerified").get("status") == "True"  # attempt 2 verified its own binding
-    summary = summary_line(kubeconfig, run_jobs.namespace, "lose-worker")
-    # summary: attempt 2 ran <n> steps (<first>-<STEPS>), resumed from step <s>, repeated <r>
-    assert summary.startswith("summary: attempt 2 "), summary
-    resumed = int(summary.split("resumed from step ")[1].split(",")[0])
-    repeated = int(summary.split("repeated ")[1].split()[0])
-    assert resumed >= 2 * EVERY and resumed % EVERY == 0, summary
-    assert repeated <= EVERY, summary  # at most one checkpoint interval done twice
-    events = run_jobs.core.list_namespaced_event(run_jobs.namespace, field_selector="reason=Restarting").items
-    assert any(e.involved_object.name == "lose-worker" for e in events)
 
 
 def test_the_head_pod_deleted_mid_run_shows_attempt_2_and_a_fresh_binding_check(

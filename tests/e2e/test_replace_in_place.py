@@ -5,7 +5,8 @@ node, rollout onLoss Replace).
 - The rollout's worker pod force-deleted mid-run: the job never leaves Running, says which ranks are lost and
   why, KubeRay makes the pod again, the launcher starts the ranks in it, their binding is verified again from
   inside (BindingVerified from the report printed after them), the actor's processes keep their PIDs, every step
-  is reported once and in order; then the actor's pod deleted: a RestartJob loss restarts the job (attempt 2).
+  is reported once and in order; then the actor's pod deleted: a RestartJob loss restarts the job, which resumes
+  from its last checkpoint as attempt 2, the restart recorded and named (the restart path of issue 22).
 - The rollout's node cordoned and its pod gone: the ranks move to the other node of their NodeGroup (the
   ConfigMap's plan, the RayCluster's worker group), their binding is verified there, the job Succeeds as attempt 1.
 """
@@ -19,8 +20,10 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
-from test_lifecycle import CHECKPOINTS, condition, force_delete, ray_pods, wait_ended
+from test_lifecycle import CHECKPOINTS, condition, force_delete, ray_pods, summary_line, wait_ended
 from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixtures)
+
+from placement_core.launcher.checkpoint import CheckpointStore
 
 from e2e_cluster import wait_for
 from invariants import Checker, ClusterState
@@ -29,14 +32,14 @@ from rlplace_fixtures import run_tool
 pytestmark = pytest.mark.e2e
 
 GROUP, VERSION = "rlplace.io", "v1alpha1"
-STEPS = 45
+STEPS, EVERY = 40, 10
 
 
 def replace_job(run_jobs: RunJobs, name: str, **spec: object) -> dict:  # noqa: F811
     """examples/rljob-replace-run.yaml named `name`, STEPS steps, its checkpoints in a fresh host directory."""
     body = example("rljob-replace-run.yaml")
     body["metadata"]["name"] = name
-    body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {STEPS} --checkpoint-every 10"
+    body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {STEPS} --checkpoint-every {EVERY}"
     directory = CHECKPOINTS / run_jobs.namespace / name
     directory.mkdir(parents=True, exist_ok=True)
     directory.chmod(0o1777)
@@ -137,12 +140,29 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     assert Checker().check(ClusterState.read(k8s)) == []
     print(f"replace in place: lost -> replaced and verified in {took:.0f} s")
 
-    # A loss that takes a RestartJob (the trainer's) process restarts the whole job from its checkpoint.
+    # A loss that takes a RestartJob (the trainer's) process restarts the whole job, which resumes from its last
+    # checkpoint (the restart path of docs/restarts.md, shown here once for both kinds of component).
+    store = CheckpointStore(CHECKPOINTS / run_jobs.namespace / "replace")
+    wait_for(lambda: any(s >= EVERY for s in store.steps()), 120, f"a checkpoint of step {EVERY}", interval=1)
     (trainer,) = [p for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-a800-0"]
     force_delete(run_jobs, trainer)
     status = wait_ended(run_jobs, "replace", 400)
     assert status["phase"] == "Succeeded", status.get("message")
-    assert status["attempts"] == 2, status
+    assert (status["attempts"], status["restartCount"]) == (2, 1), status
+    restart = status["restarts"][-1]
+    # A force-deleted pod leaves no object and often no event: the launcher's line names the rank that died.
+    assert restart["attempt"] == 2 and restart["reason"] in ("PodDeleted", "WorkerDied"), restart
+    named = trainer.metadata.name in restart["message"] or "rank" in restart["message"]
+    assert named and trainer.spec.node_name in restart["message"] and len(restart["message"]) <= 300, restart
+    assert condition(status, "BindingVerified").get("status") == "True"  # attempt 2 verified its own binding
+    summary = summary_line(kubeconfig, run_jobs.namespace, "replace")
+    # summary: attempt 2 ran <n> steps (<first>-<STEPS>), resumed from step <s>, repeated <r>
+    assert summary.startswith("summary: attempt 2 "), summary
+    resumed = int(summary.split("resumed from step ")[1].split(",")[0])
+    repeated = int(summary.split("repeated ")[1].split()[0])
+    assert resumed >= EVERY and resumed % EVERY == 0, summary
+    assert repeated <= EVERY, summary  # at most one checkpoint interval done twice
+    assert events(run_jobs, "replace", "Restarting")
     assert sorted(set(steps_seen(log))) == steps_seen(log)  # attempt 1: every step once, in order
 
 

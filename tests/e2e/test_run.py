@@ -21,6 +21,7 @@ import pytest
 import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from test_restricted import head_user, restrict, restricted_pods
 
 from placement_core.observe.verify import find_report
 
@@ -309,13 +310,19 @@ def driver_log(kubeconfig: str, namespace: str, job: str) -> str:
 
 
 @pytest.mark.parametrize("name", ["rljob-collocated-run.yaml", "rljob-heterogeneous-run.yaml"])
-def test_example_job_succeeds_with_every_process_verified_as_planned(
+def test_example_job_succeeds_in_a_restricted_namespace_with_every_process_verified_as_planned(
     run_jobs: RunJobs, real_nodes: list[str], kubeconfig: str, name: str
 ) -> None:
+    """The example as a user runs it, in a namespace that enforces the restricted Pod Security Standard (the
+    default posture of many shared clusters): every pod admitted, non-root, and the processes verified."""
+    restrict(kubeconfig, run_jobs.namespace)
     body = example(name)
     job = body["metadata"]["name"]
+    body["spec"]["run"]["ttlSecondsAfterFinished"] = 120  # keep the pods a while to look inside the head
     run_jobs.create(body)
+    pods = restricted_pods(kubeconfig, run_jobs.namespace)
     status = run_jobs.wait_phase(job, "Succeeded", timeout=420)
+    assert head_user(kubeconfig, run_jobs.namespace, pods) == "1000"  # the images' non-root user
     conditions = {c["type"]: c for c in status["conditions"]}
     assert conditions["BindingVerified"]["status"] == "True", conditions["BindingVerified"]
     assert conditions["DriverSucceeded"]["reason"] == "Succeeded"
