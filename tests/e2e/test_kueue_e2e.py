@@ -175,6 +175,22 @@ def test_a_heterogeneous_job_gets_a_flavor_per_gpu_group_runs_on_the_granted_nod
     wait_for(
         lambda: workload_condition(workloads(jobs, "hetero")[0], "PodsReady").get("status") == "True", 60, "PodsReady"
     )
+    # The LocalQueue deleted under the admitted job: Kueue keeps the Workload admitted, the job runs on and says
+    # its queue is gone, until it is made again.
+    kubectl(kubeconfig, "delete", "localqueue", "rl", "-n", jobs.namespace)
+
+    def admitted_as(reason: str) -> dict | None:
+        status = jobs.get("hetero")["status"]
+        return status if condition(status, "Admitted").get("reason") == reason else None
+
+    gone = wait_for(lambda: admitted_as("LocalQueueNotFound"), 30, "Admitted naming the deleted LocalQueue")
+    assert (
+        gone["phase"] == "Running"
+        and f"LocalQueue {jobs.namespace}/rl has since been deleted" in condition(gone, "Admitted")["message"]
+    ), gone
+    assert workload_condition(workloads(jobs, "hetero")[0], "Admitted").get("status") == "True"
+    local_queue(kubeconfig, jobs.namespace, "rl", "rl-cluster-queue")
+    wait_for(lambda: admitted_as("AdmittedByKueue"), 30, "Admitted by Kueue again once the LocalQueue is back")
     # rlplace's own queue sees what Kueue granted: a job without a queue label for the same 4090 node waits.
     jobs.create(cluster_job("plain", None))
     waiting = jobs.wait_phase("plain", "Queued", 60)["status"]

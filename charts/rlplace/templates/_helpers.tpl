@@ -52,10 +52,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [get, update, patch]
-# Why a job waits: its LocalQueue (and whether it exists).
+# Why a job waits: its LocalQueue (and whether it exists); watched, so that an admitted job says when its
+# LocalQueue is deleted under it.
 - apiGroups: [kueue.x-k8s.io]
   resources: [localqueues]
-  verbs: [get]
+  verbs: [get, list, watch]
 # A worker pod on a DRA NodeGroup claims exactly its GPUs through a ResourceClaimTemplate the job owns; a new pin
 # (restart, re-placement) makes a new one and the old ones are deleted.
 - apiGroups: [resource.k8s.io]

@@ -424,6 +424,22 @@ def admission(
 # -- a running job: what its Workload says, and what the Workload is told -----------------------------------------
 
 
+def admitted_word(namespace: str, queue: str, cluster_queue: str | None, queue_found: bool) -> tuple[str, str]:
+    """(reason, message) of the Admitted condition of a job Kueue admitted, as its LocalQueue stands now.
+
+    Kueue keeps an admitted Workload admitted when its LocalQueue is deleted (only a Workload waiting for quota is
+    told that the LocalQueue does not exist), so the job runs on and its quota is freed when it ends; the job says
+    so, since an eviction meanwhile would leave it waiting until the LocalQueue exists again."""
+    where = f"ClusterQueue {cluster_queue}" if cluster_queue else "its ClusterQueue"
+    if queue_found:
+        return cond.ADMITTED_BY_KUEUE, f"admitted by Kueue ({where})"
+    return (
+        cond.LOCALQUEUE_NOT_FOUND,
+        f"admitted by Kueue ({where}); LocalQueue {namespace}/{queue} has since been deleted: the job keeps its "
+        "admission until it ends, and were it evicted it would wait until the LocalQueue exists again",
+    )
+
+
 def grace_seconds(spec: Mapping[str, Any], phase: str | None) -> int:
     """How long an evicted job's driver may take to checkpoint on request: spec.checkpoint's grace for a running
     driver that can checkpoint, else none."""

@@ -3,6 +3,7 @@
 - `rljob_changed`: the job was created, changed (spec or profile annotation) or found at start-up;
 - `raycluster_changed`, `rayjob_changed`: its RayCluster or RayJob changed (readiness, the driver's state);
 - `workload_changed`: its Workload's admitter changed it (admitted, evicted, a node swapped);
+- `localqueue_changed`: the LocalQueue it names was made or deleted (an admitted job says it is gone);
 - `nodegroup_jobs_recheck`: time passed: the queue pass (one admission decision over every waiting job), then a
   look at each job that waits, provisions or has not verified its driver's binding yet.
 
@@ -22,12 +23,14 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from rlplace_operator.admission.admitter import queue_of
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.admission.queue import admission_world, queue_pass
 from rlplace_operator.admission.rules import Decision
 from rlplace_operator.api.base import GROUP, VERSION
 from rlplace_operator.api.names import (
     JOB_LABEL,
+    LOCALQUEUE_PLURAL,
     MANAGED_BY,
     MANAGED_BY_LABEL,
     NODEGROUP_PLURAL,
@@ -162,6 +165,17 @@ def workload_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwa
     entry = one(kwargs, RLJOB_INDEX, key)
     if entry is not None:
         _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
+
+
+@kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, LOCALQUEUE_PLURAL)
+def localqueue_changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any) -> None:
+    """A LocalQueue was made, changed or deleted: look at each job of its namespace that names it and holds its
+    admission (nothing else tells a running job that its queue is gone: Kueue keeps its Workload admitted)."""
+    index = kwargs[RLJOB_INDEX]
+    for key in [k for k in list(index) if k[0] == namespace]:
+        entry = one(kwargs, RLJOB_INDEX, key)
+        if entry is not None and queue_of(entry.get("labels") or {}) == name and holds_nodes(entry["status"]):
+            _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
 
 
 @kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=TIMER_SECONDS)

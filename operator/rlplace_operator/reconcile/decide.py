@@ -159,10 +159,34 @@ def with_workload_word(world: World, outcome: Outcome) -> Outcome:
     return dataclasses.replace(outcome, actions=(*outcome.actions, action), status=status)
 
 
+def with_queue_word(job: Job, world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with the Admitted condition of a job its Workload admitted saying whether the LocalQueue it names
+    still exists (a Warning Event when it is deleted, a Normal one when it is back)."""
+    workload, status, queue = world.workload, outcome.status, admitter.queue_of(job.labels)
+    if workload is None or not workload.admitted or queue is None:
+        return outcome
+    if status.phase not in (JobPhase.PROVISIONING, JobPhase.RUNNING):
+        return outcome
+    current = next((c for c in status.conditions if c.type == cond.ADMITTED), None)
+    was_gone = current is not None and current.reason == cond.LOCALQUEUE_NOT_FOUND
+    if world.queue_found and not was_gone:
+        return outcome  # the usual case: the Admitted condition provisioning wrote stays as it is
+    reason, message = admitter.admitted_word(job.namespace, queue, workload.cluster_queue, world.queue_found)
+    if current is not None and current.reason == reason and current.message == message:
+        return outcome
+    wire = status_wire(status)
+    wire["conditions"] = cond.set_condition(
+        wire.get("conditions"), cond.ADMITTED, True, reason, message, job.generation
+    )
+    post = Post(not world.queue_found, reason, message)
+    return dataclasses.replace(outcome, actions=(*outcome.actions, post), status=status_of(wire))
+
+
 def decide(job: Job, world: World) -> Outcome:
     """The whole decision for a job in `world`: its reconcile, its recommendation brought up to date, and what its
-    Workload must be told."""
-    return with_workload_word(world, with_recommendation(job, world, reconcile(job, world)))
+    Workload must be told and its Admitted condition says of its LocalQueue."""
+    outcome = with_workload_word(world, with_recommendation(job, world, reconcile(job, world)))
+    return with_queue_word(job, world, outcome)
 
 
 def needs_look(entry: Mapping[str, Any]) -> bool:

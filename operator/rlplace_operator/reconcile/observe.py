@@ -167,14 +167,19 @@ class Observer:
 
     def with_workload(self, job: Job, world: World) -> World:
         """`world` with the Workload that holds the job's admission, read from the API (its admitter writes it; no
-        index keeps it)."""
+        index keeps it), and, while it holds quota, whether the LocalQueue the job names still exists."""
         name = admitter.workload_name(job.status)
         if not job.by_workload or not name:
             return world
         body = self.kube.get_workload(job.namespace, name)
         if body is None or not owned(body, job.uid):
             return world
-        return dataclasses.replace(world, workload=admitter.workload_state(body))
+        state = admitter.workload_state(body)
+        queue = admitter.queue_of(job.labels)
+        found = True
+        if state is not None and state.holds_quota and queue is not None:
+            found = self.kube.get_localqueue(job.namespace, queue) is not None
+        return dataclasses.replace(world, workload=state, queue_found=found)
 
     def for_provision(self, job: Job, world: World) -> World:
         """`world` with what provisioning reads: the indexes, whether KubeRay is installed, and what the job's

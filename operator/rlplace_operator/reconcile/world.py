@@ -126,6 +126,8 @@ class World:
     """The running job's nodes as placement_core sees them, when its recommendation is due (recommend.py)."""
     workload: admitter.WorkloadState | None = None
     """The job's Workload as its admitter left it (a job admitted by a Workload, once rlplace made it)."""
+    queue_found: bool = True
+    """Whether the LocalQueue a job admitted by a Workload names exists (read with its Workload)."""
     # -- read only for a job being provisioned (Observer.for_provision) --
     snapshot: Snapshot | None = None
     """The operator's indexes at this moment: NodeGroups, nodes, what other jobs hold."""

@@ -21,12 +21,13 @@ from rlplace_operator.reconcile.actions import (
     DeleteChildren,
     MarkWorkload,
     Outcome,
+    Post,
     ReleaseNodes,
     ReleaseWorkload,
     RequestCheckpoint,
 )
 from rlplace_operator.reconcile.apply import adopted
-from rlplace_operator.reconcile.decide import reconcile
+from rlplace_operator.reconcile.decide import decide, reconcile, status_wire
 from rlplace_operator.reconcile.decide import with_workload_word as with_kueue
 from rlplace_operator.reconcile.world import World
 
@@ -405,3 +406,27 @@ def test_a_spec_changed_during_an_eviction_is_planned_anew_once_the_quota_is_bac
     # The next look provisions the new spec (observedGeneration behind: a new spec's history starts over).
     again = reconcile(dataclasses.replace(edited, status=dump(status)), World(now=NOW, child_known=False))
     assert [type(a).__name__ for a in again.actions] == ["Provision"]
+
+
+def test_a_localqueue_deleted_under_an_admitted_job_is_named_and_the_job_runs_on() -> None:
+    """Kueue keeps a Workload admitted when its LocalQueue is deleted: the job runs on (nothing stopped, its quota
+    freed when it ends), and its Admitted condition says the queue is gone until it is back."""
+    admitted = kueue.WorkloadState.of(workload(condition("QuotaReserved", True), condition("Admitted", True)))
+    job = kueue_job(running())
+    found = World(now=NOW, rayjob=rayjob("Running", "RUNNING"), workload=admitted)
+    gone = decide(job, dataclasses.replace(found, queue_found=False))
+    said = next(c for c in gone.status.conditions if c.type == "Admitted")
+    assert gone.status.phase == decide(job, found).status.phase  # the queue's deletion changes nothing else
+    assert (said.status, said.reason) == ("True", "LocalQueueNotFound")
+    assert "LocalQueue ns/rl has since been deleted" in said.message and "keeps its admission" in said.message
+    assert [(p.warning, p.reason) for p in gone.actions if isinstance(p, Post)] == [(True, "LocalQueueNotFound")]
+    assert not any(isinstance(a, (DeleteChildren, ReleaseNodes, ReleaseWorkload)) for a in gone.actions)
+    # Said once: the next look with the queue still gone changes nothing.
+    later = dataclasses.replace(job, status=status_wire(gone.status))
+    again = decide(later, dataclasses.replace(found, queue_found=False))
+    assert not any(isinstance(p, Post) for p in again.actions)
+    # The LocalQueue made again: Admitted says so, with a Normal Event.
+    back = decide(later, found)
+    said = next(c for c in back.status.conditions if c.type == "Admitted")
+    assert said.reason == "AdmittedByKueue" and said.message == "admitted by Kueue (ClusterQueue rl-cluster-queue)"
+    assert [(p.warning, p.reason) for p in back.actions if isinstance(p, Post)] == [(False, "AdmittedByKueue")]
