@@ -151,6 +151,11 @@ class Progress(CamelModel):
     """Seconds of the latest iteration's weight sync, when the driver timed it."""
     checkpoint_step: int | None = None
     """The step of the newest checkpoint the driver reported (a new attempt resumes after it), when it has one."""
+    slowest_iteration: int | None = None
+    """The slowest iteration of the reported window: a dip (a replica lost during it, docs/replace.md) shows here
+    while the median stays steady."""
+    slowest_iteration_seconds: float | None = None
+    """Its wall-clock seconds."""
     updated_at: str
     """When the latest reported iteration ended (RFC 3339)."""
 

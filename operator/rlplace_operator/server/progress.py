@@ -106,8 +106,8 @@ def rfc3339(seconds: float) -> str:
 
 def summarize(reports: Iterable[IterationReport]) -> Progress | None:
     """status.progress from a job's last reports (oldest first): the latest iteration, the medians of the
-    iteration time and of each component's busy seconds, the component with the largest median, and when the
-    latest iteration ended. A component missing from some reports is the median of those that have it."""
+    iteration time and of each component's busy seconds, the component with the largest median, the slowest
+    iteration (the earliest of equals), and when the latest iteration ended. A component missing from some reports is the median of those that have it."""
     window = list(reports)
     if not window:
         return None
@@ -118,6 +118,7 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
     busy = {name: [r.seconds()[name] for r in window if name in r.seconds()] for name in names}
     components = [ComponentSeconds(name=name, seconds=round(statistics.median(busy[name]), 4)) for name in names]
     bottleneck = max(components, key=lambda c: c.seconds).name if components else None
+    slowest = max(window, key=iteration_seconds)
     return Progress(
         iteration=latest.iteration,
         iteration_seconds=round(statistics.median(iteration_seconds(r) for r in window), 4),
@@ -125,6 +126,8 @@ def summarize(reports: Iterable[IterationReport]) -> Progress | None:
         bottleneck=bottleneck,
         weight_sync_seconds=latest.weight_sync_seconds,
         checkpoint_step=latest.checkpoint_step,
+        slowest_iteration=slowest.iteration,
+        slowest_iteration_seconds=round(iteration_seconds(slowest), 4),
         updated_at=rfc3339(latest.time),
     )
 

@@ -68,6 +68,8 @@ def test_progress_is_the_median_of_the_window_and_names_the_slowest_component() 
     assert progress.bottleneck == "rollout"
     assert progress.updated_at == "2023-11-14T22:13:20Z"
     assert progress.checkpoint_step is None
+    # ... and the outlier itself is named: the iteration whose throughput dipped (a replica lost during it).
+    assert (progress.slowest_iteration, progress.slowest_iteration_seconds) == (2, 30.0)
 
 
 def test_progress_carries_the_latest_reports_checkpoint() -> None:
