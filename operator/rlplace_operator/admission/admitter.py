@@ -30,6 +30,7 @@ from rlplace_operator.admission.kueue import (  # noqa: F401  (the reconcile's n
     admitted_word,
     eviction,
     mark,
+    queue_name,
     queue_objects_wanted,
     released,
     replaced_nodes,
@@ -40,11 +41,6 @@ from rlplace_operator.admission.kueue import (  # noqa: F401  (the reconcile's n
 def by_workload(labels: Mapping[str, str]) -> bool:
     """Whether a Workload (Kueue) admits the job, not rlplace's own queue."""
     return kueue.queue_name(labels) is not None
-
-
-def queue_of(labels: Mapping[str, str]) -> str | None:
-    """The LocalQueue whose Workload admits the job (None: rlplace's own queue admits it)."""
-    return kueue.queue_name(labels)
 
 
 def workload_name(status: Mapping[str, Any]) -> str | None:

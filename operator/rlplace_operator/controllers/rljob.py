@@ -23,7 +23,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from rlplace_operator.admission.admitter import queue_of
+from rlplace_operator.admission.admitter import queue_name
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.admission.queue import admission_world, queue_pass
 from rlplace_operator.admission.rules import Decision
@@ -174,7 +174,7 @@ def localqueue_changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any
     index = kwargs[RLJOB_INDEX]
     for key in [k for k in list(index) if k[0] == namespace]:
         entry = one(kwargs, RLJOB_INDEX, key)
-        if entry is not None and queue_of(entry.get("labels") or {}) == name and holds_nodes(entry["status"]):
+        if entry is not None and queue_name(entry.get("labels") or {}) == name and holds_nodes(entry["status"]):
             _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
 
 

@@ -162,7 +162,7 @@ def with_workload_word(world: World, outcome: Outcome) -> Outcome:
 def with_queue_word(job: Job, world: World, outcome: Outcome) -> Outcome:
     """`outcome` with the Admitted condition of a job its Workload admitted saying whether the LocalQueue it names
     still exists (a Warning Event when it is deleted, a Normal one when it is back)."""
-    workload, status, queue = world.workload, outcome.status, admitter.queue_of(job.labels)
+    workload, status, queue = world.workload, outcome.status, admitter.queue_name(job.labels)
     if workload is None or not workload.admitted or queue is None:
         return outcome
     if status.phase not in (JobPhase.PROVISIONING, JobPhase.RUNNING):

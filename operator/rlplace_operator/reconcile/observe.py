@@ -175,7 +175,7 @@ class Observer:
         if body is None or not owned(body, job.uid):
             return world
         state = admitter.workload_state(body)
-        queue = admitter.queue_of(job.labels)
+        queue = admitter.queue_name(job.labels)
         found = True
         if state is not None and state.holds_quota and queue is not None:
             found = self.kube.get_localqueue(job.namespace, queue) is not None
