@@ -105,7 +105,11 @@ def _pod_loss(
         return node[0], NODE_NOT_READY, node[1]
     if status.get("phase") == "Failed" and status.get("reason") == "Evicted":
         return None, POD_EVICTED, f"evicted: {status.get('message', '')}"
+    deleted_at = _deletion_started(meta)
     terminated = _terminated(pod, oldest)
+    if terminated is not None and deleted_at is not None and terminated[0] is not None and terminated[0] >= deleted_at:
+        # The container stopped because its pod was being deleted (its SIGTERM's exit code): the deletion is why.
+        terminated = None
     if terminated is not None:
         when, container, state, kind = terminated
         if kind == "OOMKilled":
@@ -123,11 +127,16 @@ def _pod_loss(
             f"container '{container}' exited with code {code}" + (f" ({kind}{signal})" if kind else signal),
         )
     if meta.get("deletionTimestamp"):
-        deleted = parse_time(meta["deletionTimestamp"])
-        grace = meta.get("deletionGracePeriodSeconds") or 0
-        when = deleted - dt.timedelta(seconds=grace) if deleted is not None else None
-        return when, POD_DELETED, "deleted"
+        return deleted_at, POD_DELETED, "deleted"
     return None
+
+
+def _deletion_started(meta: Mapping) -> dt.datetime | None:
+    """When the pod's deletion was asked for (its deletionTimestamp less the grace period), if it is being deleted."""
+    deleted = parse_time(meta.get("deletionTimestamp"))
+    if deleted is None:
+        return None
+    return deleted - dt.timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
 
 
 def _gone_pod(name: str, host: str | None, clusters: set[str]) -> PodView | None:
@@ -187,12 +196,10 @@ def seen_before(
     kept_pods = []
     for pod in pods:
         meta = pod.get("metadata") or {}
-        deleted = parse_time(meta.get("deletionTimestamp"))
-        if deleted is not None:
-            deleted -= dt.timedelta(seconds=meta.get("deletionGracePeriodSeconds") or 0)
-            if deleted >= ended:
-                late.add(meta.get("name") or "")
-                continue
+        deleted = _deletion_started(meta)
+        if deleted is not None and deleted >= ended:
+            late.add(meta.get("name") or "")
+            continue
         kept_pods.append(pod)
     kept_events = [
         e

@@ -23,13 +23,13 @@ from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.conditions import Condition
 from rlplace_operator.api.rljob import RLJobSpec
-from rlplace_operator.api.status import JobPhase, RLJobStatus, holds_nodes
+from rlplace_operator.api.status import ComponentReplicas, JobPhase, RLJobStatus, holds_nodes
 from rlplace_operator.planning import recommend
 from rlplace_operator.reconcile.actions import Action, DeleteChildren, MarkWorkload, Outcome, Post, Provision
 from rlplace_operator.reconcile.driver import with_driver
 from rlplace_operator.reconcile.observe import recommendation_due
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
-from rlplace_operator.reconcile.replicas import replicas_pending
+from rlplace_operator.reconcile.replicas import for_new_attempt, replicas_pending
 from rlplace_operator.reconcile.restarts import attempt_of, follow_eviction, follow_replaced_nodes, stale_attempt
 from rlplace_operator.reconcile.world import Job, World
 
@@ -130,6 +130,7 @@ def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
             driver_end_time=None,
             binding=[],
             conditions=[c for c in status.conditions if c.type != cond.BINDING_VERIFIED],
+            components=[ComponentReplicas.model_validate(c) for c in for_new_attempt(dump(status)) or []],
         )
         actions.append(DeleteChildren())
     new = status.model_copy(update=update)

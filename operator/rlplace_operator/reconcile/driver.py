@@ -27,7 +27,7 @@ from rlplace_operator.diagnosis.losses import lost_process
 from rlplace_operator.reconcile.actions import Action, DeleteChildren, Outcome, Post, ReleaseNodes, Relocate
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, pod_problems, provisioning_checks, status_of
 from rlplace_operator.reconcile.relocate import gone_nodes
-from rlplace_operator.reconcile.replicas import Replicas, has_replace, replicas
+from rlplace_operator.reconcile.replicas import Replicas, for_new_attempt, has_replace, replicas
 from rlplace_operator.reconcile.restarts import restart_on_failure
 from rlplace_operator.reconcile.world import Job, World
 
@@ -192,9 +192,10 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         status["attempts"] = restart["attempt"]
         status["restartCount"] = restart["attempt"] - 1
         status["restarts"] = [*list(status.get("restarts") or []), restart][-MAX_RESTARTS_KEPT:]
-        # The new attempt has not verified anything yet: its own report is looked for again.
+        # The new attempt has not verified anything yet: its own report is looked for again, for every rank.
         status["conditions"] = [c for c in status.get("conditions") or [] if c.get("type") != cond.BINDING_VERIFIED]
         status["binding"] = None
+        status["components"] = for_new_attempt(status)
         status["driverStartTime"] = None
         actions.append(Post(True, restart["reason"], restart["message"]))
     report = world.report

@@ -36,6 +36,15 @@ def replicas_pending(status: Mapping[str, Any]) -> bool:
     return any(c.get("lost") or c.get("unverified") for c in status.get("components") or [])
 
 
+def for_new_attempt(status: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """status.components as a new attempt starts: no rank lost or awaiting its binding report (every process of
+    the attempt is new, and its own report verifies them all); the counts of replaced ranks stay."""
+    components = status.get("components")
+    if not components:
+        return components
+    return [{k: v for k, v in c.items() if k not in ("lost", "unverified")} for c in components]
+
+
 def ranks_by_node(plan: Plan) -> dict[str, list[tuple[str, int, OnLoss]]]:
     """Node -> (component, rank, onLoss) of every process planned on it."""
     found: dict[str, list[tuple[str, int, OnLoss]]] = {}

@@ -33,7 +33,7 @@ from rlplace_operator.reconcile.actions import (
     RequestCheckpoint,
 )
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of
-from rlplace_operator.reconcile.replicas import only_replace_ranks
+from rlplace_operator.reconcile.replicas import for_new_attempt, only_replace_ranks
 from rlplace_operator.reconcile.world import Job, World
 
 #: The condition reason and Event of a restart the operator makes.
@@ -190,7 +190,7 @@ def restart_on_failure(job: Job, world: World, status: dict[str, Any], failed: d
 def attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str, **fields: Any) -> None:
     """`status` as of a job whose attempt is being stopped (its children deleted, its nodes given back): Admitted
     False with `reason`, and nothing left of the attempt (binding, driver times, progress, children, place in the
-    queue); `fields` set the rest (phase, attempts, restarts, ...)."""
+    queue, ranks lost or awaiting their report); `fields` set the rest (phase, attempts, restarts, ...)."""
     fields.setdefault("observedGeneration", job.generation)
     status["conditions"] = cond.set_condition(
         [c for c in status.get("conditions") or [] if c.get("type") != cond.BINDING_VERIFIED],
@@ -210,6 +210,7 @@ def attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str,
         progress=None,
         queuePosition=None,
         waitingFor=None,
+        components=for_new_attempt(status),
         **fields,
     )
 

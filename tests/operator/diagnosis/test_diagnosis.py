@@ -447,6 +447,19 @@ def test_a_deleted_worker_pod_names_its_node_processes_and_the_launchers_line() 
     assert "[state-dump]" not in cause.message
 
 
+def test_a_container_stopped_by_its_pods_deletion_is_the_deletion() -> None:
+    """Seen live: a worker pod deleted (30 s grace) whose ray-worker exited on the SIGTERM was read while still
+    Terminating; its exit code is the deletion's doing. A container that exited before the deletion began is not."""
+    stopped = {"exitCode": 143, "reason": "Error", "finishedAt": at(-3)}
+    deleting = pod("job-node-1-worker-x", containerStatuses=[{"name": "ray-worker", "state": {"terminated": stopped}}])
+    deleting["metadata"] |= {"deletionTimestamp": at(25), "deletionGracePeriodSeconds": 30}  # asked for at -5
+    cause = lost_process([deleting], [], {}, PLAN, "")
+    assert cause is not None and (cause.reason, cause.message.endswith(" deleted")) == (diagnosis.POD_DELETED, True)
+    stopped["finishedAt"] = at(-8)  # it crashed first; KubeRay deleted the pod after
+    cause = lost_process([deleting], [], {}, PLAN, "")
+    assert cause is not None and cause.reason == diagnosis.CONTAINER_EXITED
+
+
 def test_an_oom_killed_worker_names_its_memory_limit() -> None:
     killed = pod(
         "job-node-0-worker-x",

@@ -11,6 +11,7 @@ from placement_core.plan import OnLoss, Plan, build_plan
 from rlplace_operator.api.base import dump
 from rlplace_operator.reconcile.actions import Post
 from rlplace_operator.reconcile.decide import needs_look, reconcile
+from rlplace_operator.reconcile.restarts import attempt_stopped
 from rlplace_operator.reconcile.world import Job, World
 
 from recorded import NOW, condition, ray_pods, rayjob, running_driver_status
@@ -133,3 +134,21 @@ def test_a_pod_that_is_ready_again_on_its_node_replaced_nothing_and_waits_for_no
 
 def rollout_of(status: dict) -> dict:
     return next(c for c in status["components"] if c["name"] == "rollout")
+
+
+def test_a_new_attempt_after_a_loss_counts_nothing_replaced_and_awaits_no_report_of_it() -> None:
+    """Seen live: the trainer's pod lost (its rollout ranks with it) restarts the job; the new attempt's pods are
+    all new, so the losses of the last attempt are not replacements, and its own report verifies every rank."""
+    pods = ray_pods("train-abcde", NODES)
+    lost = dump(reconcile(replace_job(running()), world(without(pods, "node-0"))).status)
+    assert [c["name"] for c in lost["components"] if c.get("lost")] == ["actor"]
+    attempt_stopped(replace_job(lost), lost, "Restarting", "restarting: a RestartJob rank was lost", attempts=2)
+    assert not any(c.get("lost") or c.get("unverified") for c in lost["components"]), lost["components"]
+    assert [c["desired"] for c in lost["components"]] == [4, 8]
+
+    new = running(components=lost["components"])  # the new attempt runs, its report verified every rank
+    ran = reconcile(replace_job(new), world(pods))
+    status = dump(ran.status)
+    assert posts(ran, "Replaced") == [] and posts(ran, "RanksBack") == []
+    assert condition(status, "BindingVerified")["reason"] == "Verified"
+    assert not any(c.get("unverified") or c.get("lost") for c in status["components"])
