@@ -1,6 +1,8 @@
 """Status stays true through faults (issue 41), shortened: while two resumable jobs run on the real nodes (one
 waits for the other's node in rlplace's queue), each fault once, the invariant checker (benchmarks/invariants.py)
-after every one; both jobs then succeed and nothing is left that the checker would name. The long run is
+after every one; both jobs then succeed and nothing is left that the checker would name. The first job's binding
+is verified while its driver runs, and the operator's restart under it changes nothing (its RayJob, Ray cluster,
+attempt and submitter pod stay the ones they were). The long run is
 benchmarks/chaos.py (docs/status-truth.md has its table)."""
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ def test_status_stays_true_through_faults_and_both_jobs_succeed(
     for name in ("first", "second"):  # one real a800 node: the second waits in rlplace's queue
         run_jobs.create(resumable_job(run_jobs, name))
     load = Load(cluster, run_jobs.namespace, {}, {})
-    wait_for(lambda: run_jobs.status("first").get("phase") == "Running", 240, "first Running", interval=1)
+    # The binding is verified while the driver runs (the operator reads its log on its own).
+    running = wait_for(lambda: verified_while_running(run_jobs, "first"), 300, "first verified while it runs")
+    rayjob = run_jobs.ray("rayjobs", "first")
     checker, rng = Checker(), random.Random(41)
     for kind in FAULTS:
         before = load.jobs()
@@ -49,6 +53,16 @@ def test_status_stays_true_through_faults_and_both_jobs_succeed(
         after = recover(cluster, load, checker, before, during)
         assert after.violations == [], f"{kind} ({what}): {after.violations}"
         assert after.seconds < RECOVERY_CAP_SECONDS, f"{kind}: not back on track in {after.seconds:.0f} s"
+        if kind == "operator-kill":
+            # An operator restart under a running driver changes nothing: the same RayJob, Ray cluster, attempt,
+            # and one submitter pod.
+            now = run_jobs.status("first")
+            assert run_jobs.ray("rayjobs", "first")["metadata"]["uid"] == rayjob["metadata"]["uid"]
+            assert (now["rayCluster"], now["attempts"]) == (running["rayCluster"], running["attempts"]), now
+            submitters = run_jobs.core.list_namespaced_pod(
+                run_jobs.namespace, label_selector="batch.kubernetes.io/job-name=first"
+            )
+            assert len(submitters.items) == 1
     for name in ("first", "second"):
         ended = wait_for(
             lambda name=name: (s := run_jobs.status(name)).get("phase") in ("Succeeded", "Failed") and s,
@@ -58,6 +72,13 @@ def test_status_stays_true_through_faults_and_both_jobs_succeed(
         )
         assert ended["phase"] == "Succeeded", ended.get("message")
     assert checker.check(ClusterState.read(cluster.api)) == []
+
+
+def verified_while_running(run_jobs: RunJobs, name: str) -> dict | None:  # noqa: F811
+    status = run_jobs.status(name)
+    assert status.get("phase") not in ("Failed", "Succeeded"), status
+    verified = any(c["type"] == "BindingVerified" and c["status"] == "True" for c in status.get("conditions") or [])
+    return status if verified and status.get("phase") == "Running" else None
 
 
 def kill_local_operator(operator: OperatorProcess) -> str:

@@ -19,7 +19,6 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
-import yaml
 from kubernetes import client
 
 from placement_core.components import component_placement
@@ -32,10 +31,9 @@ from rlplace_operator.diagnosis.causes import Cause
 from rlplace_operator.diagnosis.losses import lost_process
 from rlplace_operator.diagnosis.starting import provisioning_failure
 from rlplace_operator.planning.plan import WorkerNode
-from rlplace_operator.reconcile.driver import DRIVER_LOG_TAIL_LINES
 
 from e2e_cluster import delete_namespace_freeing_nodes, wait_for
-from rlplace_fixtures import Jobs, images_env, kubectl
+from rlplace_fixtures import images_env, kubectl
 
 pytestmark = pytest.mark.e2e
 
@@ -655,86 +653,3 @@ def test_an_oom_killed_container_is_named_with_its_memory_limit(
         events=events,
         plan=one_node_plan(),
     )
-
-
-#: A driver that starts the actor processes and keeps them busy (the reference driver ends in seconds).
-LONG_DRIVER = (
-    "python -c 'from placement_core.launcher.demo import Worker; "
-    "from placement_core.launcher.groups import connect, launch_all; "
-    "from placement_core.launcher.plan import read_plan; "
-    'connect("auto", ship_code=True, logging_level="WARNING"); '
-    'groups = launch_all(read_plan(), {"actor": Worker}); '
-    # Split, so that the submitter's echo of this command does not read as the driver's line.
-    'print("rlplace-e2e: " + "started", flush=True); '
-    'groups["actor"].run("train_step", 600.0)\''
-)
-
-
-def test_a_worker_pod_deleted_under_a_running_driver_is_named_with_its_ranks(
-    k8s: client.ApiClient, kubeconfig: str, jobs: Jobs, real_node: str
-) -> None:
-    """The example job in a restricted namespace, its worker pod deleted while the actors work: the job's pods,
-    events, nodes, plan and the driver's log name the pod, node, ranks and the launcher's line."""
-    kubectl(kubeconfig, "label", "ns", jobs.namespace, RESTRICTED, "--overwrite")
-    kubectl(kubeconfig, "apply", "-f", str(REPO / "examples" / "nodegroups-real.yaml"))
-    (body,) = [doc for doc in yaml.safe_load_all((REPO / "examples" / "rljob-collocated-run.yaml").read_text()) if doc]
-    body["metadata"]["name"] = "lost"
-    body["spec"]["entrypoint"] = LONG_DRIVER
-    body["spec"]["run"]["ttlSecondsAfterFinished"] = 300
-    jobs.create(body)
-    namespace = jobs.namespace
-
-    def started() -> bool:
-        out = (
-            kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
-            if get_json(kubeconfig, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=lost")
-            else ""
-        )
-        return "rlplace-e2e: started" in out
-
-    wait_for(lambda: _quiet(started), 300, "the driver's actors started", interval=2)
-    (worker,) = get_json(kubeconfig, "pods", "-n", namespace, "-l", "ray.io/node-type=worker")
-    kubectl(kubeconfig, "delete", "-n", namespace, "pod", worker["metadata"]["name"], "--wait=false")
-    wait_for(
-        lambda: (
-            (jobs.get("lost").get("status") or {}).get("phase") == "Failed"
-            or "WorkerDiedError" in kubectl(kubeconfig, "logs", "-n", namespace, "job/lost")
-        ),
-        180,
-        "the driver to fail",
-        interval=2,
-    )
-    # What the operator reads of a failed driver's log, no less (Ray's shutdown lines follow the launcher's).
-    tail = kubectl(kubeconfig, "logs", "-n", namespace, "job/lost", f"--tail={DRIVER_LOG_TAIL_LINES}")
-    pods = get_json(kubeconfig, "pods", "-n", namespace, "-l", "rlplace.io/job=lost")
-    pods += get_json(kubeconfig, "pods", "-n", namespace, "-l", "batch.kubernetes.io/job-name=lost")
-    events = get_json(kubeconfig, "events", "-n", namespace)
-    plan = Plan.from_dict(jobs.plan("lost"))
-    node_names = sorted({p.node_name for _, p in plan.processes()})
-    nodes = {n["metadata"]["name"]: n for n in get_json(kubeconfig, "nodes") if n["metadata"]["name"] in node_names}
-    cause = lost_process(pods, events, nodes, plan, tail)
-    assert cause is not None and cause.reason == diagnosis.POD_DELETED, cause
-    parts = [
-        f"worker pod '{worker['metadata']['name']}' (node rank 0, node '{node_names[0]}', actor ranks 0-3",
-        "deleted; launcher: component 'actor' rank",
-    ]
-    record(
-        "worker-pod-deleted-under-driver",
-        "lost",
-        "rljob-collocated-run in a restricted namespace (KubeRay "
-        "v1.6.1, real node), worker pod deleted while the actors ran",
-        cause,
-        parts,
-        pods=pods,
-        events=[e for e in events if e["involvedObject"]["kind"] in ("Pod", "RayCluster", "RayJob", "Job")],
-        nodes=nodes,
-        plan=plan,
-        driver_log_tail=tail,
-    )
-
-
-def _quiet(probe) -> bool:
-    try:
-        return probe()
-    except AssertionError:
-        return False

@@ -366,33 +366,3 @@ def test_a_node_lost_mid_run_is_left_out_the_job_waits_queued_for_a_healthy_node
     summary = summary_line(kubeconfig, run_jobs.namespace, "lose-node")
     assert summary.startswith("summary: attempt 2 ") and "resumed from step 0," not in summary, summary
     print(f"node loss: restart detected (Queued) {detected:.0f} s after the loss")
-
-
-def test_a_driver_that_fails_while_the_operator_is_down_is_restarted_once_when_it_is_back(
-    run_jobs: RunJobs,  # noqa: F811  (the fixtures of test_run)
-    real_nodes: list[str],  # noqa: F811
-    rlplace_operator: object,
-    kubeconfig: str,
-) -> None:
-    """The operator is down while the worker is lost and the driver fails: back up, it restarts the job once
-    (attempts 2, one restart recorded, one RayJob made), and the job resumes and Succeeds."""
-    run_jobs.create(resumable_job(run_jobs, "while-down"))
-    wait_verified_at(run_jobs, "while-down", EVERY)
-    (worker,) = ray_pods(run_jobs, "while-down", "worker")[:1]
-    rlplace_operator.stop()
-    try:
-        force_delete(run_jobs, worker)
-
-        def driver_failed() -> bool:
-            rayjob = run_jobs.ray("rayjobs", "while-down") or {}
-            return (rayjob.get("status") or {}).get("jobStatus") == "FAILED"
-
-        wait_for(driver_failed, 240, "the driver to fail while the operator is down", interval=1)
-    finally:
-        rlplace_operator.ensure_running()
-    status = wait_ended(run_jobs, "while-down", 400)
-    assert status["phase"] == "Succeeded", status.get("message")
-    assert (status["attempts"], status["restartCount"], len(status["restarts"])) == (2, 1, 1), status
-    rayjob = run_jobs.ray("rayjobs", "while-down")
-    assert rayjob is None or rayjob["metadata"]["annotations"]["rlplace.io/attempt"] == "2"
-    assert summary_line(kubeconfig, run_jobs.namespace, "while-down").startswith("summary: attempt 2 ")

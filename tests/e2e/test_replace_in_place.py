@@ -5,8 +5,9 @@ node, rollout onLoss Replace).
 - The rollout's worker pod force-deleted mid-run: the job never leaves Running, says which ranks are lost and
   why, KubeRay makes the pod again, the launcher starts the ranks in it, their binding is verified again from
   inside (BindingVerified from the report printed after them), the actor's processes keep their PIDs, every step
-  is reported once and in order; then the actor's pod deleted: a RestartJob loss restarts the job, which resumes
-  from its last checkpoint as attempt 2, the restart recorded and named (the restart path of issue 22).
+  is reported once and in order; then the actor's pod deleted while the operator is down: a RestartJob loss
+  restarts the job once the operator is back, which resumes from its last checkpoint as attempt 2, the restart
+  recorded and named from what the kubelet left (the restart path of issue 22).
 - The rollout's node cordoned and its pod gone: the ranks move to the other node of their NodeGroup (the
   ConfigMap's plan, the RayCluster's worker group), their binding is verified there, the job Succeeds as attempt 1.
 """
@@ -107,6 +108,7 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     real_nodes: list[str],  # noqa: F811
     kubeconfig: str,
     k8s: client.ApiClient,
+    rlplace_operator: object,
 ) -> None:
     run_jobs.create(replace_job(run_jobs, "replace"))
 
@@ -141,19 +143,33 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     print(f"replace in place: lost -> replaced and verified in {took:.0f} s")
 
     # A loss that takes a RestartJob (the trainer's) process restarts the whole job, which resumes from its last
-    # checkpoint (the restart path of docs/restarts.md, shown here once for both kinds of component).
+    # checkpoint (the restart path of docs/restarts.md, shown here once for both kinds of component). The pod is
+    # deleted as `kubectl delete pod` does, while the operator is down: back up, it restarts the job once, and
+    # names the loss from what the kubelet left (the pod, its node and ranks, and the launcher's line).
     store = CheckpointStore(CHECKPOINTS / run_jobs.namespace / "replace")
     wait_for(lambda: any(s >= EVERY for s in store.steps()), 120, f"a checkpoint of step {EVERY}", interval=1)
     (trainer,) = [p for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-a800-0"]
-    force_delete(run_jobs, trainer)
+    rlplace_operator.stop()
+    try:
+        run_jobs.core.delete_namespaced_pod(trainer.metadata.name, run_jobs.namespace)
+
+        def driver_failed() -> bool:
+            rayjob = run_jobs.ray("rayjobs", "replace") or {}
+            return (rayjob.get("status") or {}).get("jobStatus") == "FAILED"
+
+        wait_for(driver_failed, 240, "the driver to fail while the operator is down", interval=1)
+    finally:
+        rlplace_operator.ensure_running()
     status = wait_ended(run_jobs, "replace", 400)
     assert status["phase"] == "Succeeded", status.get("message")
-    assert (status["attempts"], status["restartCount"]) == (2, 1), status
+    assert (status["attempts"], status["restartCount"], len(status["restarts"])) == (2, 1, 1), status
+    rayjob = run_jobs.ray("rayjobs", "replace")
+    assert rayjob is None or rayjob["metadata"]["annotations"]["rlplace.io/attempt"] == "2"
     restart = status["restarts"][-1]
-    # A force-deleted pod leaves no object and often no event: the launcher's line names the rank that died.
-    assert restart["attempt"] == 2 and restart["reason"] in ("PodDeleted", "WorkerDied"), restart
-    named = trainer.metadata.name in restart["message"] or "rank" in restart["message"]
-    assert named and trainer.spec.node_name in restart["message"] and len(restart["message"]) <= 300, restart
+    assert (restart["attempt"], restart["reason"]) == (2, "PodDeleted"), restart
+    for part in (f"worker pod '{trainer.metadata.name}'", f"node '{trainer.spec.node_name}'", "actor ranks", "deleted"):
+        assert part in restart["message"], restart
+    assert "launcher: component 'actor' rank" in restart["message"] and len(restart["message"]) <= 300, restart
     assert condition(status, "BindingVerified").get("status") == "True"  # attempt 2 verified its own binding
     summary = summary_line(kubeconfig, run_jobs.namespace, "replace")
     # summary: attempt 2 ran <n> steps (<first>-<STEPS>), resumed from step <s>, repeated <r>

@@ -394,36 +394,6 @@ def test_a_node_group_of_two_nodes_is_one_worker_group_each_pod_on_its_rank(
     assert [c.node_name for c in report.checks if c.component == "actor"] == actor_nodes
 
 
-def test_verified_while_running_and_an_operator_restart_loses_and_duplicates_nothing(
-    run_jobs: RunJobs, real_nodes: list[str], restart_operator
-) -> None:
-    """A driver that keeps running after its processes verified: BindingVerified appears while it runs (the
-    operator reads the log on its own), an operator restart meanwhile changes nothing, and the job ends
-    Succeeded with one RayJob, one RayCluster and one submitter pod."""
-    body = example("rljob-collocated-run.yaml")
-    body["metadata"]["name"] = "long"
-    body["spec"]["entrypoint"] += " && sleep 45"
-    run_jobs.create(body)
-
-    def verified_while_running() -> dict | None:
-        status = run_jobs.status("long")
-        assert status.get("phase") not in ("Failed", "Succeeded"), status
-        conditions = {c["type"]: c for c in status.get("conditions") or []}
-        return status if conditions.get("BindingVerified", {}).get("status") == "True" else None
-
-    running = wait_for(verified_while_running, 300, "BindingVerified while the driver runs")
-    assert running["phase"] == "Running"
-    rayjob = run_jobs.ray("rayjobs", "long")
-    restart_operator()
-    status = run_jobs.wait_phase("long", "Succeeded", timeout=300)
-    assert run_jobs.ray("rayjobs", "long")["metadata"]["uid"] == rayjob["metadata"]["uid"]
-    assert status["rayCluster"] == running["rayCluster"]
-    submitters = run_jobs.core.list_namespaced_pod(
-        run_jobs.namespace, label_selector="batch.kubernetes.io/job-name=long"
-    )
-    assert len(submitters.items) == 1
-
-
 def test_a_driver_that_exits_1_fails_the_job_with_the_reason(run_jobs: RunJobs, real_nodes: list[str]) -> None:
     body = example("rljob-collocated-run.yaml")
     body["metadata"]["name"] = "exits"
