@@ -216,6 +216,8 @@ class PodProblems:
     workers: dict[str, str]
     pods: dict[str, str] = field(default_factory=dict)
     """Planned node -> the uid of the job's worker pod bound there (Ready or not)."""
+    created: dict[str, str] = field(default_factory=dict)
+    """Planned node -> when that pod was created (RFC 3339)."""
 
     def first(self) -> str | None:
         return self.head or next(iter(self.workers.values()), None)
@@ -259,7 +261,8 @@ def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[
         elif (why := _running_and_ready(pod)) is not None:
             problems[node] = f"worker pod {pod['metadata']['name']} on node {node}: {why}"
     uids = {node: (pod.get("metadata") or {}).get("uid", "") for node, pod in bound.items() if node}
-    return PodProblems(head, problems, uids)
+    created = {node: (pod.get("metadata") or {}).get("creationTimestamp", "") for node, pod in bound.items() if node}
+    return PodProblems(head, problems, uids, created)
 
 
 def waiting_pod(status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]]) -> str | None:

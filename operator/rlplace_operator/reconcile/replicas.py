@@ -94,6 +94,24 @@ class Replicas:
         return "; ".join(parts)
 
 
+def _ranks_verified_at(status: Mapping[str, Any]) -> dt.datetime | None:
+    """When the ranks that run now were last verified (BindingVerified became True), else when the driver started."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == cond.BINDING_VERIFIED and condition.get("status") == "True":
+            return cond.parse_time(condition.get("lastTransitionTime"))
+    return cond.parse_time(status.get("driverStartTime"))
+
+
+def _holder(problems: PodProblems, node: str, held_since: dt.datetime | None) -> str | None:
+    """The uid of the pod on `node` if it is the one whose processes held the lost ranks: made before they were last
+    verified. A pod made since (KubeRay's new pod for a deleted one, seen before the loss was) holds none of them:
+    once it is Ready its ranks were started again, not back."""
+    created = cond.parse_time(problems.created.get(node))
+    if held_since is None or created is None or created > held_since:
+        return None
+    return problems.pods.get(node)
+
+
 def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: dt.datetime) -> Replicas:
     """The replicas of a running job with Replace components, from its plan and what `pod_problems` found; `before`
     is its status as last written (the losses seen then, the count of replaced ranks)."""
@@ -103,6 +121,7 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
         on_loss is OnLoss.REPLACE for node in lost_nodes for _, _, on_loss in on_node.get(node, ())
     )
     previous = {c.get("name"): c for c in before.get("components") or []}
+    held_since = _ranks_verified_at(before)
     components: list[dict[str, Any]] = []
     events: list[Post] = []
     unverified: dict[str, list[int]] = {}
@@ -124,7 +143,7 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
                         + (": replacing while the job runs" if component.on_loss is OnLoss.REPLACE else ""),
                     )
                 )
-            pod = (was_lost.get(node) or {}).get("pod") if node in was_lost else problems.pods.get(node)
+            pod = (was_lost.get(node) or {}).get("pod") if node in was_lost else _holder(problems, node, held_since)
             entry = {"node": node, "ranks": ranks, "since": since, "why": cond.brief(why, 200)}
             lost.append({**entry, **({"pod": pod} if pod else {})})
         replaced = int(was.get("replaced") or 0)

@@ -132,6 +132,27 @@ def test_a_pod_that_is_ready_again_on_its_node_replaced_nothing_and_waits_for_no
     assert condition(status, "BindingVerified")["status"] == "True"
 
 
+def test_a_deleted_pod_whose_new_pod_is_seen_first_is_replaced_not_back() -> None:
+    """Seen live: the force-deleted pod was gone, and KubeRay's new pod already Pending on the node, when the
+    operator first saw the loss. The new pod holds none of the lost ranks (made after they were verified): once it
+    is Ready they were started again, counted replaced, and the driver's report of them is awaited."""
+    pods = ray_pods("train-abcde", NODES)
+    for i, p in enumerate(pods):
+        p["metadata"]["uid"] = f"pod-{i}"
+    new = {
+        **pods[-1],
+        "metadata": {**pods[-1]["metadata"], "uid": "pod-new", "creationTimestamp": "2026-11-24T00:59:58Z"},
+    }
+    pending = [*pods[:-1], {**new, "status": {"phase": "Pending"}}]
+    lost = reconcile(replace_job(running()), world(pending))
+    status = dump(lost.status)
+    assert status["phase"] == "Running" and "pod" not in rollout_of(status)["lost"][0], rollout_of(status)
+    back = reconcile(replace_job(status), world([*pods[:-1], new]))
+    status = dump(back.status)
+    assert posts(back, "RanksBack") == [] and posts(back, "Replaced")
+    assert (rollout_of(status)["replaced"], rollout_of(status)["unverified"]) == (4, [4, 5, 6, 7])
+
+
 def rollout_of(status: dict) -> dict:
     return next(c for c in status["components"] if c["name"] == "rollout")
 
