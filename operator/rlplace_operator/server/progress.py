@@ -107,7 +107,8 @@ def rfc3339(seconds: float) -> str:
 def summarize(reports: Iterable[IterationReport]) -> Progress | None:
     """status.progress from a job's last reports (oldest first): the latest iteration, the medians of the
     iteration time and of each component's busy seconds, the component with the largest median, the slowest
-    iteration (the earliest of equals), and when the latest iteration ended. A component missing from some reports is the median of those that have it."""
+    iteration (the earliest of equals), and when the latest iteration ended. A component missing from some reports
+    is the median of those that have it."""
     window = list(reports)
     if not window:
         return None
