@@ -8,6 +8,7 @@ the operator saw to the one it wants: nothing when they agree, null for a field 
 
 from __future__ import annotations
 
+import enum
 import json
 import time
 from collections.abc import Iterator, Mapping
@@ -72,6 +73,33 @@ def missing_crds() -> list[str]:
             resources = []
     served = {r.name for r in resources or []}
     return [f"{plural}.{GROUP}" for plural in (RLJOB_PLURAL, NODEGROUP_PLURAL) if plural not in served]
+
+
+#: Label on the operator's pod saying which replica leads (leadership.py): the chart's Service sends the jobs'
+#: progress reports and Prometheus's scrapes to the leader only (a standby serves neither).
+ROLE_LABEL = "rlplace.io/operator-role"
+
+
+def label_pod(namespace: str, name: str, labels: Mapping[str, str]) -> str | None:
+    """Merge `labels` into a pod's labels (the operator's own pod: ROLE_LABEL); why not, in one line, if refused."""
+    load_config()
+    try:
+        client.CoreV1Api().patch_namespaced_pod(name, namespace, {"metadata": {"labels": dict(labels)}})
+    except ApiException as err:
+        return f"could not label pod {namespace}/{name} {dict(labels)}: {api_message(err)}"
+    return None
+
+
+class ProgressWrite(enum.Enum):
+    """What became of a status.progress write."""
+
+    WRITTEN = "written"
+    GONE = "gone"
+    """The job no longer exists."""
+    OTHER_CLUSTER = "other-cluster"
+    """The job runs on another Ray cluster than the reporting driver's: that driver's attempt was stopped."""
+    NO_CLUSTER_YET = "no-cluster-yet"
+    """The job names no Ray cluster yet (the operator has not seen its new one): the next report is written."""
 
 
 class StatusConflict(Exception):
@@ -449,26 +477,40 @@ class Kube:
                 return None
             raise
 
-    def write_progress(self, namespace: str, name: str, progress: Mapping) -> bool:
-        """A merge patch of the job's status.progress alone; False when the job is gone. The answer (the whole job)
-        is not parsed: nothing needs it, and parsing it is most of the client's cost per write."""
+    def write_progress(
+        self, namespace: str, name: str, progress: Mapping, ray_cluster: str | None = None
+    ) -> ProgressWrite:
+        """The job's status.progress alone. With `ray_cluster` (the Ray cluster whose driver reported it), a JSON
+        patch whose first operation tests that status.rayCluster is that cluster, so a driver of a stopped attempt
+        (its pods still running on a node whose kubelet is away) never writes over the attempt that replaced it;
+        else a merge patch. The answer (the whole job) is not parsed: nothing needs it, and parsing it is most of
+        the client's cost per write."""
+        if ray_cluster is None:
+            body: object = {"status": {"progress": dict(progress)}}
+            content_type = "application/merge-patch+json"
+        else:
+            body = [
+                {"op": "test", "path": "/status/rayCluster", "value": ray_cluster},
+                {"op": "add", "path": "/status/progress", "value": dict(progress)},
+            ]
+            content_type = "application/json-patch+json"
         try:
             response = self.custom.patch_namespaced_custom_object_status(
-                GROUP,
-                VERSION,
-                namespace,
-                RLJOB_PLURAL,
-                name,
-                {"status": {"progress": dict(progress)}},
-                _preload_content=False,
+                GROUP, VERSION, namespace, RLJOB_PLURAL, name, body, _preload_content=False, _content_type=content_type
             )
             response.read()  # read to the end, so the pooled connection is reused
             response.release_conn()
         except ApiException as err:
             if err.status == 404:
-                return False
-            raise
-        return True
+                return ProgressWrite.GONE
+            if err.status != 422 or ray_cluster is None:
+                raise
+            job = self.get_rljob(namespace, name)
+            if job is None:
+                return ProgressWrite.GONE
+            current = (job.get("status") or {}).get("rayCluster")
+            return ProgressWrite.OTHER_CLUSTER if current else ProgressWrite.NO_CLUSTER_YET
+        return ProgressWrite.WRITTEN
 
     def _as_dict(self, obj: object) -> dict:
         return obj if isinstance(obj, dict) else self.api_client.sanitize_for_serialization(obj)

@@ -123,11 +123,16 @@ def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
         update["message"] = cond.brief(step.events[0][1]) if step.events else None
         # The re-placement is the job's next attempt (RLPLACE_ATTEMPT; the driver resumes from its checkpoint):
         # counted now, so the RayJob made for it carries that number, and nothing of the last driver is kept
-        # (its start time would read the new driver as a resubmission, its binding as the new one's).
+        # (its start time would read the new driver as a resubmission, its binding as the new one's, its progress
+        # as the new attempt's iterations going back). A RayJob's RayCluster is named anew per attempt: cleared,
+        # so the stopped driver's late reports are refused (Kube.write_progress tests it) until the new one is
+        # made; a job without an entrypoint keeps its one RayCluster's name (its nodes are held through it).
         update.update(
             attempts=attempt_of(dump(status)) + 1,
             driver_start_time=None,
             driver_end_time=None,
+            progress=None,
+            ray_cluster=None if job.entrypoint else status.ray_cluster,
             binding=[],
             conditions=[c for c in status.conditions if c.type != cond.BINDING_VERIFIED],
             components=[ComponentReplicas.model_validate(c) for c in for_new_attempt(dump(status)) or []],

@@ -10,9 +10,10 @@ ServiceAccount token with the audience `PROGRESS_AUDIENCE` and the URL of this e
 2. maps the pod to its job: the pod's `rlplace.io/job` label names the job, and its controller owners
    (RayCluster, then RayJob) lead to that RLJob's uid, so a pod of another owner cannot claim a job by label;
 3. refuses (403) a report for any job but that one, and accepts (202) the rest into a per-job window;
-4. writes `status.progress` at most once per `WRITE_INTERVAL_S` per job (the latest report wins) as a merge
-   patch of `status.progress` alone; a report with a new checkpoint step is written at once (the operator
-   waits for it before it stops a preempted job);
+4. writes `status.progress` at most once per `WRITE_INTERVAL_S` per job (the latest report wins), a patch of
+   `status.progress` alone that lands only while the job runs on the reporting pod's Ray cluster (a stopped
+   attempt's driver, still running where the kubelet is away, is refused from then on: 409); a report with a
+   new checkpoint step is written at once (the operator waits for it before it stops a preempted job);
 5. answers an accepted report with `ProgressAnswer`, which asks the driver to checkpoint now while
    `checkpoint_wanted(job)` says so (a preempted job: docs/driver.md).
 
@@ -22,11 +23,10 @@ the token expires (at most `IDENTITY_CACHE_S`), so a running job costs one revie
 per report: 1,000 jobs reporting every 5 s cost the API server about 200 status patches a second and a review
 now and then.
 
-Why the progress patch cannot drop another writer's fields: a JSON merge patch of `{"progress": ...}` changes
-that key only, and the reconcile's own status write (handlers.lifecycle.run) is conditional on the
-resourceVersion it read, so a progress write in between makes it read the job again (409) rather than
-overwrite `progress` with the old value; the reconcile carries `progress` through since it is a field of
-RLJobStatus.
+Why the progress patch cannot drop another writer's fields: it changes `status.progress` only, and the
+reconcile's own status write (reconcile/apply.py) is conditional on the resourceVersion it read, so a progress
+write in between makes it read the job again (409) rather than overwrite `progress` with the old value; the
+reconcile carries `progress` through since it is a field of RLJobStatus.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ from rlplace_operator.api.base import GROUP, VERSION, dump
 from rlplace_operator.api.names import (
     JOB_LABEL,
     PROGRESS_AUDIENCE,
+    RAY_CLUSTER_POD_LABEL,
     RAY_GROUP,
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
@@ -63,7 +64,7 @@ from rlplace_operator.api.names import (
 )
 from rlplace_operator.api.status import ComponentSeconds, Progress
 from rlplace_operator.frameworks import framework_named
-from rlplace_operator.kube import Kube
+from rlplace_operator.kube import Kube, ProgressWrite
 
 logger = logging.getLogger("rlplace.progress")
 
@@ -157,8 +158,13 @@ class Window:
         self.reports: deque[IterationReport] = deque(maxlen=size)
         self.received = 0.0
         """When the latest report arrived (monotonic seconds)."""
+        self.cluster: str | None = None
+        """The Ray cluster whose driver sent the reports: another one's start a new window (another attempt)."""
 
-    def add(self, report: IterationReport, now: float) -> None:
+    def add(self, report: IterationReport, now: float, cluster: str | None = None) -> None:
+        if cluster != self.cluster:
+            self.reports.clear()
+            self.cluster = cluster
         if self.reports and report.iteration < self.reports[-1].iteration:
             self.reports.clear()
         if self.reports and report.iteration == self.reports[-1].iteration:
@@ -218,6 +224,8 @@ class Caller:
     pod: str
     expires: float
     """Monotonic time after which the token is reviewed again."""
+    cluster: str | None = None
+    """The Ray cluster of the pod (its ray.io/cluster label): which attempt's driver reports."""
 
 
 class Refused(Exception):
@@ -313,14 +321,14 @@ class KubeIdentify:
         if len(parts) != 4 or parts[:2] != ["system", "serviceaccount"] or not pods or not uids:
             raise Refused(403, f"{username} is not a pod's ServiceAccount token (no bound pod)")
         namespace, pod_name, pod_uid = parts[2], pods[0], uids[0]
-        job = self._job_of_pod(namespace, pod_name, pod_uid)
+        job, cluster = self._job_of_pod(namespace, pod_name, pod_uid)
         lifetime = IDENTITY_CACHE_S
         expiry = token_expiry(token)
         if expiry is not None:
             lifetime = min(lifetime, expiry - time.time())
-        return Caller(job, pod_name, self.clock() + max(0.0, lifetime))
+        return Caller(job, pod_name, self.clock() + max(0.0, lifetime), cluster)
 
-    def _job_of_pod(self, namespace: str, pod_name: str, pod_uid: str) -> JobKey:
+    def _job_of_pod(self, namespace: str, pod_name: str, pod_uid: str) -> tuple[JobKey, str | None]:
         try:
             pod = self.kube.read_pod(namespace, pod_name)
         except ApiException as err:
@@ -333,7 +341,7 @@ class KubeIdentify:
         owners = [o.to_dict() for o in pod.metadata.owner_references or []]
         if not self._owned_by(namespace, owners, job):
             raise Refused(403, f"pod {namespace}/{pod_name} is labelled for RLJob {job} but not owned by it")
-        return namespace, job
+        return (namespace, job), (pod.metadata.labels or {}).get(RAY_CLUSTER_POD_LABEL)
 
     def _owned_by(self, namespace: str, owners: list[dict[str, Any]], job: str, depth: int = 3) -> bool:
         """Whether the controller owners lead to the RLJob `job` (pod -> RayCluster [-> RayJob] -> RLJob)."""
@@ -361,13 +369,15 @@ class KubeIdentify:
 
 # -- the endpoint -----------------------------------------------------------------------------------------------
 
-#: Writes a job's status.progress (wire form); returns False when the job is gone. Blocking.
-WriteProgress = Callable[[JobKey, dict[str, Any]], bool]
+#: Writes a job's status.progress (wire form), reported by the driver of Ray cluster `cluster` (None: unknown); says
+#: what became of it. Blocking.
+WriteProgress = Callable[[JobKey, dict[str, Any], str | None], ProgressWrite]
 
 
 def kube_write_progress(kube: Kube) -> WriteProgress:
-    """A merge patch of status.progress alone (see the module docstring for why it drops nothing)."""
-    return lambda key, progress: kube.write_progress(key[0], key[1], progress)
+    """status.progress alone, only while the job runs on the reporting driver's Ray cluster (Kube.write_progress;
+    the module docstring says why it drops nothing)."""
+    return lambda key, progress, cluster: kube.write_progress(key[0], key[1], progress, cluster)
 
 
 @dataclasses.dataclass
@@ -414,6 +424,8 @@ class ProgressService:
         self._tasks: set[asyncio.Task[None]] = set()
         self._writing: dict[JobKey, asyncio.Lock] = {}
         self._warned: dict[str, float] = {}
+        self.stopped: dict[JobKey, set[str]] = {}
+        """Per job, the Ray clusters it no longer runs on (a write told so): their drivers' reports are refused."""
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=MAX_BODY_BYTES)
@@ -443,21 +455,27 @@ class ProgressService:
             return self._refuse(refused.status, str(refused))
         if caller.job != key:
             return self._refuse(403, f"pod {caller.pod} belongs to RLJob {'/'.join(caller.job)}, not {'/'.join(key)}")
+        if caller.cluster in self.stopped.get(key, ()):
+            return self._refuse(
+                409,
+                f"pod {caller.pod} is of Ray cluster {caller.cluster}, which RLJob {'/'.join(key)} no longer runs on",
+            )
         try:
             report = posted_report(await request.read())
         except ValueError as err:
             return self._refuse(400, str(err))
-        self.accept(key, report)
+        self.accept(key, report, caller.cluster)
         answer = ProgressAnswer(report.iteration, checkpoint=self.checkpoint_wanted(key))
         return web.json_response(text=answer.to_json(), status=202)
 
-    def accept(self, key: JobKey, report: IterationReport) -> None:
-        """Take a report into its job's window and plan the job's next write (at once for a new checkpoint)."""
+    def accept(self, key: JobKey, report: IterationReport, cluster: str | None = None) -> None:
+        """Take a report of the driver on Ray cluster `cluster` into its job's window and plan the job's next write
+        (at once for a new checkpoint)."""
         now = self.clock()
         window = self.windows.setdefault(key, Window())
-        previous = window.checkpoint_step()
+        previous = window.checkpoint_step() if window.cluster == cluster else None
         new_checkpoint = report.checkpoint_step is not None and (previous is None or report.checkpoint_step > previous)
-        window.add(report, now)
+        window.add(report, now, cluster)
         self.stats.accepted += 1
         delay = self.throttle.due(key, now, at_once=new_checkpoint)
         if delay is not None:
@@ -474,13 +492,22 @@ class ProgressService:
             window = self.windows.get(key)
             progress = window.progress() if window is not None else None
             try:
-                if progress is not None:
-                    received = window.received if window is not None else self.clock()
-                    if not await self._blocking(self.write, key, dump(progress)):
+                if window is not None and progress is not None:
+                    received, cluster = window.received, window.cluster
+                    written = await self._blocking(self.write, key, dump(progress), cluster)
+                    if written is ProgressWrite.GONE:
                         self.forget(key)
                         return
-                    self.stats.writes += 1
-                    self.stats.staleness.append(self.clock() - received)
+                    if written is ProgressWrite.OTHER_CLUSTER and cluster is not None:
+                        # A stopped attempt's driver (its pod kept running where the kubelet is away): its reports
+                        # are refused from now on, and the window waits for the current driver's.
+                        self.stopped.setdefault(key, set()).add(cluster)
+                        if window.cluster == cluster:
+                            window.reports.clear()
+                        return
+                    if written is ProgressWrite.WRITTEN:
+                        self.stats.writes += 1
+                        self.stats.staleness.append(self.clock() - received)
             except Exception as err:  # a failed write is retried with the next report, never lost silently
                 self.stats.write_failures += 1
                 logger.warning("RLJob %s/%s: writing status.progress failed: %s", *key, err)
@@ -491,6 +518,7 @@ class ProgressService:
         self.windows.pop(key, None)
         self.throttle.forget(key)
         self._writing.pop(key, None)
+        self.stopped.pop(key, None)
 
     def forget_idle(self) -> None:
         """Drop jobs with no report for FORGET_AFTER_S (ended or deleted)."""

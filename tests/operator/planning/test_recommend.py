@@ -112,7 +112,7 @@ def test_with_recommendation_records_the_re_placement_and_deletes_the_children()
     assert decided.recommendation is not None
     ready = decided.recommendation.model_copy(update={"decision": "ApplyNow"})
     wire = running(progress=progress(4, NOW + dt.timedelta(seconds=12)), recommendation=dump(ready))
-    wire.update(attempts=1, driverStartTime="2026-11-24T00:59:00Z")
+    wire.update(attempts=1, driverStartTime="2026-11-24T00:59:00Z", rayCluster="train-raycluster-a1")
     outcome = with_recommendation(
         job(wire), World(now=NOW, cluster=CLUSTER), Outcome((), RLJobStatus.model_validate(wire))
     )
@@ -123,6 +123,10 @@ def test_with_recommendation_records_the_re_placement_and_deletes_the_children()
     # the new driver as a resubmission; a RayJob made for attempt 2 under a status at 3 would be deleted again).
     assert (outcome.status.attempts, outcome.status.driver_start_time) == (2, None)
     assert attempt_for_new_child(dump(outcome.status), 1) == 2
+    # Nor its progress or Ray cluster: attempt 2 reporting iteration 1 after attempt 1's 4 would read as progress
+    # going back, and the stopped driver's late reports must not land (the write tests status.rayCluster). The
+    # RayJob's name stays: the job holds its nodes through it until the new attempt's is made.
+    assert (outcome.status.progress, outcome.status.ray_cluster, outcome.status.ray_job) == (None, None, "train")
     # Provision then plans the re-placement's entries, not the spec's
     planned = replaced_spec(spec("Auto"), outcome.status)
     assert [dump(e) for e in planned.component_placement] == COLLOCATED and not planned.auto_placement.enabled

@@ -157,6 +157,7 @@ def test_an_image_that_cannot_be_pulled_requeues_the_job_with_backoff_and_says_s
     assert status.phase == "Queued"
     assert "retrying in 10 s" in status.message
     assert status.provisioning_retries == 1 and status.retry_after == "2026-11-24T01:00:10Z"
+    assert status.waiting_for == "its retry at 2026-11-24T01:00:10Z"  # Queued, never silent
     assert (status.restarts[-1].attempt, status.restarts[-1].reason) == (1, "ImagePullFailed")
     assert DeleteChildren() in outcome.actions and ReleaseNodes() in outcome.actions
     assert any(isinstance(a, Post) and a.warning for a in outcome.actions)
@@ -246,6 +247,7 @@ def test_worker_pods_not_bound_30_s_after_admission_give_the_nodes_back_and_queu
     assert outcome.status.phase == "Queued"
     assert "0 of 1 worker pods bound, w unbound 30 s after it was created" in outcome.status.message
     assert outcome.status.retry_after is None  # no backoff: another workload took the node, nothing is wrong
+    assert outcome.status.waiting_for == "nodes again, after BindTimeout"  # Queued, never silent
     assert DeleteChildren() in outcome.actions
     # The cause is the scheduler's, not a guess.
     assert "(the scheduler: it has not placed the pod yet)" in outcome.status.message

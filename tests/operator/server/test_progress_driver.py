@@ -1,5 +1,5 @@
 """The reference driver reports to the operator's progress endpoint: `python -m placement_core.launcher.demo
---steps --workload synthetic` on a simulated Ray cluster, with $RLPLACE_PROGRESS_URL and the token file set as
+--steps --workload synthetic` joined to the session's simulated Ray cluster, with $RLPLACE_PROGRESS_URL and the token file set as
 the head pod has them, POSTs to a real ProgressService on localhost (its TokenReview injected: no API server
 here), and the status it writes carries the synthetic laws' times (a synthetic workload, not a measurement).
 Asked in the endpoint's answer, the driver saves a checkpoint, and the status carries its step."""
@@ -24,6 +24,7 @@ from placement_core.components import component_placement
 from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.plan import build_plan
 from rlplace_operator.api.names import progress_path
+from rlplace_operator.kube import ProgressWrite
 from rlplace_operator.server.progress import Caller, JobKey, ProgressService, Refused
 
 Writes = list[tuple[JobKey, dict[str, Any]]]
@@ -37,7 +38,8 @@ def identify(presented: str) -> Caller:
 
 @contextlib.contextmanager
 def progress_endpoint(
-    write: Callable[[JobKey, dict[str, Any]], bool], checkpoint_wanted: Callable[[JobKey], bool] = lambda _: False
+    write: Callable[[JobKey, dict[str, Any], str | None], ProgressWrite],
+    checkpoint_wanted: Callable[[JobKey], bool] = lambda _: False,
 ) -> Iterator[int]:
     """A ProgressService served on localhost from its own event loop thread; yields its port, and drains its
     writes when the block ends."""
@@ -66,8 +68,9 @@ def progress_endpoint(
         loop.call_soon_threadsafe(loop.stop)
 
 
-def run_driver(tmp_path: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
-    """The reference driver on a simulated node of 8 GPUs (actor 0-1, rollout 2-3), reporting as a head pod."""
+def run_driver(address: str, tmp_path: Path, port: int, *args: str) -> subprocess.CompletedProcess[str]:
+    """The reference driver, joined to the session's simulated cluster at `address`, on its node of 8 GPUs (actor
+    0-1, rollout 2-3), reporting as a head pod."""
     config = {
         "cluster": {
             "num_nodes": 1,
@@ -84,7 +87,7 @@ def run_driver(tmp_path: Path, port: int, *args: str) -> subprocess.CompletedPro
         "RLPLACE_PROGRESS_URL": f"http://127.0.0.1:{port}{progress_path('ns', 'job')}",
         "RLPLACE_PROGRESS_TOKEN_FILE": str(token),
     }
-    command = [sys.executable, "-m", "placement_core.launcher.demo", "--plan", str(plan), "--simulate"]
+    command = [sys.executable, "-m", "placement_core.launcher.demo", "--plan", str(plan), "--address", address]
     command += ["--components", "actor", "rollout", "--workload", "synthetic", *args]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -93,20 +96,20 @@ def run_driver(tmp_path: Path, port: int, *args: str) -> subprocess.CompletedPro
 
 
 @pytest.mark.ray
-def test_the_reference_driver_fills_in_its_jobs_progress(tmp_path: Path) -> None:
+def test_the_reference_driver_fills_in_its_jobs_progress(simulated_ray: Any, tmp_path: Path) -> None:
     writes: Writes = []
 
-    def write(key: JobKey, progress: dict[str, Any]) -> bool:
+    def write(key: JobKey, progress: dict[str, Any], cluster: str | None) -> ProgressWrite:
         writes.append((key, progress))
-        return True
+        return ProgressWrite.WRITTEN
 
     laws = ["--law", "actor=3.2/g", "--law", "rollout=0.4/g+0.2"]  # actor 1.6 s, rollout 0.4 s, side by side
     with progress_endpoint(write) as port:
-        run_driver(tmp_path, port, "--steps", "6", *laws)
-    # The driver throttles to one POST per 5 s and sends its last report when it ends: the status ends at step 6.
+        run_driver(simulated_ray.address, tmp_path, port, "--steps", "3", *laws)
+    # The driver throttles to one POST per 5 s and sends its last report when it ends: the status ends at step 3.
     assert writes and {key for key, _ in writes} == {("ns", "job")}
     final = writes[-1][1]
-    assert final["iteration"] == 6 and final["bottleneck"] == "actor", final
+    assert final["iteration"] == 3 and final["bottleneck"] == "actor", final
     assert "checkpointStep" not in final  # no checkpoint directory: none saved
     seconds = {c["name"]: c["seconds"] for c in final["components"]}
     # A component's time runs from its first process's start to its last one's end, so it is its law's sleep plus
@@ -118,23 +121,25 @@ def test_the_reference_driver_fills_in_its_jobs_progress(tmp_path: Path) -> None
 
 
 @pytest.mark.ray
-def test_asked_by_the_operator_the_reference_driver_checkpoints_and_reports_it(tmp_path: Path) -> None:
+def test_asked_by_the_operator_the_reference_driver_checkpoints_and_reports_it(
+    simulated_ray: Any, tmp_path: Path
+) -> None:
     """As before a preemption: the operator wants a checkpoint from its first status write on. The driver
     learns it from the answer to its next POST (5 s after the first), saves after that step, sends that report at
     once, and runs its steps to the end (the operator, not the driver, stops the job)."""
     writes: Writes = []
     wanted = threading.Event()
 
-    def write(key: JobKey, progress: dict[str, Any]) -> bool:
+    def write(key: JobKey, progress: dict[str, Any], cluster: str | None) -> ProgressWrite:
         writes.append((key, progress))
         wanted.set()
-        return True
+        return ProgressWrite.WRITTEN
 
     checkpoints = tmp_path / "checkpoints"
     steps = ["--steps", "14", "--checkpoint-every", "100", "--checkpoint-dir", str(checkpoints)]
     laws = ["--law", "actor=0.5", "--law", "rollout=0.3"]  # 0.5 s a step or more: asked by step 12
     with progress_endpoint(write, lambda key: wanted.is_set()) as port:
-        result = run_driver(tmp_path, port, *steps, *laws)
+        result = run_driver(simulated_ray.address, tmp_path, port, *steps, *laws)
     on_request = [line for line in result.stdout.splitlines() if line.endswith(" on request")]
     assert len(on_request) == 1, result.stdout  # one request, one checkpoint, though every answer asks
     saved = CheckpointStore(checkpoints).steps()
