@@ -38,6 +38,8 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from rlplace_operator.kube import ROLE_LABEL
+
 from _harness import REPO, percentile, start_cluster, stop_cluster
 from invariants import Checker, ClusterState
 from rlplace_fixtures import OPERATOR_POD_SELECTOR, RELEASE, RELEASE_NAMESPACE, images_env, install_chart, kubectl
@@ -104,13 +106,16 @@ class Cluster:
         return max(set(nodes), key=nodes.count) if nodes else self.real_nodes()[0]
 
 
-def operator_pids(cluster: Cluster) -> list[int]:
-    """The host PIDs of the operator's container processes (found by its pod's uid in their cgroup: other local
-    clusters run operators of their own on this host)."""
+def operator_pids(cluster: Cluster) -> tuple[list[str], list[int]]:
+    """The acting operator's pod (the leader; every operator pod when none is labelled so) and the host PIDs of its
+    container's processes (found by the pod's uid in their cgroup: other local clusters run operators of their own
+    on this host)."""
     pods = json.loads(
         cluster.kubectl("get", "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_POD_SELECTOR, "-o", "json")
-    )
-    uids = [p["metadata"]["uid"] for p in pods["items"]]
+    )["items"]
+    leaders = [p for p in pods if p["metadata"].get("labels", {}).get(ROLE_LABEL) == "leader"]
+    pods = leaders or pods
+    uids = [p["metadata"]["uid"] for p in pods]
     marks = {u for uid in uids for u in (uid, uid.replace("-", "_"))}
     found = []
     for entry in Path("/proc").iterdir():
@@ -121,18 +126,21 @@ def operator_pids(cluster: Cluster) -> list[int]:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
             if any(mark in cgroup for mark in marks) and "rlplace" in cmdline:
                 found.append(int(entry.name))
-    return found
+    return [p["metadata"]["name"] for p in pods], found
 
 
 # -- the faults: each injects, lifts, and says what it did --------------------------------------------------------
 
 
 def operator_kill(cluster: Cluster, rng: random.Random) -> str:
-    pids = operator_pids(cluster)
+    pods, pids = operator_pids(cluster)
     for pid in pids:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, 9)
-    return f"killed the operator's processes {pids} (-9); its kubelet restarts the container"
+    return (
+        f"killed the leading operator's processes {pids} in {', '.join(pods)} (-9): its restarted container takes "
+        "the Lease back, or the standby once the Lease expires"
+    )
 
 
 def kuberay_kill(cluster: Cluster, rng: random.Random) -> str:
@@ -349,6 +357,8 @@ class Recovery:
     violations: list[str]
     touched: set[str]
     revived: list[str]
+    not_back: dict[str, str] = dataclasses.field(default_factory=dict)
+    """At the recovery cap: each job that ran before the fault and does not run again yet -> its phase and why."""
 
 
 def look(cluster: Cluster, checker: Checker) -> list[str] | None:
@@ -395,7 +405,12 @@ def recover(
         back = all(phases.get(n) in ("Running", *FINISHED) for n in was_running)
         elapsed = time.monotonic() - started
         if (back and now == []) or elapsed > RECOVERY_CAP_SECONDS:
-            return Recovery(elapsed, sorted(violations), touched, revived)
+            not_back = {
+                n: f"{phases.get(n)}: {((jobs.get(n) or {}).get('status') or {}).get('message')}"
+                for n in sorted(was_running)
+                if phases.get(n) not in ("Running", *FINISHED)
+            }
+            return Recovery(elapsed, sorted(violations), touched, revived, not_back)
         load.top_up()
         time.sleep(LOOK_SECONDS)
 
@@ -405,7 +420,7 @@ def setup(cluster: Cluster, namespace: str) -> None:
     4090 node, the priority classes, and the namespace."""
     repository, tag = images_env()["OPERATOR_IMAGE"].rsplit(":", 1)
     install_chart(
-        cluster.kubeconfig, "replicas=1", f"image.repository={repository}", f"image.tag={tag}", "image.pullPolicy=Never",
+        cluster.kubeconfig, "replicas=2", f"image.repository={repository}", f"image.tag={tag}", "image.pullPolicy=Never",
         "dra.deviceClasses[0].name=gpu.example.com", "dra.deviceClasses[0].driver=gpu.example.com",
         strings=("nodeSelector.rlplace\\.io/real-node=true",),
     )  # fmt: skip
@@ -457,8 +472,10 @@ def run(
         what, during = inject(cluster, checker, FAULTS[kind], rng)
         after = recover(cluster, load, checker, before, during)
         results.append(Result(kind, what, len(after.touched), after.violations, after.seconds, after.revived))
-        said = f"; {len(after.violations)} violations: {after.violations[0]}" if after.violations else ""
+        said = f"; {len(after.violations)} violations:" if after.violations else ""
+        said += "".join(f"\n    {violation}" for violation in after.violations)
         revived = f"; exited and started again: {', '.join(after.revived)}" if after.revived else ""
+        said += "".join(f"\n    not back: {name} {why}" for name, why in after.not_back.items())
         print(
             f"[chaos] {number}/{len(schedule)} {kind}: {what}; {len(after.touched)} jobs touched, "
             f"back on track in {after.seconds:.0f} s{revived}{said}",

@@ -20,6 +20,7 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from placement_core.contract import plan_from_configmap
+from rlplace_operator.kube import ROLE_LABEL
 
 from e2e_cluster import DRA_DRIVER, e2e_dir, wait_for
 
@@ -121,6 +122,10 @@ REAL_NODE_LABEL = "rlplace.io/real-node"
 REAL_DRA_LABEL = "rlplace.io/real-gpu-allocation"
 #: Pods of the chart's Deployment (the chart's selector labels).
 OPERATOR_POD_SELECTOR = f"app.kubernetes.io/name=rlplace,app.kubernetes.io/instance={RELEASE}"
+#: The one of them that acts: the holder of the leader-election Lease labels its pod so.
+OPERATOR_LEADER_SELECTOR = f"{OPERATOR_POD_SELECTOR},{ROLE_LABEL}=leader"
+#: The chart's default: one leader, one standby.
+OPERATOR_REPLICAS = 2
 
 
 def install_chart(kubeconfig: str, *values: str, strings: tuple[str, ...] = ()) -> None:
@@ -175,15 +180,27 @@ class InClusterOperator:
             strings=(f"nodeSelector.{REAL_NODE_LABEL.replace('.', chr(92) + '.')}=true",),
         )
 
-    def _pods(self) -> list[str]:
-        out = kubectl(
-            self.kubeconfig, "get", "pods", "-n", RELEASE_NAMESPACE, "-l", OPERATOR_POD_SELECTOR, "-o", "name"
-        )
+    def _pods(self, selector: str = OPERATOR_POD_SELECTOR, output: str = "name") -> list[str]:
+        out = kubectl(self.kubeconfig, "get", "pods", "-n", RELEASE_NAMESPACE, "-l", selector, "-o", output)
         return out.split()
 
+    def leader(self) -> str | None:
+        """The name of the pod labelled leader (None: none is)."""
+        names = self._pods(OPERATOR_LEADER_SELECTOR)
+        return names[0].removeprefix("pod/") if names else None
+
+    def leader_ready(self) -> bool:
+        """One pod leads and is Ready (kopf's watches run): `helm --wait` returns once a standby is Ready."""
+        ready = "jsonpath={.items[*].status.conditions[?(@.type=='Ready')].status}"
+        return self._pods(OPERATOR_LEADER_SELECTOR, ready) == ["True"]
+
     def start(self) -> None:
-        self._install(1)
-        wait_for(lambda: len(self._pods()) == 1, 60, "one operator pod")
+        self._install(OPERATOR_REPLICAS)
+        wait_for(
+            lambda: len(self._pods()) == OPERATOR_REPLICAS and self.leader_ready(),
+            90,
+            "the operator's pods, one leading",
+        )
         self.running = True
 
     def stop(self) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import time
 
 import pytest
 from chaos import FAULTS as ALL_FAULTS
@@ -19,7 +20,7 @@ from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
 from e2e_cluster import e2e_dir, wait_for
 from invariants import Checker, ClusterState
-from rlplace_fixtures import OperatorProcess
+from rlplace_fixtures import RELEASE_NAMESPACE, InClusterOperator, OperatorProcess, kubectl
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +55,17 @@ def test_status_stays_true_through_faults_and_both_jobs_succeed(
         assert after.violations == [], f"{kind} ({what}): {after.violations}"
         assert after.seconds < RECOVERY_CAP_SECONDS, f"{kind}: not back on track in {after.seconds:.0f} s"
         if kind == "operator-kill":
+            if isinstance(rlplace_operator, InClusterOperator):  # the leader's pod was hit, not the standby's
+                assert "killed the leading operator's processes" in what, what
+                wait_for(rlplace_operator.leader_ready, 60, "an operator pod leading again")
+                # A leader that stops cleanly gives its Lease back: the other pod leads within seconds, well before
+                # the Lease (15 s) would have expired.
+                leader = rlplace_operator.leader()
+                kubectl(kubeconfig, "delete", "pod", "-n", RELEASE_NAMESPACE, leader, "--wait=false")
+                deleted = time.monotonic()
+                wait_for(lambda old=leader: rlplace_operator.leader() not in (None, old), 30, "the standby leading")
+                assert time.monotonic() - deleted < 10, f"the standby took {time.monotonic() - deleted:.0f} s"
+                wait_for(rlplace_operator.leader_ready, 60, "the new leader ready")
             # An operator restart under a running driver changes nothing: the same RayJob, Ray cluster, attempt,
             # and one submitter pod.
             now = run_jobs.status("first")

@@ -41,7 +41,7 @@ NODEGROUP = "dra-e2e"
 
 @pytest.fixture
 def dra_node(
-    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_crds: None
+    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_operator: object
 ) -> Iterator[str]:
     """A kwok node whose 8 GPUs come from a ResourceSlice, and a NodeGroup with gpuAllocation dra over it."""
     device_class_from_chart(kubeconfig)
@@ -291,7 +291,7 @@ def test_a_pod_whose_pinned_gpu_another_claim_took_is_named_and_the_job_runs_on_
 
 
 def test_a_dra_nodegroup_names_a_node_that_publishes_no_devices_and_a_node_that_mixes(
-    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_crds: None
+    k8s: client.ApiClient, kubeconfig: str, fake_node: Callable[..., object], rlplace_operator: object
 ) -> None:
     fake_node("dra-missing-0", labels={"rlplace.io/dra-bad": "true"})
     fake_node("dra-mixed-0", labels={"rlplace.io/dra-bad": "true"}, gpus=8)

@@ -52,7 +52,8 @@ def test_rendered_chart_passes_server_side_validation(kubeconfig: str, rlplace_c
 @pytest.mark.parametrize(
     ("values", "message"),
     [
-        (["--set", "replicas=2"], "replicas"),
+        (["--set", "replicas=6"], "replicas"),
+        (["--set", "replicas=-1"], "replicas"),
         (["--set", "watchNamespaces={Bad_Namespace}"], "watchNamespaces"),
         (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
         (["--set", "unknownKey=1"], "unknownKey"),
@@ -85,7 +86,14 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
     (deployment,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Deployment"]
     pod = deployment["spec"]["template"]["spec"]
     container = pod["containers"][0]
-    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"]["type"] == "Recreate"
+    # Two replicas, one acting: the holder of the Lease; an upgrade replaces them one at a time.
+    assert deployment["spec"]["replicas"] == 2 and deployment["spec"]["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+    }
+    assert "--leader-election=default/rlplace-operator" in container["args"]
+    (service,) = [d for d in yaml.safe_load_all(manifest) if d and d["kind"] == "Service"]
+    assert service["spec"]["selector"]["rlplace.io/operator-role"] == "leader"
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert container["securityContext"]["readOnlyRootFilesystem"] is True
     assert container["resources"]["limits"] and container["resources"]["requests"]
@@ -116,6 +124,8 @@ def test_deployment_is_hardened(kubeconfig: str) -> None:
         ("create", "pods --subresource=exec", False),
         ("patch", "configmaps", True),
         ("update", "configmaps", False),
+        ("list", "customresourcedefinitions.apiextensions.k8s.io", True),  # kopf's resource discovery
+        ("delete", "customresourcedefinitions.apiextensions.k8s.io", False),
     ],
 )
 def test_operator_identity_is_least_privilege(
@@ -126,6 +136,24 @@ def test_operator_identity_is_least_privilege(
         "kubectl", operator_kubeconfig, "auth", "can-i", verb, *resource.split(), "-n", "default", check=False
     )
     assert result.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, result.stdout, result.stderr)
+
+
+@pytest.mark.parametrize(
+    ("verb", "resource", "namespace", "allowed"),
+    [
+        ("update", "leases.coordination.k8s.io", RELEASE_NAMESPACE, True),
+        ("create", "leases.coordination.k8s.io", RELEASE_NAMESPACE, True),
+        ("update", "leases.coordination.k8s.io", "default", False),
+        ("delete", "leases.coordination.k8s.io", RELEASE_NAMESPACE, False),
+        ("patch", "pods", RELEASE_NAMESPACE, True),  # the label saying which replica leads, on its own pod
+        ("patch", "pods", "default", False),
+    ],
+)
+def test_leader_election_is_granted_in_the_release_namespace_only(
+    operator_kubeconfig: str, verb: str, resource: str, namespace: str, allowed: bool
+) -> None:
+    result = run_tool("kubectl", operator_kubeconfig, "auth", "can-i", verb, resource, "-n", namespace, check=False)
+    assert result.stdout.strip() == ("yes" if allowed else "no"), (verb, resource, namespace, result.stdout)
 
 
 def test_reading_a_secret_is_forbidden(operator_kubeconfig: str) -> None:
@@ -155,7 +183,18 @@ def test_operator_runs_in_the_cluster_from_its_image(
     if not isinstance(rlplace_operator, InClusterOperator):
         pytest.skip("the session's operator is a local process (no real node with the operator image)")
     core = client.CoreV1Api(k8s)
-    (pod,) = core.list_namespaced_pod(RELEASE_NAMESPACE, label_selector=OPERATOR_POD_SELECTOR).items
+    pods = core.list_namespaced_pod(RELEASE_NAMESPACE, label_selector=OPERATOR_POD_SELECTOR).items
+    roles = sorted(p.metadata.labels.get("rlplace.io/operator-role") for p in pods)
+    assert roles == ["leader", "standby"], roles
+    (pod,) = [p for p in pods if p.metadata.labels["rlplace.io/operator-role"] == "leader"]
+    (standby,) = [p for p in pods if p is not pod]
+    assert {c.type: c.status for c in standby.status.conditions}["Ready"] == "True"  # answers its probe, waits
+    # The Service sends the jobs' progress reports to the leader alone.
+    slices = client.DiscoveryV1Api(k8s).list_namespaced_endpoint_slice(
+        RELEASE_NAMESPACE, label_selector="kubernetes.io/service-name=rlplace-operator"
+    )
+    targets = {e.target_ref.name for s in slices.items for e in s.endpoints or [] if e.target_ref}
+    assert targets == {pod.metadata.name}, targets
     node = core.read_node(pod.spec.node_name)
     assert node.metadata.labels.get(REAL_NODE_LABEL) == "true", pod.spec.node_name
     assert pod.spec.service_account_name == OPERATOR_SERVICE_ACCOUNT
@@ -170,3 +209,5 @@ def test_operator_runs_in_the_cluster_from_its_image(
     jobs.wait_phase("collocated", "Running", timeout=90)
     log = run_tool("kubectl", kubeconfig, "logs", "-n", RELEASE_NAMESPACE, pod.metadata.name).stdout
     assert f"[{jobs.namespace}/collocated] Handler 'rljob_changed" in log, log[-2000:]
+    standby_log = run_tool("kubectl", kubeconfig, "logs", "-n", RELEASE_NAMESPACE, standby.metadata.name).stdout
+    assert "standing by" in standby_log and "Handler" not in standby_log, standby_log[-2000:]

@@ -211,7 +211,9 @@ def test_nodegroup_status_follows_nodes(
     assert [n["name"] for n in status()["nodes"]] == ["a800-0", "a800-1", "a800-9"]
 
 
-def test_nodegroup_whose_gpu_nodes_left_drops_its_hardware_type(k8s: client.ApiClient, fake_node) -> None:
+def test_nodegroup_whose_gpu_nodes_left_drops_its_hardware_type(
+    k8s: client.ApiClient, fake_node, rlplace_operator: object
+) -> None:
     fake_node("fleeting-0", labels={"rlplace.io/gpu-type": "fleeting"}, gpus=8)
     with temporary_nodegroup(k8s, "fleeting", "fleeting") as custom:
 

@@ -1,10 +1,10 @@
 """The operator's layers (docs/architecture.md), checked from every module's imports: imports only go down.
 
 Each package of rlplace_operator has a layer; a module may import its own package and the layers below, never a
-package of its own layer or above. Beside the order: only kube.py holds the Kubernetes client's API classes (the
-one gateway to the API server; others may name its exception types), only controllers/ registers kopf handlers,
-and the pure layers (api, cluster, diagnosis, planning, frameworks, builders, admission, and reconcile but for
-apply.py, the actuator) never import kopf or the client at all.
+package of its own layer or above. Beside the order: only kube.py (the gateway to the API server) and leadership.py
+(the Lease election, the client's own) hold the Kubernetes client's API classes (others may name its exception
+types), only controllers/ registers kopf handlers, and the pure layers (api, cluster, diagnosis, planning,
+frameworks, builders, admission, and reconcile but for apply.py, the actuator) never import kopf or the client.
 """
 
 from __future__ import annotations
@@ -30,8 +30,12 @@ LAYERS: dict[str, int] = {
     "reconcile": 6,
     "server": 7,
     "controllers": 8,
+    "leadership": 2,
     "main": 9,
 }
+#: The modules that talk to the API server: kube.py, and leadership.py, whose Lease election is the client's own
+#: kubernetes.leaderelection (it makes its own calls).
+API_GATEWAYS = ("kube.py", "leadership.py")
 #: What may import kopf: the controllers (its handlers), the reconcile's actuator (kopf.adopt, Events) and kube.py
 #: (an Event when even the refusal of a status cannot be written).
 KOPF_ALLOWED = ("controllers/", "reconcile/apply.py", "kube.py", "main.py")
@@ -83,7 +87,7 @@ def violations(path: Path, source: str) -> list[str]:
                 found.append(f"{name}:{line} imports kopf")
         elif (
             (module == "kubernetes" or module.startswith("kubernetes."))
-            and name != "kube.py"
+            and name not in API_GATEWAYS
             and (not module.startswith(CLIENT_NAMES_ALLOWED) or part in ("api", "cluster", "planning", "frameworks"))
         ):
             found.append(f"{name}:{line} imports {module}: only kube.py talks to the API server")
