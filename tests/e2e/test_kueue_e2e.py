@@ -9,7 +9,7 @@ for the local cluster's real a800 node, whose GPUs (8) are the quota two jobs co
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -55,12 +55,30 @@ def local_queue(kubeconfig: str, namespace: str, name: str, cluster_queue: str) 
     kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(body))
 
 
-def cluster_queue(kubeconfig: str, name: str, flavor: str, gpus: int) -> None:
-    """A ClusterQueue with `gpus` GPUs of `flavor` (and CPU and memory to spare), lower priority preemptible."""
-    resources = [
-        {"name": "cpu", "nominalQuota": 100},
-        {"name": "memory", "nominalQuota": "1Ti"},
-        {"name": "nvidia.com/gpu", "nominalQuota": gpus},
+def resource_flavor(kubeconfig: str, name: str, node_labels: Mapping[str, str]) -> None:
+    """A ResourceFlavor of the nodes with `node_labels`, in the local cluster's hostname Topology."""
+    body = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ResourceFlavor",
+        "metadata": {"name": name},
+        "spec": {"nodeLabels": dict(node_labels), "topologyName": "rlplace-hosts"},
+    }
+    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(body))
+
+
+def cluster_queue(kubeconfig: str, name: str, gpus: Mapping[str, int]) -> None:
+    """A ClusterQueue with `gpus` GPUs of each flavor, tried in that order (and CPU and memory to spare), lower
+    priority preemptible."""
+    flavors = [
+        {
+            "name": flavor,
+            "resources": [
+                {"name": "cpu", "nominalQuota": 100},
+                {"name": "memory", "nominalQuota": "1Ti"},
+                {"name": "nvidia.com/gpu", "nominalQuota": count},
+            ],
+        }
+        for flavor, count in gpus.items()
     ]
     body = {
         "apiVersion": "kueue.x-k8s.io/v1beta2",
@@ -72,7 +90,7 @@ def cluster_queue(kubeconfig: str, name: str, flavor: str, gpus: int) -> None:
             "resourceGroups": [
                 {
                     "coveredResources": ["cpu", "memory", "nvidia.com/gpu"],
-                    "flavors": [{"name": flavor, "resources": resources}],
+                    "flavors": flavors,
                 }
             ],
         },
@@ -212,7 +230,7 @@ def test_kueues_own_words_for_a_clusterqueue_too_small_are_named_on_the_job(
     LocalQueue or WorkloadPriorityClass and a stopped ClusterQueue are rlplace's own words, decided from what it
     reads: tests/operator/reconcile/test_provision.py."""
     # A ClusterQueue smaller than the job: Kueue's own words, with the ClusterQueue, in waitingFor.
-    cluster_queue(kubeconfig, "rl-e2e-small", "4090", 4)
+    cluster_queue(kubeconfig, "rl-e2e-small", {"4090": 4})
     local_queue(kubeconfig, jobs.namespace, "small", "rl-e2e-small")
     jobs.create(cluster_job("too-big", "small"))
     queued = wait_waiting_for(jobs, "too-big", "ClusterQueue rl-e2e-small", unsaid=("has not looked at it yet",))
@@ -232,14 +250,8 @@ def test_kueues_own_words_for_a_clusterqueue_too_small_are_named_on_the_job(
 def real_queue(kubeconfig: str, run_jobs: RunJobs, real_nodes: list[str], kueue_queues: None) -> Iterator[str]:  # noqa: F811
     """A flavor for the real a800 node, a ClusterQueue with its 8 GPUs, and LocalQueue `real` in the test's
     namespace."""
-    flavor = {
-        "apiVersion": "kueue.x-k8s.io/v1beta2",
-        "kind": "ResourceFlavor",
-        "metadata": {"name": "real-a800"},
-        "spec": {"nodeLabels": {"rlplace.io/real-gpu-type": "a800"}, "topologyName": "rlplace-hosts"},
-    }
-    kubectl(kubeconfig, "apply", "-f", "-", stdin=json.dumps(flavor))
-    cluster_queue(kubeconfig, "rl-e2e-real", "real-a800", 8)
+    resource_flavor(kubeconfig, "real-a800", {"rlplace.io/real-gpu-type": "a800"})
+    cluster_queue(kubeconfig, "rl-e2e-real", {"real-a800": 8})
     local_queue(kubeconfig, run_jobs.namespace, "real", "rl-e2e-real")
     yield "real"
 

@@ -10,6 +10,9 @@ node, rollout onLoss Replace).
   recorded and named from what the kubelet left (the restart path of issue 22).
 - The rollout's node cordoned and its pod gone: the ranks move to the other node of their NodeGroup (the
   ConfigMap's plan, the RayCluster's worker group), their binding is verified there, the job Succeeds as attempt 1.
+- The same under Kueue, its node tainted NoExecute: while no node is free the job runs on without the ranks,
+  waiting for Kueue; then they move to the node Kueue's topology-aware scheduling granted in the job's admitted
+  Workload, within the ClusterQueue's quota.
 """
 
 from __future__ import annotations
@@ -21,6 +24,16 @@ from collections.abc import Iterator
 
 import pytest
 from kubernetes import client
+from test_kueue_e2e import (  # noqa: F401  (kueue_queues: a fixture)
+    KUEUE,
+    QUEUE_LABEL,
+    cluster_queue,
+    granted_hosts,
+    kueue_queues,
+    local_queue,
+    resource_flavor,
+    workloads,
+)
 from test_lifecycle import CHECKPOINTS, condition, force_delete, ray_pods, summary_line, wait_ended
 from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
@@ -28,7 +41,7 @@ from placement_core.launcher.checkpoint import CheckpointStore
 
 from e2e_cluster import wait_for
 from invariants import Checker, ClusterState
-from rlplace_fixtures import run_tool
+from rlplace_fixtures import kubectl, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -36,6 +49,10 @@ GROUP, VERSION = "rlplace.io", "v1alpha1"
 #: Enough one-second steps that the job still runs once its lost ranks are back (about a minute on a quiet
 #: machine, where 40 steps ended first), and a checkpoint every EVERY for the restart to resume from.
 STEPS, EVERY = 80, 10
+
+
+#: The Secret the replace test's workers take their environment from.
+TOKEN = "rollout-token"
 
 
 def replace_job(run_jobs: RunJobs, name: str, **spec: object) -> dict:  # noqa: F811
@@ -83,6 +100,11 @@ def rollout(status: dict) -> dict:
     return next(c for c in status.get("components") or [] if c["name"] == "rollout")
 
 
+def lost_entries(status: dict) -> list[dict]:
+    """The rollout's lost entries (ranks, node, why), none before its components are counted."""
+    return next((c.get("lost") or [] for c in status.get("components") or [] if c["name"] == "rollout"), [])
+
+
 def events(run_jobs: RunJobs, job: str, reason: str) -> list[str]:  # noqa: F811
     found = run_jobs.core.list_namespaced_event(run_jobs.namespace, field_selector=f"reason={reason}").items
     return [e.message for e in found if e.involved_object.name == job]
@@ -115,12 +137,19 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     k8s: client.ApiClient,
     rlplace_operator: object,
 ) -> None:
-    run_jobs.create(replace_job(run_jobs, "replace"))
+    # The workers take their environment from a Secret, deleted before the rollout's pod is: the new pod KubeRay
+    # makes for it cannot start until the Secret is back (a replacement that fails to start).
+    secret = client.V1Secret(metadata=client.V1ObjectMeta(name=TOKEN), string_data={"ROLLOUT_TOKEN": "t"})
+    run_jobs.core.create_namespaced_secret(run_jobs.namespace, secret)
+    body = replace_job(run_jobs, "replace")
+    body["spec"]["pods"] = {"workers": {"envFrom": [{"secretRef": {"name": TOKEN}}]}}
+    run_jobs.create(body)
 
     wait_for(lambda: verified_at_step_3(run_jobs.status("replace")), 300, "replace verified at step 3", interval=1)
     before = driver_log(kubeconfig, run_jobs.namespace, "replace")
     actor_pids = {row["RANK"]: row["PID"] for row in pids(before, "actor")}
     (worker,) = [p for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-4090-0"]
+    run_jobs.core.delete_namespaced_secret(TOKEN, run_jobs.namespace)
     force_delete(run_jobs, worker)
     lost_at = time.monotonic()
 
@@ -128,11 +157,23 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     assert condition(lost, "RayClusterReady")["reason"] == "Replacing", lost["conditions"]
     assert rollout(lost)["live"] < 8 and "real-4090-0" in condition(lost, "RayClusterReady")["message"]
 
+    def stuck_named(status: dict) -> bool:
+        return any(TOKEN in entry.get("why", "") for entry in lost_entries(status))
+
+    stuck = watch_running(run_jobs, "replace", stuck_named, 30, "the replacement pod's missing Secret named")
+    (entry,) = lost_entries(stuck)
+    new_pods = [p.metadata.name for p in ray_pods(run_jobs, "replace", "worker") if p.spec.node_name == "real-4090-0"]
+    assert any(name in entry["why"] for name in new_pods) and worker.metadata.name not in new_pods, (entry, new_pods)
+    assert stuck["attempts"] == 1 and not stuck.get("restarts"), stuck
+    named_in = time.monotonic() - lost_at
+    run_jobs.core.create_namespaced_secret(run_jobs.namespace, secret)
+    secret_back = time.monotonic()
+
     def replaced(status: dict) -> bool:
         return rollout(status).get("replaced") == 8 and condition(status, "BindingVerified").get("status") == "True"
 
     back = watch_running(run_jobs, "replace", replaced, 180, "the rollout ranks replaced and verified again")
-    took = time.monotonic() - lost_at
+    took = time.monotonic() - secret_back
     assert rollout(back)["live"] == 8 and not rollout(back).get("lost"), back["components"]
     assert back["attempts"] == 1 and not back.get("restarts"), back
     assert events(run_jobs, "replace", "RanksLost") and events(run_jobs, "replace", "Replaced")
@@ -145,7 +186,7 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     assert {row["node"] for row in new_rollout} == {"real-4090-0"}
     assert sorted(row["CUDA_VISIBLE_DEVICES"] for row in new_rollout) == [str(i) for i in range(8)]
     assert Checker().check(ClusterState.read(k8s)) == []
-    print(f"replace in place: lost -> replaced and verified in {took:.0f} s")
+    print(f"replace in place: the stuck replacement named in {named_in:.0f} s; Secret back -> verified in {took:.0f} s")
 
     # A loss that takes a RestartJob (the trainer's) process restarts the whole job, which resumes from its last
     # checkpoint (the restart path of docs/restarts.md, shown here once for both kinds of component). The pod is
@@ -249,3 +290,116 @@ def test_a_lost_rollout_node_moves_its_ranks_to_the_other_node_of_the_group(
 def rollout_nodes(status: dict) -> list[str]:
     components = (status.get("placement") or {}).get("components") or []
     return next(c["nodes"] for c in components if c["name"] == "rollout")
+
+
+# -- under Kueue: the node a lost rollout replica moves to is the one Kueue grants --------------------------------
+
+#: Both real GPU nodes carry it while the Kueue test runs: one ResourceFlavor's nodes, and a NoSchedule taint only
+#: the job's workers tolerate (the head and the submitter then run on the CPU node, which nothing here takes away).
+PAIR_LABEL = "rlplace.io/e2e-kueue-pair"
+PAIR = ("real-4090-0", "real-a800-0")
+PAIR_QUEUE = "rl-e2e-pair"
+
+
+@pytest.fixture
+def kueue_pair(
+    kubeconfig: str,
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,
+    kueue_queues: None,  # noqa: F811
+) -> Iterator[str]:
+    """LocalQueue `pair` of ClusterQueue rl-e2e-pair: flavor e2e-pair (the two real GPU nodes, labelled and
+    tainted for it) with one node's GPUs (8), so Kueue grants the rollout one of them and may swap it for the
+    other, and flavor e2e-real-cpu (the real CPU node) for the actor."""
+    for node in PAIR:
+        kubectl(kubeconfig, "label", "node", node, f"{PAIR_LABEL}=true", "--overwrite")
+        kubectl(kubeconfig, "taint", "node", node, f"{PAIR_LABEL}=true:NoSchedule", "--overwrite")
+    resource_flavor(kubeconfig, "e2e-pair", {PAIR_LABEL: "true"})
+    resource_flavor(kubeconfig, "e2e-real-cpu", {"rlplace.io/real-cpu-only": "true"})
+    cluster_queue(kubeconfig, PAIR_QUEUE, {"e2e-real-cpu": 0, "e2e-pair": 8})
+    local_queue(kubeconfig, run_jobs.namespace, "pair", PAIR_QUEUE)
+    try:
+        yield "pair"
+    finally:
+        for node in PAIR:
+            run_tool("kubectl", kubeconfig, "taint", "node", node, f"{PAIR_LABEL}:NoSchedule-", check=False)
+            kubectl(kubeconfig, "label", "node", node, f"{PAIR_LABEL}-")
+
+
+def pair_gpus_used(run_jobs: RunJobs) -> int:  # noqa: F811
+    """The GPUs of flavor e2e-pair that ClusterQueue rl-e2e-pair counts as used now."""
+    body = run_jobs.custom.get_cluster_custom_object(*KUEUE, "clusterqueues", PAIR_QUEUE)
+    for flavor in (body.get("status") or {}).get("flavorsUsage") or []:
+        if flavor["name"] == "e2e-pair":
+            used = {r["name"]: r.get("total", 0) for r in flavor.get("resources") or []}
+            return int(used.get("nvidia.com/gpu", 0))
+    return 0
+
+
+def test_under_kueue_a_lost_rollout_node_moves_its_ranks_to_the_node_kueue_grants(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,
+    kueue_pair: str,
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
+    """A NoExecute taint on the rollout's node while the other node of the flavor is cordoned: Kueue has no node
+    to grant, keeps the Workload admitted (TASFailedNodeReplacementFailFast off, e2e/cluster/kueue-config.yaml),
+    and the job runs on without its rollout, saying it waits for Kueue. Uncordoned, the other node is granted
+    inside the admitted Workload and the rollout's ranks move to it while the job runs (attempt 1, no restart),
+    their binding verified there; the flavor's 8 GPUs of quota are never passed."""
+    placement = [
+        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
+    ]
+    body = replace_job(run_jobs, "kmove", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement)
+    body["metadata"]["labels"] = {QUEUE_LABEL: kueue_pair}
+    body["spec"]["pods"] = {"workers": {"tolerations": [{"key": PAIR_LABEL, "operator": "Exists"}]}}
+    run_jobs.create(body)
+
+    first = wait_for(lambda: verified_at_step_3(run_jobs.status("kmove")), 300, "kmove verified at step 3", interval=1)
+    (lost,) = rollout_nodes(first)
+    (other,) = set(PAIR) - {lost}
+    (workload,) = workloads(run_jobs, "kmove")
+    assert granted_hosts(workload)[rollout_pair] == [lost], granted_hosts(workload)
+    used = [pair_gpus_used(run_jobs)]
+    kubectl(kubeconfig, "cordon", other)
+    kubectl(kubeconfig, "taint", "node", lost, "rlplace.io/e2e-broken=true:NoExecute")
+    try:
+
+        def waits_for_kueue(status: dict) -> bool:
+            used.append(pair_gpus_used(run_jobs))
+            return any("waiting for Kueue to replace it" in entry.get("why", "") for entry in lost_entries(status))
+
+        waiting = watch_running(run_jobs, "kmove", waits_for_kueue, 120, "the job running on, waiting for Kueue")
+        ready = condition(waiting, "RayClusterReady")
+        assert (ready["status"], ready["reason"]) == ("False", "Replacing"), ready
+        (workload,) = workloads(run_jobs, "kmove")
+        evicted = [c for c in workload["status"].get("conditions") or [] if c["type"] == "Evicted"]
+        assert not any(c["status"] == "True" for c in evicted), evicted
+        assert granted_hosts(workload)[rollout_pair] == [lost], granted_hosts(workload)
+        time.sleep(10)  # Kueue retries its replacement meanwhile: still admitted, still Running, nothing restarted
+        still = watch_running(run_jobs, "kmove", waits_for_kueue, 10, "still waiting for Kueue")
+        assert still["attempts"] == 1 and not still.get("restarts"), still
+        kubectl(kubeconfig, "uncordon", other)
+
+        def moved(status: dict) -> bool:
+            used.append(pair_gpus_used(run_jobs))
+            verified = condition(status, "BindingVerified").get("status") == "True"
+            return rollout(status).get("replaced") == 4 and verified and lost not in rollout_nodes(status)
+
+        back = watch_running(run_jobs, "kmove", moved, 240, "the rollout ranks moved to Kueue's node and verified")
+        assert rollout_nodes(back) == [other], back["placement"]
+        (workload,) = workloads(run_jobs, "kmove")
+        assert granted_hosts(workload)[rollout_pair] == [other], granted_hosts(workload)
+        assert back["attempts"] == 1 and not back.get("restarts"), back
+        assert events(run_jobs, "kmove", "RanksMoved")
+        assert max(used) <= 8, used  # the swap is inside the admitted Workload: never two nodes' GPUs
+        assert Checker().check(ClusterState.read(k8s)) == []
+        # Every step so far once and in order (the run goes on to its end as the cordon test's does; not waited
+        # for here, the suite's minutes are counted).
+        seen = steps_seen(driver_log(kubeconfig, run_jobs.namespace, "kmove"))
+        assert seen == list(range(1, len(seen) + 1)) and len(seen) >= 3, seen
+    finally:
+        run_tool("kubectl", kubeconfig, "uncordon", other, check=False)
+        run_tool("kubectl", kubeconfig, "taint", "node", lost, "rlplace.io/e2e-broken:NoExecute-", check=False)

@@ -136,6 +136,9 @@ class WorkloadState:
     cluster_queue: str | None = None
     grants: Mapping[str, Grant] = field(default_factory=dict)
     """PodSet name -> what was granted (only while quota is reserved)."""
+    unhealthy_nodes: tuple[str, ...] = ()
+    """Granted nodes that failed, for which Kueue's topology-aware scheduling looks for a replacement (its
+    status.unhealthyNodes: with TASFailedNodeReplacementFailFast off it keeps looking until one is free)."""
 
     @classmethod
     def of(cls, body: Mapping[str, Any]) -> WorkloadState:
@@ -161,6 +164,7 @@ class WorkloadState:
             pending_message=str(reserved.get("message") or "") if reserved.get("status") != "True" else "",
             cluster_queue=admission.get("clusterQueue"),
             grants=grants,
+            unhealthy_nodes=tuple(sorted(str(n["name"]) for n in status.get("unhealthyNodes") or [] if n.get("name"))),
         )
 
     @property
@@ -404,6 +408,13 @@ def admission(
         hosts = state.hosts()
     except AssignmentError as err:
         return Admission(Refusal(cond.KUEUE_UNSUPPORTED, str(err), permanent=False), create, delete, {"kueue": kueue})
+    failed = sorted(set(state.unhealthy_nodes) & {host for granted in hosts.values() for host in granted})
+    if failed:
+        # A grant that still names a failed node (a restart after its loss, Kueue finding no other node yet): pods
+        # made now would wait on a node that cannot run them. The job waits for Kueue's replacement instead.
+        nodes = ", ".join(failed)
+        said = f"Kueue to replace failed node {nodes} in Workload {state.name} (no other node of its flavor is free)"
+        return Admission(Waits(cond.WAITING_FOR_KUEUE, said, f"waiting for {said}"), create, delete, {"kueue": kueue})
     cluster, flavors = [], {}
     for pod_set in found:
         granted = set(hosts.get(pod_set_name(pod_set.group), ()))
@@ -519,7 +530,10 @@ def eviction(
     if workload.evicted_reason == DEACTIVATED or not workload.active:
         message = f"{said}; its Workload was deactivated: suspended until it is active again"
         return Eviction(RELEASE, message, None, None, False, RELEASED_FIELDS)
-    return Eviction(RELEASE, said, None, None, True, RELEASED_FIELDS)
+    # Queued again: it waits for Kueue from this write on (its next pass says Kueue's own words for why), never
+    # a moment without saying what it waits for.
+    requeued = {**RELEASED_FIELDS, "waitingFor": f"Kueue to admit Workload {workload.name} again"}
+    return Eviction(RELEASE, said, None, None, True, requeued)
 
 
 def replaced_nodes(workload: WorkloadState, planned: set[str]) -> tuple[list[str], list[str]] | None:

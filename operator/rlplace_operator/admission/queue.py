@@ -234,6 +234,15 @@ def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
         return decisions
 
 
+def held_by_others(ledger: Ledger, world: AdmissionWorld, key: JobKey, nodes: Iterable[str]) -> dict[str, JobKey]:
+    """Of `nodes`, those another job holds (its RayCluster, or this process's reservation for it) -> that job.
+    For nodes another admitter (Kueue) granted `key`: rlplace's queue may have given one to a job of its own a
+    moment before the grant, and the two would then hold one node."""
+    with ledger.lock:
+        held, _ = _held(ledger, world)
+    return {node: held[node] for node in nodes if node in held and held[node] != key}
+
+
 def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob) -> Decision:
     """Admit `job` now or say where it waits; reserves the nodes of every job this pass admits.
 

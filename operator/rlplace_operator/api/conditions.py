@@ -94,6 +94,8 @@ WAITING_FOR_KUEUE = "WaitingForKueue"
 ADMITTED_BY_KUEUE = "AdmittedByKueue"
 KUEUE_MISSING = "KueueMissing"
 LOCALQUEUE_NOT_FOUND = "LocalQueueNotFound"
+#: A node Kueue granted is held by a job rlplace's own queue admitted a moment before: the Kueue job waits for it.
+GRANTED_NODE_HELD = "GrantedNodeHeld"
 PRIORITY_CLASS_NOT_FOUND = "PriorityClassNotFound"
 KUEUE_UNSUPPORTED = "KueueUnsupported"
 PREEMPTED = "Preempted"

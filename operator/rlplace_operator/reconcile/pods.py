@@ -107,9 +107,12 @@ def _give_back(
         return Outcome(tuple(actions), status_of(status))
     retries = int(status.get("provisioningRetries") or 0) + (1 if backoff else 0)
     delay = backoff_seconds(retries) if backoff else 0.0
+    # Queued says what it waits for in this very write (its next pass says the queue's or Kueue's own words).
+    status["waitingFor"] = f"nodes again, after {reason}"
     if backoff:
         message = f"{message}; gave the nodes back, retrying in {delay:.0f} s (retry {retries})"
-        status.update(provisioningRetries=retries, retryAfter=cond.timestamp(world.now + dt.timedelta(seconds=delay)))
+        retry_after = cond.timestamp(world.now + dt.timedelta(seconds=delay))
+        status.update(provisioningRetries=retries, retryAfter=retry_after, waitingFor=f"its retry at {retry_after}")
         conditions = cond.set_condition(conditions, cond.RAYCLUSTER_READY, False, reason, message, job.generation)
     status["conditions"] = cond.set_condition(conditions, cond.ADMITTED, False, reason, message, job.generation)
     status.update(phase=str(JobPhase.QUEUED), message=cond.brief(message), observedGeneration=job.generation)

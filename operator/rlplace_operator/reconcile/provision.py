@@ -25,7 +25,13 @@ from placement_core.errors import CapacityError, PlacementError
 from rlplace_operator.admission import admitter
 from rlplace_operator.admission.demand import oversized, plan_on, planned_demand
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
-from rlplace_operator.admission.queue import admission_world, admit, groups_with_nodes, status_excluded
+from rlplace_operator.admission.queue import (
+    admission_world,
+    admit,
+    groups_with_nodes,
+    held_by_others,
+    status_excluded,
+)
 from rlplace_operator.admission.rules import QueuedJob, Waiting
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
@@ -301,7 +307,7 @@ def _admitted_plan(
     )
     gpus: dict[str, tuple[int, ...]] = {}
     if job.by_workload:
-        granted = _workload_admission(draft, job, spec, groups, demand, world, dra_groups, actions)
+        granted = _workload_admission(draft, job, spec, groups, demand, world, ledger, dra_groups, actions)
         if granted is None:
             return None
         cluster, nodes = granted.cluster, granted.nodes
@@ -342,6 +348,7 @@ def _workload_admission(
     groups: Sequence[JobGroup],
     demand: PlannedDemand,
     world: World,
+    ledger: Ledger,
     dra_groups: Sequence[str],
     actions: list[Any],
 ) -> admitter.Granted | None:
@@ -369,6 +376,17 @@ def _workload_admission(
         raise (draft.fail if verdict.permanent else draft.wait)(cond.ADMITTED, verdict.reason, verdict.message)
     if isinstance(verdict, admitter.Waits):
         draft.waits(verdict.reason, cond.WAITING_FOR_KUEUE, verdict.waiting_for, verdict.message)
+        return None
+    # Kueue sees another job's pods only once they exist: a node rlplace's queue gave a job of its own just before
+    # the grant is that job's until it ends. Pods made now would wait unbound (and be made again on the same grant
+    # after each bind timeout); the job waits for the node instead, saying whose it is, and holds its grant so
+    # that rlplace's queue does not give the node to another of its jobs once the holder ends.
+    taken = held_by_others(ledger, admission_world(ledger, world.snapshot), job.key, verdict.nodes)
+    if taken:
+        node, holder = min(taken.items())
+        said = f"node {node}, which Kueue granted, to be freed by RLJob {'/'.join(holder)}"
+        draft.waits(cond.GRANTED_NODE_HELD, cond.GRANTED_NODE_HELD, said, f"waiting for {said}")
+        ledger.hold(job.key, verdict.nodes)
         return None
     if draft.condition(cond.ADMITTED, True, cond.ADMITTED_BY_KUEUE, verdict.message):
         draft.post(False, cond.ADMITTED_BY_KUEUE, verdict.message)

@@ -33,7 +33,7 @@ from rlplace_operator.reconcile.actions import (
     RequestCheckpoint,
 )
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of
-from rlplace_operator.reconcile.replicas import for_new_attempt, only_replace_ranks
+from rlplace_operator.reconcile.replicas import for_new_attempt, only_replace_ranks, ranks_by_node
 from rlplace_operator.reconcile.world import Job, World
 
 #: The condition reason and Event of a restart the operator makes.
@@ -200,19 +200,19 @@ def attempt_stopped(job: Job, status: dict[str, Any], reason: str, message: str,
         message,
         job.generation,
     )
-    status.update(
-        message=cond.brief(message),
-        rayCluster=None,
-        rayJob=None,
-        binding=None,
-        driverStartTime=None,
-        driverEndTime=None,
-        progress=None,
-        queuePosition=None,
-        waitingFor=None,
-        components=for_new_attempt(status),
-        **fields,
-    )
+    stopped = {
+        "message": cond.brief(message),
+        "rayCluster": None,
+        "rayJob": None,
+        "binding": None,
+        "driverStartTime": None,
+        "driverEndTime": None,
+        "progress": None,
+        "queuePosition": None,
+        "waitingFor": None,
+        "components": for_new_attempt(status),
+    }
+    status.update({**stopped, **fields})
 
 
 #: Restart reason of a job whose node its Workload admitter replaced inside the admitted Workload.
@@ -298,7 +298,13 @@ def follow_replaced_nodes(job: Job, world: World, status: dict[str, Any]) -> Out
     if replaced is None:
         return None
     gone, new = replaced
-    if world.plan is not None and len(gone) == len(new) and only_replace_ranks(world.plan, gone):
+    # A plan with no rank left on the replaced nodes was moved already: relocate.py applies the ConfigMap before it
+    # writes the status, so this status is from before the move (its write is on its way, or the operator stopped
+    # between the two). Moving again completes it, as a move changes nothing twice; a restart would stop a job
+    # that runs on.
+    plan = world.plan
+    moved = plan is not None and not set(gone) & set(ranks_by_node(plan))
+    if plan is not None and len(gone) == len(new) and only_replace_ranks(plan, new if moved else gone):
         # Every rank on the replaced nodes is a Replace rank: they move to the granted nodes while the job runs.
         moves = tuple(
             Relocate(node, f"Kueue replaced node {node} in Workload {workload.name}", to=granted)

@@ -344,6 +344,9 @@ def test_the_quota_is_released_only_once_no_pod_is_left() -> None:
     status = done.status
     assert status.phase == "Queued" and status.attempts == 2 and status.preemptions == 1
     assert status.ray_job is None and status.preemption is None and status.kueue is None
+    # Queued from this write on, and saying what for (seen under chaos: a requeued job said nothing until its next
+    # pass, and the invariant checker named it silent).
+    assert status.waiting_for == "Kueue to admit Workload train-1234abcd again"
     admitted = next(c for c in status.conditions if c.type == "Admitted")
     assert (admitted.status, admitted.reason) == ("False", "Preempted")
     assert status.restarts[-1].reason == "Preempted" and status.restart_count is None  # not a restart

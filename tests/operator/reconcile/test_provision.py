@@ -8,7 +8,7 @@ import copy
 import dataclasses
 
 from rlplace_operator.admission.kueue import QueueObjects
-from rlplace_operator.admission.ledger import Ledger
+from rlplace_operator.admission.ledger import Holding, Ledger
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import (
     ATTEMPT_ANNOTATION,
@@ -318,6 +318,28 @@ def test_a_job_kueue_admitted_runs_on_the_granted_host_and_its_children_are_not_
     assert ledger.reserved[job.key] == frozenset({"a800-1"})  # rlplace's own queue keeps off it
 
 
+def test_a_node_kueue_granted_that_rlplaces_queue_gave_a_job_a_moment_before_is_waited_for_not_shared() -> None:
+    """Seen in the chaos run: a job of rlplace's own queue was admitted on the 4090 node one second before Kueue
+    granted it to a Kueue job (Kueue sees another job's pods only once they exist). Made at once, the Kueue job's
+    pods waited unbound, two RayClusters named the node, and each bind timeout made the job's RayJob again on the
+    same grant. The Kueue job now waits for the node, naming the job that holds it, and makes nothing."""
+    job = kueue_job("q", team="rl")
+    workload = admitted_workload(job, ["a800-1"])
+    ledger = Ledger()
+    other = Holding(frozenset({"a800-1"}))
+    snapshot = cluster_snapshot(holdings={("ns", "rlinf"): [other]})
+    outcome = provision(job, world(snapshot, queue_objects=queue_objects(workloads=(workload,))), ledger)
+    assert kinds(outcome) == [] and outcome.status.phase == JobPhase.QUEUED
+    assert outcome.status.waiting_for == "node a800-1, which Kueue granted, to be freed by RLJob ns/rlinf"
+    assert condition(outcome, "Admitted").reason == "GrantedNodeHeld"
+    assert [p.reason for p in outcome.actions if isinstance(p, Post)] == ["GrantedNodeHeld"]
+    # It holds its grant meanwhile: once the other job ends, rlplace's queue does not give the node away again.
+    assert ledger.reserved[job.key] == frozenset({"a800-1"})
+    # Once the other job's RayCluster is gone, the grant is used.
+    freed = provision(job, world(queue_objects=queue_objects(workloads=(workload,))), ledger)
+    assert kinds(freed) == ["ConfigMap", "RayCluster"] and ledger.reserved[job.key] == frozenset({"a800-1"})
+
+
 def test_a_kueue_job_on_a_dra_group_is_refused() -> None:
     job = new_job("q", SHARED, labels={QUEUE_LABEL: "rl"})
     outcome = provision(job, dataclasses.replace(dra_world(), queue_objects=queue_objects()), Ledger())
@@ -429,3 +451,23 @@ def test_a_resumed_job_whose_rayjob_kuberay_has_not_resumed_yet_is_provisioning_
     outcome = provision(new_job("s", spec), world(rayjob=suspended), Ledger())
     assert outcome.status.phase == JobPhase.PROVISIONING
     assert condition(outcome, "DriverSucceeded").reason == "Resuming"
+
+
+def test_a_grant_that_names_a_node_kueue_is_replacing_is_waited_for_not_used() -> None:
+    """After a node loss restarted a job, Kueue (TASFailedNodeReplacementFailFast off) keeps its Workload admitted
+    on the failed node while it looks for another (status.unhealthyNodes). Pods made there would never run: the
+    job waits for Kueue's replacement, naming the node, and makes nothing; once Kueue grants another node it runs
+    there."""
+    job = kueue_job("q", team="rl")
+    workload = admitted_workload(job, ["a800-1"])
+    workload["status"]["unhealthyNodes"] = [{"name": "a800-1"}]
+    outcome = provision(job, world(queue_objects=queue_objects(workloads=(workload,))), Ledger())
+    assert kinds(outcome) == [] and outcome.status.phase == JobPhase.QUEUED
+    name = workload["metadata"]["name"]
+    said = f"Kueue to replace failed node a800-1 in Workload {name} (no other node of its flavor is free)"
+    assert outcome.status.waiting_for == said
+    assert condition(outcome, "Admitted").reason == "WaitingForKueue"
+    replaced = admitted_workload(job, ["a800-0"])
+    granted = provision(job, world(queue_objects=queue_objects(workloads=(replaced,))), Ledger())
+    assert kinds(granted) == ["ConfigMap", "RayCluster"]
+    assert applied(granted)[1]["metadata"]["annotations"][NODES_ANNOTATION] == "a800-0"

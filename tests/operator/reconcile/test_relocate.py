@@ -15,7 +15,7 @@ from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import NODES_ANNOTATION
 from rlplace_operator.builders.raycluster import moved_worker
-from rlplace_operator.reconcile.actions import Apply, MoveWorker, Post, Relocate
+from rlplace_operator.reconcile.actions import Apply, DeleteChildren, MoveWorker, Post, Relocate
 from rlplace_operator.reconcile.decide import reconcile
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.relocate import node_gone, relocate
@@ -164,20 +164,21 @@ def test_a_node_not_ready_for_a_moment_keeps_its_ranks() -> None:
     assert not [a for a in reconcile(job, world).actions if isinstance(a, Relocate)]
 
 
-def test_under_kueue_the_ranks_move_to_the_node_kueue_granted_in_the_workload_not_one_rlplace_picks() -> None:
-    """Kueue's topology-aware node replacement put a800-2 in the Workload in place of the lost a800-1: the rollout
-    ranks follow it while the job runs (no restart), and rlplace holds what Kueue granted."""
+def under_kueue(grants: dict[str, int]) -> tuple[Job, World, Ledger]:
+    """The provisioned job named in a LocalQueue, its rollout node lost, and its Workload granting `grants`
+    (host -> pods) to the a800 group."""
     job, _, _, plan, ledger = provisioned()
     job = dataclasses.replace(job, labels={"kueue.x-k8s.io/queue-name": "rl"})
     workload = WorkloadState(
-        "split-w",
-        True,
-        True,
-        True,
-        False,
-        grants={"a800": Grant({"nvidia.com/gpu": "a800"}, {"a800-0": 1, "a800-2": 1})},
+        "split-w", True, True, True, False, grants={"a800": Grant({"nvidia.com/gpu": "a800"}, grants)}
     )
-    world = dataclasses.replace(lost_world(plan, "False"), workload=workload)
+    return job, dataclasses.replace(lost_world(plan, "False"), workload=workload), ledger
+
+
+def test_under_kueue_the_ranks_move_to_the_node_kueue_granted_in_the_workload_not_one_rlplace_picks() -> None:
+    """Kueue's topology-aware node replacement put a800-2 in the Workload in place of the lost a800-1: the rollout
+    ranks follow it while the job runs (no restart), and rlplace holds what Kueue granted."""
+    job, world, ledger = under_kueue({"a800-0": 1, "a800-2": 1})
     decided = reconcile(job, world)
     assert dump(decided.status)["phase"] == "Running"
     (move,) = [a for a in decided.actions if isinstance(a, Relocate)]
@@ -188,10 +189,33 @@ def test_under_kueue_the_ranks_move_to_the_node_kueue_granted_in_the_workload_no
     assert ledger.reserved[job.key] == frozenset({"a800-0", "a800-2"})
 
     # Before Kueue granted a replacement, the job runs on and says it waits for Kueue (rlplace picks no node).
-    waiting = WorkloadState(
-        "split-w", True, True, True, False, grants={"a800": Grant({"nvidia.com/gpu": "a800"}, {"a800-0": 1, LOST: 1})}
-    )
-    decided = reconcile(job, dataclasses.replace(lost_world(plan, "False"), workload=waiting))
+    _, waiting, _ = under_kueue({"a800-0": 1, LOST: 1})
+    decided = reconcile(job, waiting)
     assert not [a for a in decided.actions if isinstance(a, Relocate)]
     (entry,) = next(c for c in dump(decided.status)["components"] if c["name"] == "rollout")["lost"]
     assert "waiting for Kueue to replace it" in entry["why"]
+
+
+def test_a_pass_that_reads_the_moved_plan_before_the_moves_status_restarts_nothing() -> None:
+    """Seen live under Kueue: a pass moved the ranks (the ConfigMap applied first, then the status) and another
+    pass read the new plan beside the status from before the move. On that status Kueue's swap looked like a node
+    whose ranks are not all Replace, and the job was restarted as attempt 2 while it ran. Now that pass moves them
+    again, which changes nothing twice and completes a move whose status write never came (the operator stopped
+    between the two)."""
+    job, world, ledger = under_kueue({"a800-0": 1, "a800-2": 1})
+    moved = relocate(
+        job, dataclasses.replace(world, snapshot=cluster_snapshot(nodes(1, "False"))), ledger, reconcile(job, world)
+    )
+    (configmap,) = [o for a in moved.actions if isinstance(a, Apply) for o in a.objects]
+    moved_plan = Plan.from_json(configmap["data"]["plan.json"])
+    # The status from before the move (still naming a800-1), the plan from after it.
+    stale_world = dataclasses.replace(world, plan=moved_plan)
+    stale = reconcile(job, stale_world)
+    assert dump(stale.status)["phase"] == "Running" and dump(stale.status).get("attempts") == 1
+    (move,) = [a for a in stale.actions if isinstance(a, Relocate)]
+    assert (move.node, move.to) == (LOST, "a800-2") and not [a for a in stale.actions if isinstance(a, DeleteChildren)]
+    again = relocate(job, dataclasses.replace(stale_world, snapshot=cluster_snapshot(nodes(1, "False"))), ledger, stale)
+    (configmap,) = [o for a in again.actions if isinstance(a, Apply) for o in a.objects]
+    assert Plan.from_json(configmap["data"]["plan.json"]) == moved_plan  # the plan is not moved twice
+    said = dump(again.status)
+    assert next(c for c in said["placement"]["components"] if c["name"] == "rollout")["nodes"] == ["a800-2"]

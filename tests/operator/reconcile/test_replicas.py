@@ -173,3 +173,43 @@ def test_a_new_attempt_after_a_loss_counts_nothing_replaced_and_awaits_no_report
     assert posts(ran, "Replaced") == [] and posts(ran, "RanksBack") == []
     assert condition(status, "BindingVerified")["reason"] == "Verified"
     assert not any(c.get("unverified") or c.get("lost") for c in status["components"])
+
+
+def test_a_replacement_pod_that_cannot_start_is_named_and_the_job_runs_on_without_a_restart() -> None:
+    """The new pod KubeRay made for the lost node cannot start (its image is missing there): the lost ranks' entry
+    names the pod and the kubelet's reason at the first look, the job runs on with the live replicas and restarts
+    nothing; once the pod runs the ranks count as replaced, nothing half-done left."""
+    pods = ray_pods("train-abcde", NODES)
+    lost = dump(reconcile(replace_job(running()), world(without(pods, "node-2"))).status)
+    stuck = {
+        **pods[-1],
+        "metadata": {
+            **pods[-1]["metadata"],
+            "name": "train-abcde-gpu-worker-new",
+            "creationTimestamp": "2026-11-24T01:00:00Z",
+        },
+        "status": {
+            "phase": "Pending",
+            "conditions": [{"type": "PodScheduled", "status": "True"}, {"type": "Ready", "status": "False"}],
+            "containerStatuses": [
+                {
+                    "name": "ray-worker",
+                    "ready": False,
+                    "state": {"waiting": {"reason": "ErrImageNeverPull", "message": 'image "ray:dev" is not present'}},
+                }
+            ],
+        },
+    }
+    named = reconcile(replace_job(lost), world([*without(pods, "node-2"), stuck]))
+    status = dump(named.status)
+    assert status["phase"] == "Running" and not status.get("restarts"), status
+    (entry,) = next(c for c in status["components"] if c["name"] == "rollout")["lost"]
+    assert entry["ranks"] == [4, 5, 6, 7] and "ErrImageNeverPull" in entry["why"], entry
+    assert "train-abcde-gpu-worker-new" in entry["why"], entry
+    ready = condition(status, "RayClusterReady")
+    assert ready["reason"] == "Replacing" and "ErrImageNeverPull" in ready["message"], ready
+
+    started = {**stuck, "status": pods[-1]["status"]}  # the same new pod, its image there now: Running, Ready
+    back = dump(reconcile(replace_job(status), world([*without(pods, "node-2"), started])).status)
+    rollout = next(c for c in back["components"] if c["name"] == "rollout")
+    assert (rollout["live"], rollout["replaced"], "lost" in rollout) == (8, 4, False), rollout
