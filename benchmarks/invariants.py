@@ -19,8 +19,8 @@ The rules (docs/status-truth.md):
 - lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else (once the operator
   had 30 s to see a change; a node whose Replace ranks status.components names as lost is excused); a job placed (Provisioning or Running) names nothing it waits for and no queue
   position; a phase moves back only with a condition that says why; the attempt never goes down.
-- driver-twice, progress: one driver (one RayJob) per attempt; the reported iteration never goes down within one
-  attempt.
+- driver-twice, progress: one driver per attempt (one RayJob whose driver KubeRay submitted); the reported
+  iteration never goes down within one attempt.
 """
 
 from __future__ import annotations
@@ -136,6 +136,16 @@ class _Seen:
     finished_at: dt.datetime | None = None
     lying_since: dt.datetime | None = None
     """Since when its Running status has disagreed with its pods, at every look since."""
+
+
+#: KubeRay's deployment states of a RayJob whose driver was submitted (its submitter made, or its job ended).
+SUBMITTED_STATES = frozenset({"Running", "Complete", "Failed", "Retrying"})
+
+
+def submitted(rayjob: dict) -> bool:
+    """Whether KubeRay submitted the RayJob's driver (a RayJob whose Ray cluster never came up ran none)."""
+    status = rayjob.get("status") or {}
+    return bool(status.get("jobStatus")) or status.get("jobDeploymentStatus") in SUBMITTED_STATES
 
 
 class Checker:
@@ -357,14 +367,17 @@ class Checker:
         if attempt < seen.attempt and phase not in FINISHED:
             found.append(f"lie: RLJob {name}'s attempt went down from {seen.attempt} to {attempt}")
         for rayjob in state.rayjobs:
+            if not submitted(rayjob):
+                continue  # a RayJob whose cluster never came up ran no driver (its job gave the nodes back)
             if any(ref.get("uid") == uid for ref in rayjob["metadata"].get("ownerReferences") or []):
                 made_for = (rayjob["metadata"].get("annotations") or {}).get(ATTEMPT_ANNOTATION, "1")
                 uids = seen.rayjobs.setdefault(int(made_for) if made_for.isdigit() else 1, set())
-                uids.add(rayjob["metadata"].get("uid", ""))
-                if len(uids) > 1:
+                new = rayjob["metadata"].get("uid", "")
+                if new not in uids and uids:  # named when it happens, not at every look after
                     found.append(
-                        f"driver-twice: RLJob {name}'s attempt {made_for} was submitted by {len(uids)} RayJobs"
+                        f"driver-twice: RLJob {name}'s attempt {made_for} was submitted by {len(uids) + 1} RayJobs"
                     )
+                uids.add(new)
         iteration = (status.get("progress") or {}).get("iteration")
         if iteration is not None:
             best = seen.iterations.get(attempt, -1)

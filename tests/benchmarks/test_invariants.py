@@ -177,11 +177,20 @@ def test_a_second_driver_for_one_attempt_and_progress_going_back_are_named() -> 
     state = healthy()
     state.rljobs = [rljob(progress={"iteration": 9})]
     state.rayjobs = [{"metadata": {"namespace": "ns", "name": "a", "uid": "rj1", "labels": LABELS,
-                                   "ownerReferences": [OWNER], "annotations": {"rlplace.io/attempt": "1"}}}]  # fmt: skip
+                                   "ownerReferences": [OWNER], "annotations": {"rlplace.io/attempt": "1"}},
+                      "status": {"jobDeploymentStatus": "Running", "jobStatus": "RUNNING"}}]  # fmt: skip
     assert checker.check(state) == []
+    # A RayJob made again for the same attempt whose cluster never came up ran no driver (the job gave its nodes
+    # back after a bind timeout): not a second driver.
+    unstarted = copy.deepcopy(state)
+    unstarted.rayjobs[0]["metadata"]["uid"] = "rj-never"
+    unstarted.rayjobs[0]["status"] = {"jobDeploymentStatus": "Initializing"}
+    assert checker.check(unstarted) == []
     again = copy.deepcopy(state)
     again.rayjobs[0]["metadata"]["uid"] = "rj2"
     again.rljobs = [rljob(progress={"iteration": 4})]
     found = checker.check(again)
     assert "driver-twice: RLJob ns/a's attempt 1 was submitted by 2 RayJobs" in found
     assert "progress: RLJob ns/a's attempt 1 reported iteration 4 after 9" in found
+    # Named when it happens: the next look at the same cluster says nothing more of it.
+    assert not [f for f in checker.check(again) if f.startswith("driver-twice")]
