@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from hypothesis import settings
@@ -20,3 +22,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     register (hard-coded in ray._private.node): one that started at the busiest moment timed out in CI. Last,
     they start after the clusters are up (about 100 s into the unit tests, which take about 450 s)."""
     items.sort(key=lambda item: item.get_closest_marker("ray") is not None)
+
+
+@pytest.fixture(scope="session")
+def simulated_ray() -> Iterator[Any]:
+    """A simulated Ray cluster of two nodes of 8 fake GPUs (node ranks 0 and 1), placement_core shipped to the
+    workers as for a stock Ray image; yields its `ray.cluster_utils.Cluster` (a driver in a child process joins
+    it with `--address` at its `.address`; a test that removes a node adds it back as it was). Started once for
+    the session: the tests that use it launch their own actors and shut them down, and starting a cluster is most
+    of what these tests cost."""
+    from placement_core import launcher
+
+    with launcher.simulated_cluster([8, 8], ship_code=True) as cluster:
+        yield cluster

@@ -213,12 +213,10 @@ def test_held_resources_are_reported() -> None:
 
 
 def test_launch_needs_a_connection() -> None:
-    import ray
-
-    if ray.is_initialized():
-        pytest.skip("the module's cluster is already up")
-    with pytest.raises(LaunchError, match="not connected to a Ray cluster"):
-        launcher.launch(plan_of(MAIN), "reward", Probe)
+    """In a process of its own: this one may already be connected to the session's simulated cluster."""
+    done = subprocess.run([sys.executable, __file__, "unconnected-launch"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "LaunchError: not connected to a Ray cluster; call ray.init(address=...) first"
 
 
 def test_workers_must_be_plain_classes_and_options_not_placement() -> None:
@@ -630,3 +628,15 @@ def test_every_kind_of_worker_method_is_forwarded(ray_cluster) -> None:
         assert group.run("later", 0.1) == [0.1]
         with pytest.raises(TypeError, match="missing a required argument: 'x'"):
             group.call("plain")
+
+
+def unconnected_launch() -> None:
+    """The child process of test_launch_needs_a_connection: a driver that never connected to Ray launches."""
+    try:
+        launcher.launch(plan_of(MAIN), "reward", Probe)
+    except LaunchError as err:
+        print(f"LaunchError: {err}")
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["unconnected-launch"]:
+    unconnected_launch()

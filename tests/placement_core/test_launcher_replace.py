@@ -1,14 +1,12 @@
 """Replacing lost replicas (issue 42, the launcher and driver half): the membership bookkeeping (pure), then real
 actors on the session's simulated cluster (a killed replica left out and started again, the driver that did not
-opt in and the RestartJob component still failing, the reference driver's steps through a rollout kill), and a
-simulated node removed and added again, on a cluster of its own in a child process (the session's is shared)."""
+opt in and the RestartJob component still failing, the reference driver's steps through a rollout kill, and a
+node of it removed and added again)."""
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
 import sys
 import threading
 import time
@@ -81,7 +79,7 @@ class Replica:
 
 
 @pytest.fixture(scope="module")
-def ray_cluster(simulated_ray: None) -> Iterator[None]:
+def ray_cluster(simulated_ray: Any) -> Iterator[None]:
     """The session's simulated cluster (node ranks 0 and 1, 8 fake GPUs each), with this module's workers sent
     by value. Nothing here kills a node of it: that test has a cluster of its own."""
     import ray
@@ -351,15 +349,43 @@ def test_the_reference_driver_still_fails_when_a_restart_job_rank_dies(ray_clust
 
 
 @pytest.mark.ray
-def test_a_node_removed_and_added_again_loses_and_gets_back_its_replicas(tmp_path: Path) -> None:
-    """A simulated node (node rank 1, two rollout ranks) removed after the reference driver's step 2 and added
-    again with the same node rank after step 4: the steps go on with one rollout replica, both ranks are started
-    again on the new node, and every step is reported once, in order."""
-    done = subprocess.run(
-        [sys.executable, __file__, "node-scenario"], capture_output=True, text=True, timeout=300, cwd=tmp_path
+def test_a_node_removed_and_added_again_loses_and_gets_back_its_replicas(
+    simulated_ray: Any, ray_cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The session's node rank 1 (two rollout ranks) removed after the reference driver's step 2 and added again
+    as it was (its node rank, its 8 GPUs) after step 4: the steps go on with one rollout replica, both ranks are
+    started again on the new node, and every step is reported once, in order. Actor on node 0, rollout ranks 0 on
+    node 0 and 1-2 on node 1 (Replace); step 5's report waits until both ranks are back."""
+    from placement_core.launcher import steps
+    from placement_core.launcher.demo_worker import Worker
+    from placement_core.launcher.simulated import NODE_CPUS
+
+    cluster = simulated_ray
+    plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1,2-3"}, replace=("rollout",), gpus=2))
+    groups = launcher.launch_all(
+        plan, dict.fromkeys(["actor", "rollout"], Worker), options=LaunchOptions(replace_lost=True)
     )
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    out = done.stdout
+    (node,) = cluster.worker_nodes
+    rollout = groups["rollout"]
+
+    def add_again() -> None:
+        cluster.add_node(
+            num_cpus=NODE_CPUS, num_gpus=8, resources=contract.node_resources(1, 8), labels=contract.node_labels(1)
+        )
+
+    def wait_back() -> None:
+        for rank in (1, 2):
+            back(rollout, rank)
+
+    hooks = Hooks({2: lambda: cluster.remove_node(node), 4: add_again, 5: wait_back})
+    try:
+        steps.run_steps(groups, plan, steps.StepOptions(steps=7, reporter=hooks))
+        weights = rollout.run("weights", timeout=60)
+        membership = rollout.membership
+    finally:
+        for group in groups.values():
+            group.shutdown()
+    out = capsys.readouterr().out
     lines = step_lines(out)
     assert [line.split(":")[0] for line in lines] == [f"step {i}/7 (attempt 1)" for i in range(1, 8)], out
     assert [r.iteration for r in find_progress(out)] == list(range(1, 8))
@@ -370,42 +396,4 @@ def test_a_node_removed_and_added_again_loses_and_gets_back_its_replicas(tmp_pat
         assert f"replaced: component 'rollout' rank {rank} on node rank 1 after " in out
     report = find_report(out)
     assert report is not None and report.ok and report.totals() == {"actor": 1, "rollout": 3}
-    result = json.loads(out.splitlines()[-1].removeprefix("result: "))
-    assert result == {"weights": [6, 6, 6], "membership": [[0, 1, 2], []]}
-
-
-def node_scenario() -> None:
-    """The child process of the test above: its own simulated cluster of two 2-GPU nodes; actor on node 0, rollout
-    ranks 0 on node 0 and 1-2 on node 1 (Replace), the reference driver's steps; node 1 removed after step 2's
-    report and added again after step 4's; step 5's report waits until both ranks are back."""
-    from placement_core.contract import node_labels, node_resources
-    from placement_core.launcher import steps
-    from placement_core.launcher.demo_worker import Worker
-
-    plan = launcher.load_plan(plan_of({"actor": "0", "rollout": "1,2-3"}, replace=("rollout",), gpus=2))
-    with launcher.simulated_cluster([2, 2], ship_code=True) as cluster:
-        groups = launcher.launch_all(
-            plan, dict.fromkeys(["actor", "rollout"], Worker), options=LaunchOptions(replace_lost=True)
-        )
-        (node,) = cluster.worker_nodes
-        rollout = groups["rollout"]
-
-        def add_again() -> None:
-            cluster.add_node(num_cpus=1, num_gpus=2, resources=node_resources(1, 2), labels=node_labels(1))
-
-        def wait_back() -> None:
-            for rank in (1, 2):
-                back(rollout, rank)
-
-        hooks = Hooks({2: lambda: cluster.remove_node(node), 4: add_again, 5: wait_back})
-        steps.run_steps(groups, plan, steps.StepOptions(steps=7, reporter=hooks))
-        weights = rollout.run("weights", timeout=60)
-        membership = rollout.membership
-        for group in groups.values():
-            group.shutdown()
-    result = {"weights": weights, "membership": [list(membership.live), list(membership.lost)]}
-    print("result: " + json.dumps(result), flush=True)
-
-
-if __name__ == "__main__" and sys.argv[1:] == ["node-scenario"]:
-    node_scenario()
+    assert (weights, list(membership.live), list(membership.lost)) == ([6, 6, 6], [0, 1, 2], [])

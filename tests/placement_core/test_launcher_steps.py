@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -200,9 +201,12 @@ def test_steps_checkpoint_and_a_later_attempt_resumes(ray_cluster, tmp_path, cap
 
 
 @pytest.mark.ray
-def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: Path) -> None:
-    """The whole driver (and its simulated Ray cluster) SIGKILLed right after step 5 (checkpoints every 2):
-    attempt 2 resumes after step 4, runs 5-8, and repeats one step, less than a checkpoint interval."""
+def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(ray_cluster: Any, tmp_path: Path) -> None:
+    """The driver, joined to the session's simulated cluster, SIGKILLed right after step 5 (checkpoints every 2;
+    Ray stops the actors it owned): attempt 2 resumes after step 4, runs 5-8, and repeats one step, less than a
+    checkpoint interval."""
+    import ray
+
     plan = tmp_path / "plan.json"
     plan.write_text(plan_of({"actor": "0-1", "rollout": "2-3"}, num_nodes=1).to_json())
     checkpoints = tmp_path / "checkpoints"
@@ -212,7 +216,8 @@ def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: P
         "placement_core.launcher.demo",
         "--plan",
         str(plan),
-        "--simulate",
+        "--address",
+        ray_cluster.address,
         "--steps",
         "8",
         "--checkpoint-every",
@@ -220,9 +225,9 @@ def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: P
         "--workload",
         "synthetic",
         "--law",
-        "actor=1.6/g",
+        "actor=0.8/g",
         "--law",
-        "rollout=1.6/g",
+        "rollout=0.8/g",
     ]
     env = {**os.environ, "RLPLACE_CHECKPOINT_DIR": str(checkpoints), "RLPLACE_ATTEMPT": "1"}
     first = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True, start_new_session=True)
@@ -239,6 +244,11 @@ def test_a_driver_killed_after_step_5_resumes_at_its_last_checkpoint(tmp_path: P
         first.wait()
     assert lines[-1].startswith("step 5/8 (attempt 1)"), lines
     assert CheckpointStore(checkpoints).steps() == [2, 4]
+    # Attempt 2 plans the same GPUs: wait until Ray has given back the killed driver's.
+    deadline = time.monotonic() + 60
+    while ray.available_resources().get("GPU", 0) < ray.cluster_resources()["GPU"]:
+        assert time.monotonic() < deadline, ray.available_resources()
+        time.sleep(0.2)
     second = subprocess.run(command, env={**env, "RLPLACE_ATTEMPT": "2"}, capture_output=True, text=True, timeout=300)
     assert second.returncode == 0, second.stderr
     ran = [line.split(":")[0] for line in second.stdout.splitlines() if line.startswith("step ")]

@@ -170,7 +170,7 @@ class _Progress(BaseHTTPRequestHandler):
 
 def test_verl_file_logger_lines_are_posted_once_each(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     server = HTTPServer(("127.0.0.1", 0), _Progress)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
     monkeypatch.setenv(contract.PROGRESS_URL_ENV, f"http://127.0.0.1:{server.server_port}/progress")
     path = tmp_path / "metrics.jsonl"
     lines = [{"step": s, "data": {"timing_s/gen": 0.5, "timing_s/update_actor": 1.5, "note": "x"}} for s in (1, 2)]

@@ -158,7 +158,8 @@ class Recorder(BaseHTTPRequestHandler):
 def server() -> Iterator[tuple[str, type[Recorder]]]:
     handler = type("Handler", (Recorder,), {"received": [], "delay_s": 0.0, "status": 200, "checkpoint": False})
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    # A short poll: shutdown() waits for it (the default 0.5 s was half a second of every test here).
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}/progress", handler
     httpd.shutdown()
