@@ -211,7 +211,13 @@ def test_suspend_stops_the_driver_and_frees_the_cluster_resume_runs_again(run_jo
     suspended = run_jobs.wait_phase("pausable", "Suspended")
     driver = next(c for c in suspended["conditions"] if c["type"] == "DriverSucceeded")
     assert (driver["status"], driver["reason"]) == ("False", "Suspended")
-    assert run_jobs.ray("rayjobs", "pausable")["spec"]["suspend"] is True
+    # The status is written before the RayJob is patched (the operator acts once its status is written), so the
+    # RayJob's suspend follows within the pass, not necessarily before the phase is read.
+    wait_for(
+        lambda: (run_jobs.ray("rayjobs", "pausable") or {}).get("spec", {}).get("suspend") is True,
+        30,
+        "the RayJob suspended",
+    )
     wait_for(lambda: not run_jobs.rayclusters(), 60, "KubeRay deleted the suspended RayJob's RayCluster")
     wait_for(
         lambda: (run_jobs.ray("rayjobs", "pausable").get("status") or {}).get("jobDeploymentStatus") == "Suspended",
