@@ -218,3 +218,82 @@ def parse_placement_entries(raw: object) -> list[PlacementEntry]:
         else:
             entries.append(PlacementEntry.of(key, value))
     return entries
+
+
+# -- replicas: a placement written in units that repeat -------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ReplicaShape:
+    """The unit a placement repeats: one replica is `resources` consecutive resources and the `processes` processes
+    on them (`0-7`: 1 and 1; `0-7:0-3`: 2 resources for one process; `0-1:0-3`: one resource that two processes
+    share). Its count is the placement's number of replicas."""
+
+    resources: int
+    processes: int
+    count: int
+
+
+def _part_shape(part: Part) -> tuple[int, int, int]:
+    """(resources, processes, count) of one part's repeating unit."""
+    assert part.resources is not None
+    resources = len(part.resources)
+    processes = resources if part.processes is None else len(part.processes)
+    if max(resources, processes) % min(resources, processes):
+        raise PlacementError(f"part '{part.text}': one count must divide the other")
+    if processes <= resources:
+        return resources // processes, 1, processes
+    return 1, processes // resources, resources
+
+
+def replica_shape(text: str) -> ReplicaShape:
+    """The unit `text` repeats and how many times; PlacementError (one line) when it has none: `all` (its count
+    depends on the cluster) or parts of different units (`0-1,2-5:2-3`: one GPU per process, then two)."""
+    parts = parse_placement(text)
+    shapes = set()
+    count = 0
+    for part in parts:
+        if part.resources is None:
+            raise PlacementError(f"placement '{text}' uses 'all': replicas need the resources written out (e.g. 0-7)")
+        resources, processes, units = _part_shape(part)
+        shapes.add((resources, processes))
+        count += units
+    if len(shapes) > 1:
+        raise PlacementError(
+            f"placement '{text}' has parts of different shapes (resources per process or processes per resource): "
+            "replicas need one shape"
+        )
+    ((resources, processes),) = shapes
+    return ReplicaShape(resources, processes, count)
+
+
+def _part_text(first: int, units: int, shape: ReplicaShape, process: int) -> str:
+    resources = RankRange(first, first + units * shape.resources - 1)
+    if shape.resources == 1 and shape.processes == 1:
+        return str(resources)
+    return f"{resources}:{RankRange(process, process + units * shape.processes - 1)}"
+
+
+def resized_placement(text: str, replicas: int) -> str:
+    """`text` with `replicas` replicas of its shape: the first ones as `text` places them, kept where they are; more
+    continue the last part over the resources after it, fewer drop the last ones (`0-3` with 6: `0-5`;
+    `0-3,8-11` with 6: `0-3,8-9`; `0-7:0-3` with 6: `0-11:0-5`). Resources beyond the group's are found when the
+    result is placed, as for any placement."""
+    if replicas < 1:
+        raise PlacementError(f"replicas must be at least 1, got {replicas}")
+    shape = replica_shape(text)
+    texts: list[str] = []
+    left, process = replicas, 0
+    parts = parse_placement(text)
+    for index, part in enumerate(parts):
+        assert part.resources is not None
+        units = _part_shape(part)[2]
+        if index == len(parts) - 1:
+            units = left  # the last part takes what is left, more or fewer than it had
+        units = min(units, left)
+        texts.append(_part_text(part.resources.start, units, shape, process))
+        left -= units
+        process += units * shape.processes
+        if left == 0:
+            break
+    return ",".join(texts)

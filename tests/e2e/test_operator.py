@@ -23,6 +23,11 @@ from kubernetes.client.exceptions import ApiException
 
 from placement_core.components import component_placement
 from placement_core.plan import build_plan
+from rlplace_operator.api.rljob import (
+    MIN_ABOVE_MAX_MESSAGE,
+    REPLICAS_NEED_REPLACE_MESSAGE,
+    REPLICAS_OUT_OF_RANGE_MESSAGE,
+)
 
 from e2e_cluster import wait_for
 from rlplace_fixtures import GROUP, VERSION, Jobs, example_job, pinned_nodes, run_tool
@@ -135,11 +140,13 @@ def test_delete_cascades_to_children(jobs: Jobs) -> None:
 def test_invalid_specs_are_refused_at_admission(kubeconfig: str, namespace: str, local_nodegroups: None) -> None:
     """Errors one object can show are the CRD schema's: kubectl apply fails with a readable message."""
 
-    def apply(placement: str, mode: str = "modelParallel") -> str:
+    def apply(placement: str, mode: str = "modelParallel", components: list | None = None) -> str:
         body = example_job("rljob-collocated.yaml")
         body["metadata"]["namespace"] = namespace
         body["spec"]["componentPlacement"][0]["placement"] = placement
         body["spec"]["placementMode"] = mode
+        if components is not None:
+            body["spec"]["components"] = components
         result = run_tool("kubectl", kubeconfig, "apply", "-f", "-", stdin=yaml.safe_dump(body), check=False)
         assert result.returncode != 0, result.stdout
         return result.stderr
@@ -147,6 +154,11 @@ def test_invalid_specs_are_refused_at_admission(kubeconfig: str, namespace: str,
     assert "placement must be parts R[:P] separated by commas" in apply("3-1:x")
     assert "placement must be parts R[:P] separated by commas" in apply("all:all")
     assert 'supported values: "hybrid", "modelParallel"' in apply("0-7", mode="both")
+    # An elastic range (docs/elastic.md) on a component that is not Replace, or one that holds no count.
+    assert REPLICAS_NEED_REPLACE_MESSAGE in apply("0-7", components=[{"name": "rollout", "maxReplicas": 4}])
+    replace = {"name": "rollout", "onLoss": "Replace"}
+    assert MIN_ABOVE_MAX_MESSAGE in apply("0-7", components=[{**replace, "minReplicas": 5, "maxReplicas": 4}])
+    assert REPLICAS_OUT_OF_RANGE_MESSAGE in apply("0-7", components=[{**replace, "replicas": 9, "maxReplicas": 8}])
 
 
 def test_semantic_error_fails_the_job_and_others_still_run(jobs: Jobs) -> None:

@@ -47,10 +47,15 @@ def resolved_spec(spec: RLJobSpec, annotations: Mapping[str, str], applied: Sequ
 
 
 def plan_on(
-    spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], node_index: Mapping[str, Any]
+    spec: RLJobSpec,
+    annotations: Mapping[str, str],
+    groups: Sequence[JobGroup],
+    node_index: Mapping[str, Any],
+    whole_groups: bool = False,
 ) -> JobPlan:
-    """The job's plan on these groups' nodes (every node the index holds)."""
-    return plan_job(spec, annotations, groups, {n: indexed(node_index, n) for n in node_index})
+    """The job's plan on these groups' nodes (every node the index holds; `whole_groups`: every ready node of the
+    job's NodeGroups, see plan_job)."""
+    return plan_job(spec, annotations, groups, {n: indexed(node_index, n) for n in node_index}, whole_groups)
 
 
 #: How a request's resource is named in a message.
@@ -139,7 +144,7 @@ def planned_demand(
     shape = (planning_fields(spec), annotations.get(PROFILE_ANNOTATION), nodes)
     shared = ledger.shared_demand(shape)
     if shared is None:
-        planned = plan_on(spec, annotations, groups, node_index)
+        planned = plan_on(spec, annotations, groups, node_index, whole_groups=True)
         applied = tuple(planned.applied)
         demand = demand_from_workers(
             ranked,

@@ -73,8 +73,32 @@ class PlacementEntry(CamelModel):
 COMPONENT_NAME_PATTERN = r"^[A-Za-z0-9_.-]+$"
 
 
-class ComponentSettings(CamelModel):
-    """How the job treats one of its components beyond where it runs (docs/replace.md)."""
+REPLICAS_NEED_REPLACE_MESSAGE = (
+    "replicas, minReplicas and maxReplicas need onLoss Replace: only independent replicas can be added or removed "
+    "while the job runs"
+)
+MIN_ABOVE_MAX_MESSAGE = "minReplicas must be at most maxReplicas"
+REPLICAS_OUT_OF_RANGE_MESSAGE = "replicas must be within minReplicas..maxReplicas"
+_REPLICA_FIELDS = ("replicas", "minReplicas", "maxReplicas")
+
+
+class ComponentSettings(
+    CamelModel,
+    json_schema_extra=cel(
+        " && ".join(f"!has(self.{f})" for f in _REPLICA_FIELDS) + " || (has(self.onLoss) && self.onLoss == 'Replace')",
+        REPLICAS_NEED_REPLACE_MESSAGE,
+        (
+            "!has(self.minReplicas) || !has(self.maxReplicas) || self.minReplicas <= self.maxReplicas",
+            MIN_ABOVE_MAX_MESSAGE,
+        ),
+        (
+            "!has(self.replicas) || ((!has(self.minReplicas) || self.replicas >= self.minReplicas) && "
+            "(!has(self.maxReplicas) || self.replicas <= self.maxReplicas))",
+            REPLICAS_OUT_OF_RANGE_MESSAGE,
+        ),
+    ),
+):
+    """How the job treats one of its components beyond where it runs (docs/replace.md, docs/elastic.md)."""
 
     name: Annotated[str, Field(pattern=COMPONENT_NAME_PATTERN, max_length=253)]
     """The component, as componentPlacement names it (`rollout`)."""
@@ -86,6 +110,28 @@ class ComponentSettings(CamelModel):
     iteration to the next: rollout, env, reward). Replace needs ranks of their own (no GPU shared with a
     RestartJob component, no tensor or pipeline parallelism, not the trainer) and a driver that takes replacements
     (rlplace's launcher with replace_lost; docs/driver.md); framework jobs (rlinf, verl) cannot."""
+    replicas: int | None = Field(None, ge=1, le=100_000)
+    """How many replicas of the component run, in units of its placement (one process and its GPUs, or one GPU and
+    the processes that share it): the first as componentPlacement places them, more continuing its last part over
+    the next resources of its NodeGroups, fewer dropping the last (docs/elastic.md). Unset: as componentPlacement
+    places. Needs onLoss Replace and a placement of the component's own."""
+    min_replicas: int | None = Field(None, ge=1, le=100_000)
+    """The fewest replicas the component may run (the elastic range's floor)."""
+    max_replicas: int | None = Field(None, ge=1, le=100_000)
+    """The most replicas the component may run; checked at admission against its NodeGroups' resources."""
+
+    @model_validator(mode="after")
+    def _replicas_in_range(self) -> ComponentSettings:
+        fields = (self.replicas, self.min_replicas, self.max_replicas)
+        if any(f is not None for f in fields) and self.on_loss is not OnLoss.REPLACE:
+            raise ValueError(REPLICAS_NEED_REPLACE_MESSAGE)
+        if self.min_replicas is not None and self.max_replicas is not None and self.min_replicas > self.max_replicas:
+            raise ValueError(MIN_ABOVE_MAX_MESSAGE)
+        if self.replicas is not None and not (
+            (self.min_replicas or 1) <= self.replicas <= (self.max_replicas or self.replicas)
+        ):
+            raise ValueError(REPLICAS_OUT_OF_RANGE_MESSAGE)
+        return self
 
 
 class AppliedPlacementEntry(CamelModel):

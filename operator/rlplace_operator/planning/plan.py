@@ -28,6 +28,7 @@ from rlplace_operator.api.status import ComponentSummary, ResolvedPlacement
 from rlplace_operator.cluster.dra import DevicePin
 from rlplace_operator.cluster.selection import JobGroup, NodeInfo, job_cluster, unit_resource
 from rlplace_operator.cluster.taints import Taint
+from rlplace_operator.planning.elastic import at_most, elastic_components, running, with_replicas
 from rlplace_operator.planning.replace import with_on_loss
 
 
@@ -182,18 +183,31 @@ def _profiling_plan(
 
 
 def plan_job(
-    spec: RLJobSpec, annotations: Mapping[str, str], groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]
+    spec: RLJobSpec,
+    annotations: Mapping[str, str],
+    groups: Sequence[JobGroup],
+    nodes: Mapping[str, NodeInfo],
+    whole_groups: bool = False,
 ) -> JobPlan:
     """The job's plan on its live cluster: the collocated profiling run of a job that profiles first, else auto
-    placement first when asked for, then the placement classes."""
+    placement first when asked for, then the placement classes. `whole_groups`: `nodes` are every ready node of
+    the job's NodeGroups (the demand's plan), not the nodes admitted for it: the elastic range's maximum, which may
+    take more nodes than the job holds now, is checked then."""
     if spec.auto_placement.profile_first:
         return _profiling_plan(spec, annotations, groups, nodes)
     cluster = job_cluster(groups, nodes)
     settings = model_parallel_settings(spec)
-    entries = placement_entries(spec.component_placement)
-    applied: list[SpecEntry] = list(spec.component_placement)
+    entries = with_replicas(spec, placement_entries(spec.component_placement), running)
+    applied: list[SpecEntry] = (
+        [_spec_entry(e) for e in entries] if elastic_components(spec) else list(spec.component_placement)
+    )
     predicted = None
     model_parallel = spec.placement_mode is PlacementMode.MODEL_PARALLEL
+    if wants_auto_placement(spec, annotations) and elastic_components(spec):
+        raise PlacementError(
+            f"component '{elastic_components(spec)[0].name}': replicas and their range apply to a written "
+            "componentPlacement; auto placement sets each component's GPUs itself (docs/elastic.md)"
+        )
     if wants_auto_placement(spec, annotations):
         profile = profile_of(spec, annotations)
         if profile is None:
@@ -206,22 +220,24 @@ def plan_job(
         # also picks each component's group.
         result = autotune(job)
         entries = parse_placement_entries(result.component_placement)
-        applied = [
-            SpecEntry(
-                components=e.key,
-                placement=e.placement,
-                node_group=",".join(e.node_groups) if e.node_groups else None,
-            )
-            for e in entries
-        ]
+        applied = [_spec_entry(e) for e in entries]
         predicted = result.total_cost
         model_parallel = True
-    placed: ComponentPlacement = (
-        ModelParallelComponentPlacement.from_entries(entries, cluster, settings)
-        if model_parallel
-        else HybridComponentPlacement.from_entries(entries, cluster)
-    )
+
+    def placement_of(entries: Sequence[PlacementEntry]) -> ComponentPlacement:
+        if model_parallel:
+            return ModelParallelComponentPlacement.from_entries(entries, cluster, settings)
+        return HybridComponentPlacement.from_entries(entries, cluster)
+
+    placed = placement_of(entries)
     plan = with_on_loss(spec, build_plan(placed, isolate_accelerator=spec.isolate_accelerators))
+    if whole_groups and any(c.max_replicas for c in elastic_components(spec)):
+        # Growing later must never meet a placement error: the range's maximum is placed and checked now.
+        largest = with_replicas(spec, placement_entries(spec.component_placement), at_most)
+        try:
+            with_on_loss(spec, build_plan(placement_of(largest), isolate_accelerator=spec.isolate_accelerators))
+        except PlacementError as err:  # CapacityError too: the range is refused, not waited for
+            raise PlacementError(f"maxReplicas cannot be placed: {err}") from None
     workers = worker_nodes(plan, cluster, groups, nodes)
     return JobPlan(
         plan=plan,
@@ -231,6 +247,12 @@ def plan_job(
         summary=summarize(placed, plan),
         gpus=sum(worker.gpus for worker in workers),
     )
+
+
+def _spec_entry(entry: PlacementEntry) -> SpecEntry:
+    """A placement entry as the spec writes it (status.appliedPlacement)."""
+    node_group = ",".join(entry.node_groups) if entry.node_groups else None
+    return SpecEntry(components=entry.key, placement=entry.placement, node_group=node_group)
 
 
 def summarize(placed: ComponentPlacement, plan: Plan) -> ResolvedPlacement:

@@ -1,0 +1,195 @@
+"""Elastic components (docs/elastic.md): a placement's replicas as the grammar resizes it, the plan at the spec's
+count, and the range checked at admission, each refusal one line naming the component."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from pydantic import ValidationError
+from test_replace import SPLIT, planned, provisioned
+
+from placement_core.errors import PlacementError
+from placement_core.grammar import parse_placement, replica_shape, resized_placement
+from rlplace_operator.api.rljob import (
+    MIN_ABOVE_MAX_MESSAGE,
+    REPLICAS_NEED_REPLACE_MESSAGE,
+    REPLICAS_OUT_OF_RANGE_MESSAGE,
+    ComponentSettings,
+)
+from rlplace_operator.api.status import JobPhase
+
+
+@pytest.mark.parametrize(
+    ("placement", "replicas", "resized"),
+    [
+        ("0-3", 6, "0-5"),
+        ("0-3", 2, "0-1"),
+        ("2-7", 8, "2-9"),
+        ("0-3,8-11", 6, "0-3,8-9"),
+        ("0-3,8-11", 10, "0-3,8-13"),
+        ("0-7:0-3", 6, "0-11:0-5"),  # two GPUs per process
+        ("0-1:0-3", 3, "0-2:0-5"),  # two processes per GPU
+        ("5", 3, "5-7"),
+    ],
+)
+def test_a_placement_grows_past_its_last_part_and_shrinks_from_its_end(
+    placement: str, replicas: int, resized: str
+) -> None:
+    assert resized_placement(placement, replicas) == resized
+    assert replica_shape(resized).count == replicas
+
+
+@pytest.mark.parametrize(
+    ("placement", "said"),
+    [
+        ("all", "placement 'all' uses 'all': replicas need the resources written out (e.g. 0-7)"),
+        ("0-1,2-5:2-3", "placement '0-1,2-5:2-3' has parts of different shapes"),
+        ("0-2:0-1", "part '0-2:0-1': one count must divide the other"),
+    ],
+)
+def test_a_placement_without_one_repeating_unit_has_no_replicas(placement: str, said: str) -> None:
+    with pytest.raises(PlacementError, match="^" + said.replace("(", r"\(").replace(")", r"\)").replace(".", r"\.")):
+        replica_shape(placement)
+
+
+def processes_of(placement: str) -> list[tuple[int, ...]]:
+    """Process rank -> its resources, as the grammar's rules lay them out."""
+    laid: list[tuple[int, ...]] = []
+    for part in parse_placement(placement):
+        assert part.resources is not None
+        resources = list(part.resources)
+        count = len(resources) if part.processes is None else len(part.processes)
+        if count <= len(resources):
+            per = len(resources) // count
+            laid += [tuple(resources[i * per : (i + 1) * per]) for i in range(count)]
+        else:
+            share = count // len(resources)
+            laid += [(resources[i // share],) for i in range(count)]
+    return laid
+
+
+@st.composite
+def placements(draw: st.DrawFn) -> str:
+    """Ascending parts of one shape: k GPUs per process or m processes per GPU."""
+    per, share = draw(st.sampled_from([(1, 1), (2, 1), (4, 1), (1, 2), (1, 4)]))
+    start, parts = draw(st.integers(0, 8)), []
+    for _ in range(draw(st.integers(1, 3))):
+        units = draw(st.integers(1, 4))
+        resources = units * per
+        text = f"{start}-{start + resources - 1}"
+        if (per, share) != (1, 1):
+            text += f":0-{units * share - 1}"  # process ranks are renumbered; only their count matters here
+        parts.append(text)
+        start += resources + draw(st.integers(0, 3))
+    return ",".join(parts)
+
+
+@given(placements(), st.integers(1, 20))
+def test_resizing_keeps_every_replica_that_stays_where_it_was(placement: str, replicas: int) -> None:
+    before = processes_of(placement)
+    after = processes_of(resized_placement(placement, replicas))
+    shape = replica_shape(placement)
+    assert len(after) == replicas * shape.processes
+    kept = min(len(before), len(after))
+    assert after[:kept] == before[:kept]
+    if shape.processes == 1:  # each replica's resources its own, in ascending order
+        assert all(a[-1] < b[0] for a, b in itertools.pairwise(after))
+
+
+# -- the spec and the plan -------------------------------------------------------------------------------------
+
+
+def elastic(**settings: object) -> dict:
+    return {**SPLIT, "components": [{"name": "rollout", "onLoss": "Replace", **settings}]}
+
+
+def test_replicas_resize_the_components_placement_and_the_plan_shows_it() -> None:
+    """Rollout placed on GPUs 2-5 of the a800 node, 6 replicas asked: GPUs 2-7 (the node's last two continue its
+    part); appliedPlacement says so."""
+    spec = {**elastic(replicas=6, minReplicas=2, maxReplicas=14)}
+    spec["componentPlacement"] = [*SPLIT["componentPlacement"][:1], {"components": "rollout", "placement": "2-5"}]
+    outcome = provisioned(spec)
+    assert outcome.status.phase != JobPhase.FAILED, outcome.status.message  # type: ignore[attr-defined]
+    rollout = planned(outcome).component("rollout")
+    assert [p.held_gpus for p in rollout.processes] == [(2,), (3,), (4,), (5,), (6,), (7,)]
+    applied = {e.components: e.placement for e in outcome.status.applied_placement}  # type: ignore[attr-defined]
+    assert applied["rollout"] == "2-7" and applied["actor"] == "0-1"
+
+
+def test_a_range_without_replicas_plans_the_placement_as_written() -> None:
+    outcome = provisioned(elastic(minReplicas=2, maxReplicas=14))
+    assert outcome.status.phase != JobPhase.FAILED, outcome.status.message  # type: ignore[attr-defined]
+    assert len(planned(outcome).component("rollout").processes) == 6
+
+
+@pytest.mark.parametrize(
+    ("spec", "said"),
+    [
+        (
+            elastic(maxReplicas=16),
+            "maxReplicas cannot be placed: ",
+        ),
+        (
+            elastic(minReplicas=7, maxReplicas=8),
+            "component 'rollout': 6 replicas (componentPlacement places 6) is outside minReplicas..maxReplicas 7..8",
+        ),
+        (
+            {
+                **SPLIT,
+                "componentPlacement": [
+                    SPLIT["componentPlacement"][0],
+                    {"components": "rollout,reward", "placement": "2-7"},
+                ],
+                "components": [{"name": n, "onLoss": "Replace", "maxReplicas": 6} for n in ("rollout", "reward")],
+            },
+            "component 'rollout': replicas need a componentPlacement entry of its own, but it shares 'rollout,reward' "
+            "with reward",
+        ),
+        (
+            {
+                **elastic(maxReplicas=8),
+                "componentPlacement": [SPLIT["componentPlacement"][0], {"components": "rollout", "placement": "all"}],
+            },
+            "component 'rollout': placement 'all' uses 'all': replicas need the resources written out",
+        ),
+        (
+            {
+                **elastic(maxReplicas=8),
+                "autoPlacement": {"enabled": True},
+                "profile": {"actorCost": 1, "rolloutCost": 1},
+            },
+            "component 'rollout': replicas and their range apply to a written componentPlacement",
+        ),
+    ],
+    ids=["max-beyond-the-group", "placed-below-min", "shared-entry", "all", "auto-placement"],
+)
+def test_a_range_that_cannot_hold_is_refused_in_one_line_before_anything_is_made(spec: dict, said: str) -> None:
+    outcome = provisioned(spec)
+    message = outcome.status.message  # type: ignore[attr-defined]
+    assert outcome.status.phase == JobPhase.FAILED and said in message, message  # type: ignore[attr-defined]
+    assert "\n" not in message
+
+
+def test_max_beyond_the_groups_names_the_component_and_what_the_groups_hold() -> None:
+    """The range is checked against every ready node of the job's groups (two a800 nodes: 16 GPUs), not the one
+    node the job needs now: 14 replicas from GPU 2 fit, 16 do not."""
+    message = provisioned(elastic(maxReplicas=16)).status.message  # type: ignore[attr-defined]
+    assert "component 'rollout'" in message and "'2-17'" in message and "(16 units)" in message, message
+
+
+@pytest.mark.parametrize(
+    ("settings", "said"),
+    [
+        ({"name": "actor", "maxReplicas": 4}, REPLICAS_NEED_REPLACE_MESSAGE),
+        ({"name": "rollout", "onLoss": "Replace", "minReplicas": 5, "maxReplicas": 4}, MIN_ABOVE_MAX_MESSAGE),
+        ({"name": "rollout", "onLoss": "Replace", "replicas": 1, "minReplicas": 2}, REPLICAS_OUT_OF_RANGE_MESSAGE),
+        ({"name": "rollout", "onLoss": "Replace", "replicas": 9, "maxReplicas": 8}, REPLICAS_OUT_OF_RANGE_MESSAGE),
+    ],
+    ids=["not-replace", "min-above-max", "below-min", "above-max"],
+)
+def test_the_model_refuses_what_the_crd_refuses(settings: dict, said: str) -> None:
+    with pytest.raises(ValidationError, match=said.replace("..", r"\.\.")):
+        ComponentSettings.model_validate(settings)
