@@ -3,8 +3,9 @@
 A component's placement is written in units that repeat (placement_core.grammar.replica_shape): one process and
 its GPUs, or one GPU and the processes that share it. `replicas` sets how many units run; the first are where
 componentPlacement puts them and never move, more continue its last part over the next resources, fewer drop the
-last. The range bounds what may change later: its maximum must be placeable (checked here, at admission, on the
-same cluster as the plan) and replaceable, so that growing later can never meet a placement error.
+last. The range bounds what may change later: its maximum must be placeable and replaceable (plan.plan_job
+places it at admission on every ready node of the job's NodeGroups), so that growing later can never meet a
+placement error.
 """
 
 from __future__ import annotations

@@ -197,17 +197,17 @@ def plan_job(
         return _profiling_plan(spec, annotations, groups, nodes)
     cluster = job_cluster(groups, nodes)
     settings = model_parallel_settings(spec)
+    if wants_auto_placement(spec, annotations) and elastic_components(spec):
+        raise PlacementError(
+            f"component '{elastic_components(spec)[0].name}': replicas and their range apply to a written "
+            "componentPlacement; auto placement sets each component's GPUs itself (docs/elastic.md)"
+        )
     entries = with_replicas(spec, placement_entries(spec.component_placement), running)
     applied: list[SpecEntry] = (
         [_spec_entry(e) for e in entries] if elastic_components(spec) else list(spec.component_placement)
     )
     predicted = None
     model_parallel = spec.placement_mode is PlacementMode.MODEL_PARALLEL
-    if wants_auto_placement(spec, annotations) and elastic_components(spec):
-        raise PlacementError(
-            f"component '{elastic_components(spec)[0].name}': replicas and their range apply to a written "
-            "componentPlacement; auto placement sets each component's GPUs itself (docs/elastic.md)"
-        )
     if wants_auto_placement(spec, annotations):
         profile = profile_of(spec, annotations)
         if profile is None:
