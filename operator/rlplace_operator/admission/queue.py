@@ -24,6 +24,7 @@ from rlplace_operator.admission.rules import (
     decide,
     fit,
 )
+from rlplace_operator.api.names import TOPOLOGY_LEVELS
 from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import Device
 from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource, untolerated_among
@@ -89,6 +90,9 @@ class AdmissionWorld:
     #: Ready nodes of DRA groups -> their GPUs in host order and who holds which: claims (by job, None for
     #: others' claims) as the cluster's allocated claims say.
     dra_nodes: Mapping[str, DraNode] = field(default_factory=dict)
+    #: Ready nodes of the groups -> their network domains (rules.Pool.domains), from their topology labels; only
+    #: nodes that have one.
+    domains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -226,7 +230,7 @@ def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
     with ledger.lock:
         held, held_gpus = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus))
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains)
         decisions = decide(_waiting_queue(ledger, world, None), pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
@@ -260,7 +264,7 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob) -> Decision:
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
         # Its own GPUs count as free for it, as its own nodes do (a re-placement's new pods replace its old ones).
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key))
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains)
         if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)
@@ -311,6 +315,7 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
     taints: dict[str, tuple[Taint, ...]] = {}
     tainted_in: dict[str, set[str]] = {}
     dra_nodes: dict[str, DraNode] = {}
+    domains: dict[str, tuple[str, ...]] = {}
     for name in snapshot.nodegroups:
         group = ledger.group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
@@ -322,10 +327,21 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
                 tainted_in.setdefault(node, set()).add(name)
             if dra is not None and info is not None:
                 dra_nodes[node] = dra_node(info.devices(dra.driver), dra.driver, snapshot.claims)
+            path = tuple(info.labels.get(level, "") for level in TOPOLOGY_LEVELS) if info is not None else ()
+            if any(path):
+                domains[node] = path
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
     frozen = {node: frozenset(names) for node, names in tainted_in.items()}
     return AdmissionWorld(
-        snapshot.rljobs, snapshot.rayclusters, snapshot.pods, groups, resources, taints, frozen, dra_nodes=dra_nodes
+        snapshot.rljobs,
+        snapshot.rayclusters,
+        snapshot.pods,
+        groups,
+        resources,
+        taints,
+        frozen,
+        dra_nodes=dra_nodes,
+        domains=domains,
     )

@@ -74,6 +74,9 @@ class Pool:
     """Busy node -> what holds it, e.g. `job ns/name` or `pod ns/name`."""
     free_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Nodes of DRA groups -> their free GPUs (host GPU numbers, ascending); a node not here has none free."""
+    domains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Node -> its network domains, widest first (block, rack: api.names.TOPOLOGY_LEVELS); a node not here, or
+    with an empty label, is in no domain of that level. Admission packs a job's nodes into the fewest of them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +167,63 @@ def _match(
     return chosen
 
 
+def _complete(demand: GroupDemand, chosen: Sequence[str | None]) -> bool:
+    return all(chosen[position] is not None for position in demand.used)
+
+
+def _packed(
+    demand: GroupDemand,
+    ranked: Sequence[str],
+    taken: Collection[str],
+    free: Mapping[str, Sequence[int]],
+    domains: Mapping[str, tuple[str, ...]],
+) -> list[str | None]:
+    """`_match` on the nodes of the fewest network domains: within one rack when one rack fits the demand (the
+    rack with the fewest usable nodes that does: best fit leaves the larger racks to larger jobs), else within one
+    block, else over the domains with the most usable nodes first. The nodes keep their rank order within a domain,
+    and the domains follow one another, so a job's node ranks are consecutive per rack. Nodes without topology
+    labels are all one domain: earliest first, as `_match`."""
+    depth = max((len(domains.get(node, ())) for node in ranked), default=0)
+    if depth == 0 or demand.nodes <= 1 or not any(any(domains.get(node, ())) for node in ranked):
+        return _match(demand, ranked, taken, free)
+    paths = {node: (*domains.get(node, ()), *("",) * depth)[:depth] for node in ranked}
+
+    order = {node: index for index, node in enumerate(ranked)}
+
+    def usable(node: str) -> bool:
+        return node not in taken and (
+            demand.gpus is None or len(free.get(node, ())) >= max(dict(demand.gpus).values(), default=0)
+        )
+
+    # Usable nodes per domain, at every level: the larger domains come first wherever several are taken.
+    counts: dict[tuple[str, ...], int] = {}
+    for node in ranked:
+        for level in range(1, depth + 1):
+            counts[paths[node][:level]] = counts.get(paths[node][:level], 0) + (1 if usable(node) else 0)
+
+    def key(node: str) -> tuple[object, ...]:
+        path = paths[node]
+        return (*((-counts[path[: i + 1]], path[: i + 1]) for i in range(depth)), order[node])
+
+    for level in range(depth - 1, -1, -1):
+        members: dict[tuple[str, ...], list[str]] = {}
+        for node in ranked:
+            path = paths[node][: level + 1]
+            if path[-1]:
+                members.setdefault(path, []).append(node)
+        for path in sorted(members, key=lambda p: (counts[p], order[members[p][0]])):
+            if counts[path] < len(demand.used):
+                continue
+            chosen = _match(demand, sorted(members[path], key=key), taken, free)
+            if _complete(demand, chosen):
+                return chosen
+    # No one domain holds it: the domains with the most usable nodes first, at every level. (A position no worker
+    # uses takes whatever node comes next, so another order may fit where rank order does not, or the reverse:
+    # packing never turns a fit away.)
+    chosen = _match(demand, sorted(ranked, key=key), taken, free)
+    return chosen if _complete(demand, chosen) else _match(demand, ranked, taken, free)
+
+
 def fit(
     job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]] | None = None
 ) -> Admitted | tuple[tuple[str, int], ...]:
@@ -176,7 +236,7 @@ def fit(
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         # Two positions of one job on one node never happen: a node is one position of the job's cluster.
-        chosen = _match(demand, pool.groups.get(demand.group, ()), taken, free)
+        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains)
         missing = sum(1 for position in demand.used if chosen[position] is None)
         if missing:
             shortfall.append((demand.group, missing))
@@ -203,7 +263,7 @@ def _claim(job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         ranked = pool.groups.get(demand.group, ())
-        chosen = _match(demand, ranked, taken, free)
+        chosen = _packed(demand, ranked, taken, free, pool.domains)
         if demand.gpus is not None and any(chosen[position] is None for position in demand.used):
             # No node has all the GPUs it waits for yet: it keeps the free ones of its earliest nodes, so jobs
             # behind it cannot take GPUs as they are freed one by one (its claim grows until it fits).

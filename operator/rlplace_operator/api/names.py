@@ -16,6 +16,9 @@ MANAGED_BY = "rlplace"
 JOB_LABEL = "rlplace.io/job"
 #: The node label with the node's host name: the worker pods' node affinity, and one worker pod per host.
 HOSTNAME_LABEL = "kubernetes.io/hostname"
+#: The node labels of network topology, widest first (Kueue's and the Kubernetes community's convention): nodes
+#: labelled with them need no declaration; the hostname level below them is the node itself (docs/admission.md).
+TOPOLOGY_LEVELS = ("network.topology.kubernetes.io/block", "network.topology.kubernetes.io/rack")
 #: KubeRay's pod label with the Ray node type (head, worker).
 KUBERAY_NODE_TYPE_LABEL = "ray.io/node-type"
 #: KubeRay runs a pod template's own container command (its `ray start` in $KUBERAY_GEN_RAY_START_CMD).

@@ -120,7 +120,8 @@ class NodeGroupSpec(
 
     node_selector: LabelSelector
     """Selects the group's nodes. Inside the group nodes are ranked by the rlplace.io/node-rank label (an
-    integer; nodes without it come last), then by name."""
+    integer; nodes without it come last), then by network block and rack (the network.topology.kubernetes.io
+    labels), then by name."""
     hardware: Hardware | None = None
     """The hardware ranks count. Default: the nodes' GPUs (nvidia.com/gpu); without GPUs, the nodes."""
     ignore_hardware: bool = False

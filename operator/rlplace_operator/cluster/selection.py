@@ -13,7 +13,7 @@ from typing import Any
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
-from rlplace_operator.api.names import NODE_RANK_LABEL
+from rlplace_operator.api.names import NODE_RANK_LABEL, TOPOLOGY_LEVELS
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.cluster.dra import Device, NodeSlice, node_devices
@@ -124,13 +124,17 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
     return True
 
 
-def _rank_key(node: NodeInfo) -> tuple[int, int, str]:
+def _rank_key(node: NodeInfo) -> tuple[int, int, tuple[str, ...], str]:
     rank = node.labels.get(NODE_RANK_LABEL, "")
-    return (0, int(rank), node.name) if rank.isdigit() else (1, 0, node.name)
+    if rank.isdigit():
+        return (0, int(rank), (), node.name)
+    # The nodes of one block, and of one rack in it, are consecutive: a job's node ranks follow the network.
+    return (1, 0, tuple(node.labels.get(level, "") for level in TOPOLOGY_LEVELS), node.name)
 
 
 def group_nodes(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
-    """The nodes the selector matches, in the group's rank order: the node-rank label, then the name."""
+    """The nodes the selector matches, in the group's rank order: the node-rank label, then the network domains
+    (block, rack), then the name."""
     return sorted((n for n in nodes if selector_matches(spec.node_selector, n.labels)), key=_rank_key)
 
 

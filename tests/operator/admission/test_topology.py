@@ -1,0 +1,140 @@
+"""Admission that knows the network (issue 45, docs/admission.md "Racks and blocks"): a job's nodes in the fewest
+racks and blocks, its node ranks consecutive per rack; nodes without topology labels as before."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from rlplace_operator.admission.ledger import Holding, Ledger
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide
+from rlplace_operator.api.names import NODES_ANNOTATION
+from rlplace_operator.reconcile.actions import Apply
+from rlplace_operator.reconcile.provision import provision
+from rlplace_operator.reconcile.world import World
+
+from recorded import NOW, cluster_snapshot, new_job
+
+#: Three racks in two blocks, the nodes named so that rank order (by name) interleaves the racks.
+RACKS = {
+    "gpu-00": ("b1", "r1"),
+    "gpu-01": ("b1", "r2"),
+    "gpu-02": ("b2", "r3"),
+    "gpu-03": ("b1", "r1"),
+    "gpu-04": ("b1", "r2"),
+    "gpu-05": ("b2", "r3"),
+    "gpu-06": ("b1", "r2"),
+    "gpu-07": ("b2", "r3"),
+    "gpu-08": ("b1", "r2"),
+    "gpu-09": ("b2", "r3"),
+}
+GROUPS = {"gpu": sorted(RACKS)}
+
+
+def job(name: str, count: int, created: str = "2026-01-01T00:00:00Z") -> QueuedJob:
+    return QueuedJob(("ns", name), 0, created, (GroupDemand("gpu", count, frozenset(range(count))),))
+
+
+def admitted_nodes(decision: object) -> tuple[str, ...]:
+    assert isinstance(decision, Admitted), decision
+    return dict(decision.cluster)["gpu"]
+
+
+def racks(nodes: tuple[str, ...]) -> list[str]:
+    return [RACKS[n][1] for n in nodes]
+
+
+def test_a_job_goes_to_the_one_rack_that_holds_it_not_the_earliest_nodes() -> None:
+    """Four nodes: the earliest four in rank order span three racks; r2 and r3 hold four each, and r2 (the
+    earlier) is taken whole. Without labels the same job takes the earliest four, as before."""
+    chosen = admitted_nodes(decide([job("a", 4)], Pool(GROUPS, domains=RACKS))[("ns", "a")])
+    assert racks(chosen) == ["r2"] * 4 and chosen == ("gpu-01", "gpu-04", "gpu-06", "gpu-08")
+    blind = admitted_nodes(decide([job("a", 4)], Pool(GROUPS))[("ns", "a")])
+    assert blind == ("gpu-00", "gpu-01", "gpu-02", "gpu-03")
+
+
+def test_the_smallest_rack_that_fits_is_taken_leaving_larger_racks_whole() -> None:
+    """Two nodes: r1 (two nodes) fits exactly; r2 and r3 stay whole for four-node jobs."""
+    chosen = admitted_nodes(decide([job("a", 2)], Pool(GROUPS, domains=RACKS))[("ns", "a")])
+    assert racks(chosen) == ["r1", "r1"]
+    both = decide(
+        [job("a", 2), job("b", 4, "2026-01-01T00:00:01Z"), job("c", 4, "2026-01-01T00:00:02Z")],
+        Pool(GROUPS, domains=RACKS),
+    )
+    assert [len(set(racks(admitted_nodes(both[("ns", n)])))) for n in "abc"] == [1, 1, 1]
+
+
+def test_a_job_no_rack_holds_stays_in_one_block_its_ranks_consecutive_per_rack() -> None:
+    """Six nodes: no rack holds six; block b1 (r1 and r2: six nodes) does. Its ranks take one rack, then the
+    other, never interleaved as the names are."""
+    chosen = admitted_nodes(decide([job("a", 6)], Pool(GROUPS, domains=RACKS))[("ns", "a")])
+    assert {RACKS[n][0] for n in chosen} == {"b1"}
+    assert [rack for rack, _ in itertools.groupby(racks(chosen))] in (["r1", "r2"], ["r2", "r1"])
+
+
+def test_a_job_larger_than_any_block_spans_the_fewest_largest_domains_consecutively() -> None:
+    busy = {"gpu-06": "job ns/other"}  # b1 has 5 usable nodes, b2 has 4
+    chosen = admitted_nodes(decide([job("a", 8)], Pool(GROUPS, busy, domains=RACKS))[("ns", "a")])
+    assert "gpu-06" not in chosen and len(chosen) == 8
+    blocks = [block for block, _ in itertools.groupby(RACKS[n][0] for n in chosen)]
+    assert blocks == ["b1", "b2"]  # the larger block first, each block's nodes together
+    assert len([rack for rack, _ in itertools.groupby(racks(chosen))]) == 3
+
+
+@given(
+    st.lists(st.sampled_from(["r1", "r2", "r3", ""]), min_size=1, max_size=12),
+    st.sets(st.integers(0, 11)),
+    st.integers(1, 8),
+)
+def test_packing_never_gives_a_busy_node_and_fits_exactly_when_earliest_first_fits(
+    labels: list[str], busy_at: set[int], count: int
+) -> None:
+    """Whatever the labels: a job admitted with topology gets only free nodes, and it is admitted exactly when it
+    would be without (packing chooses among the same free nodes, it never turns a fit away)."""
+    names = [f"n{i:02d}" for i in range(len(labels))]
+    domains = {n: ("", rack) for n, rack in zip(names, labels, strict=True) if rack}
+    busy = {names[i]: "pod x" for i in busy_at if i < len(names)}
+    packed = decide([job("a", count)], Pool({"gpu": names}, busy, domains=domains))[("ns", "a")]
+    blind = decide([job("a", count)], Pool({"gpu": names}, busy))[("ns", "a")]
+    assert isinstance(packed, Admitted) == isinstance(blind, Admitted)
+    if isinstance(packed, Admitted):
+        assert not set(admitted_nodes(packed)) & set(busy) and len(admitted_nodes(packed)) == count
+
+
+# -- through a provision pass: the labels read from the nodes ---------------------------------------------------
+
+
+def labelled_node(name: str, block: str, rack: str) -> dict:
+    labels = {
+        "kubernetes.io/hostname": name,
+        "rlplace.io/gpu-type": "h100",
+        "network.topology.kubernetes.io/block": block,
+        "network.topology.kubernetes.io/rack": rack,
+    }
+    return {
+        "metadata": {"name": name, "labels": labels},
+        "status": {
+            "allocatable": {"cpu": "64", "memory": "512Gi", "pods": "110", "nvidia.com/gpu": "8"},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_job_of_four_nodes_is_planned_on_the_one_rack_that_holds_it() -> None:
+    """Eight nodes whose names alternate between two racks: the NodeGroup ranks them rack by rack; another job
+    holds one node of the first rack, so the job's 32 GPUs (4 nodes) go to the second rack, whole, not to the three
+    free nodes of the first and one of the second (the earliest in rank order)."""
+    nodes = [labelled_node(f"h100-{i}", "b1", f"r{i % 2}") for i in range(8)]
+    group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}}
+    other = {("ns", "other"): [Holding(frozenset({"h100-0"}))]}
+    snapshot = cluster_snapshot(nodes=nodes, groups={"h100": group}, holdings=other)
+    ((_, status),) = snapshot.nodegroups["h100"]
+    ranked = [entry["name"] for entry in status["nodes"]]
+    assert ranked == ["h100-0", "h100-2", "h100-4", "h100-6", "h100-1", "h100-3", "h100-5", "h100-7"]
+    spec = {"nodeGroups": ["h100"], "componentPlacement": [{"components": "actor,rollout", "placement": "0-31"}]}
+    outcome = provision(new_job("packed", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
+    (cluster,) = [o for a in outcome.actions if isinstance(a, Apply) for o in a.objects if o["kind"] == "RayCluster"]
+    pinned = cluster["metadata"]["annotations"][NODES_ANNOTATION].split(",")
+    assert pinned == ["h100-1", "h100-3", "h100-5", "h100-7"], pinned
