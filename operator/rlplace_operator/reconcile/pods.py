@@ -202,8 +202,13 @@ def _running_and_ready(pod: Mapping[str, Any]) -> str | None:
             (c.get("state") or {}).get("waiting") or {}
             for c in [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
         ]
-        reason = next((w.get("reason") for w in waiting if w.get("reason")), None)
-        return f"{status.get('phase') or 'Pending'}{f' ({reason})' if reason else ''}"
+        found = next((w for w in waiting if w.get("reason")), {})
+        # The kubelet's own words where it has them (`secret "token" not found`): the reason alone names the kind
+        # of failure, not what to fix.
+        said = (
+            f"{found['reason']}: {cond.brief(found['message'], 120)}" if found.get("message") else found.get("reason")
+        )
+        return f"{status.get('phase') or 'Pending'}{f' ({said})' if said else ''}"
     ready = conditions.get("Ready") or {}
     return (
         None if ready.get("status") == "True" else f"Running, not Ready ({ready.get('reason') or 'no Ready condition'})"

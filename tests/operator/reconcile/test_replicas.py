@@ -205,6 +205,7 @@ def test_a_replacement_pod_that_cannot_start_is_named_and_the_job_runs_on_withou
     assert status["phase"] == "Running" and not status.get("restarts"), status
     (entry,) = next(c for c in status["components"] if c["name"] == "rollout")["lost"]
     assert entry["ranks"] == [4, 5, 6, 7] and "ErrImageNeverPull" in entry["why"], entry
+    assert 'image "ray:dev" is not present' in entry["why"], entry  # the kubelet's words: what to fix
     assert "train-abcde-gpu-worker-new" in entry["why"], entry
     ready = condition(status, "RayClusterReady")
     assert ready["reason"] == "Replacing" and "ErrImageNeverPull" in ready["message"], ready
