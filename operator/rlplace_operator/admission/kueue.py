@@ -26,7 +26,7 @@ from typing import Any
 from rlplace_operator.admission.ledger import PlannedDemand
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import HOSTNAME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
-from rlplace_operator.api.rljob import DEFAULT_PREEMPTION_GRACE_SECONDS, RLJobSpec
+from rlplace_operator.api.rljob import DEFAULT_PREEMPTION_GRACE_SECONDS, RLJobSpec, TopologyMode
 from rlplace_operator.api.status import JobPhase
 from rlplace_operator.builders.workload import PodSet, Priority, build_workload, pod_set_name, workload_name
 from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource
@@ -301,7 +301,12 @@ def pod_sets(
         if resource and units and max(units) > 0:
             requests[resource] = str(max(units))
         tolerations = tuple(spec.pods.for_workers([group.name]).tolerations)
-        found.append(PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations))
+        level, required = (
+            (str(spec.topology.level), spec.topology.mode is TopologyMode.REQUIRED) if spec.topology else (None, False)
+        )
+        found.append(
+            PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations, level, required)
+        )
     if len(found) > MAX_POD_SETS:
         return Refusal(
             cond.KUEUE_UNSUPPORTED,

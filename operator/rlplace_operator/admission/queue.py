@@ -23,6 +23,7 @@ from rlplace_operator.admission.rules import (
     busy_nodes,
     decide,
     fit,
+    required_level,
 )
 from rlplace_operator.api.names import TOPOLOGY_LEVELS
 from rlplace_operator.api.status import JobPhase
@@ -220,7 +221,8 @@ def _waiting_queue(ledger: Ledger, world: AdmissionWorld, skip: JobKey | None) -
         known = ledger.demands.get(key)
         demand, excluded = (known[1].demand, tainted_now(known[1], world)) if known else (None, {})
         excluded = {**excluded, **status_excluded(entry["status"], entry.get("generation"))}
-        queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded))
+        within = required_level(known[1].spec.required_topology_level) if known else None
+        queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded, within))
     return queue
 
 

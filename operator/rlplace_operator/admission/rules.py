@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rlplace_operator.api.names import JobKey
+from rlplace_operator.api.names import TOPOLOGY_LEVELS, JobKey
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +60,9 @@ class QueuedJob:
     """None while the operator has not planned the job yet (just after a restart)."""
     excluded: Mapping[str, str] = field(default_factory=dict)
     """Nodes this job's workers cannot run on, and why (a taint they do not tolerate: selection.py)."""
+    within: int | None = None
+    """spec.topology Required: the level (an index of TOPOLOGY_LEVELS, the pool's domain paths) one domain of
+    which must hold each of its groups' nodes; None: packed where it can be, never waiting for it."""
 
     def order(self) -> tuple[int, str, JobKey]:
         return (-self.priority, self.created, self.key)
@@ -127,14 +130,22 @@ class Waiting:
 
 
 Decision = Admitted | Waiting
+
+
+def required_level(level: str | None) -> int | None:
+    """QueuedJob.within for the level a job requires (a label key of TOPOLOGY_LEVELS; None: none required)."""
+    return None if level is None else TOPOLOGY_LEVELS.index(level)
+
+
 #: Notes a waiting reason quotes at most (it is a status field and a printer column).
 MAX_NOTES = 2
 
 
 def _notes(job: QueuedJob, pool: Pool, shortfall: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
-    """Why the short groups' excluded nodes cannot take the job."""
+    """Why the short groups' excluded nodes cannot take the job (and the level that must hold them)."""
     nodes = dict.fromkeys(n for group, _ in shortfall for n in pool.groups.get(group, ()) if n in job.excluded)
-    return tuple(job.excluded[n] for n in nodes)
+    within = () if job.within is None else (f"all of a group's nodes in one {TOPOLOGY_LEVELS[job.within]}",)
+    return (*within, *(job.excluded[n] for n in nodes))
 
 
 def _match(
@@ -177,14 +188,21 @@ def _packed(
     taken: Collection[str],
     free: Mapping[str, Sequence[int]],
     domains: Mapping[str, tuple[str, ...]],
+    within: int | None = None,
 ) -> list[str | None]:
     """`_match` on the nodes of the fewest network domains: within one rack when one rack fits the demand (the
     rack with the fewest usable nodes that does: best fit leaves the larger racks to larger jobs), else within one
     block, else over the domains with the most usable nodes first. The nodes keep their rank order within a domain,
     and the domains follow one another, so a job's node ranks are consecutive per rack. Nodes without topology
-    labels are all one domain: earliest first, as `_match`."""
+    labels are all one domain: earliest first, as `_match`.
+
+    `within` (a level that is required): only domains of that level or narrower, never the fallback; when none
+    holds the demand, the match in the domain of that level with the most usable nodes (what the job would wait
+    in: the head of the queue claims it)."""
     depth = max((len(domains.get(node, ())) for node in ranked), default=0)
-    if depth == 0 or demand.nodes <= 1 or not any(any(domains.get(node, ())) for node in ranked):
+    if within is not None:
+        depth = max(depth, within + 1)
+    elif depth == 0 or demand.nodes <= 1 or not any(any(domains.get(node, ())) for node in ranked):
         return _match(demand, ranked, taken, free)
     paths = {node: (*domains.get(node, ()), *("",) * depth)[:depth] for node in ranked}
 
@@ -205,18 +223,23 @@ def _packed(
         path = paths[node]
         return (*((-counts[path[: i + 1]], path[: i + 1]) for i in range(depth)), order[node])
 
-    for level in range(depth - 1, -1, -1):
+    widest: list[str | None] = [None] * demand.nodes
+    for level in range(depth - 1, -1 if within is None else within - 1, -1):
         members: dict[tuple[str, ...], list[str]] = {}
         for node in ranked:
             path = paths[node][: level + 1]
             if path[-1]:
                 members.setdefault(path, []).append(node)
         for path in sorted(members, key=lambda p: (counts[p], order[members[p][0]])):
+            if level == within and counts[path] > sum(1 for n in widest if n is not None):
+                widest = _match(demand, sorted(members[path], key=key), taken, free)
             if counts[path] < len(demand.used):
                 continue
             chosen = _match(demand, sorted(members[path], key=key), taken, free)
             if _complete(demand, chosen):
                 return chosen
+    if within is not None:
+        return widest
     # No one domain holds it: the domains with the most usable nodes first, at every level. (A position no worker
     # uses takes whatever node comes next, so another order may fit where rank order does not, or the reverse:
     # packing never turns a fit away.)
@@ -236,7 +259,7 @@ def fit(
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         # Two positions of one job on one node never happen: a node is one position of the job's cluster.
-        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains)
+        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains, job.within)
         missing = sum(1 for position in demand.used if chosen[position] is None)
         if missing:
             shortfall.append((demand.group, missing))
@@ -263,7 +286,7 @@ def _claim(job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         ranked = pool.groups.get(demand.group, ())
-        chosen = _packed(demand, ranked, taken, free, pool.domains)
+        chosen = _packed(demand, ranked, taken, free, pool.domains, job.within)
         if demand.gpus is not None and any(chosen[position] is None for position in demand.used):
             # No node has all the GPUs it waits for yet: it keeps the free ones of its earliest nodes, so jobs
             # behind it cannot take GPUs as they are freed one by one (its claim grows until it fits).

@@ -13,6 +13,7 @@ from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.observed import Apply
 from placement_core.plan import OnLoss
 from rlplace_operator.api.base import CamelModel, cel
+from rlplace_operator.api.names import TOPOLOGY_LEVELS
 from rlplace_operator.api.podspec import PLAN_MOUNT_PATH, SHM_MOUNT_PATH, PodSettings, Volume, mount_path_allowed
 
 #: Component key of `cluster.component_placement`: names separated by commas (`actor,rollout`).
@@ -411,6 +412,29 @@ PROFILE_FIRST_WITH_PROFILE_MESSAGE = (
 )
 
 
+class TopologyMode(enum.StrEnum):
+    REQUIRED = "Required"
+    PREFERRED = "Preferred"
+
+
+class TopologyLevel(enum.StrEnum):
+    """A network level of the nodes' labels (api.names.TOPOLOGY_LEVELS), widest first."""
+
+    BLOCK = TOPOLOGY_LEVELS[0]
+    RACK = TOPOLOGY_LEVELS[1]
+
+
+class Topology(CamelModel):
+    """Where a job's nodes of each NodeGroup may be in the network (docs/admission.md, "Racks and blocks")."""
+
+    level: TopologyLevel
+    """The level whose one domain should hold each of the job's NodeGroups' nodes."""
+    mode: TopologyMode = TopologyMode.PREFERRED
+    """Required: the job waits until one domain of the level has its nodes free (its condition says which level
+    and how many it lacks). Preferred: one domain when one has them, else the fewest (as without the field). Under
+    Kueue the Workload's PodSets ask its topology-aware scheduling for the same (required or preferred)."""
+
+
 class RLJobSpec(
     CamelModel,
     json_schema_extra=cel(
@@ -507,6 +531,15 @@ class RLJobSpec(
     priority: int = 0
     """Queue order among jobs waiting for free nodes: higher first, then older first (creationTimestamp). A
     waiting job is passed only by jobs of higher priority; running jobs are never stopped for it."""
+    topology: Topology | None = None
+    """The network level each NodeGroup's nodes of the job should share (one rack, one block), required or
+    preferred. Unset: packed into the fewest racks and blocks where it can be, never waiting for it."""
+
+    @property
+    def required_topology_level(self) -> str | None:
+        """The level whose one domain must hold each NodeGroup's nodes of the job (spec.topology Required)."""
+        topology = self.topology
+        return str(topology.level) if topology is not None and topology.mode is TopologyMode.REQUIRED else None
 
     @model_validator(mode="after")
     def _worker_node_groups_are_the_jobs(self) -> RLJobSpec:

@@ -35,6 +35,10 @@ class PodSet:
     selector: LabelSelector
     """The NodeGroup's node selector: Kueue picks the flavor whose nodeLabels match, and TAS only those nodes."""
     tolerations: tuple[Toleration, ...] = ()
+    level: str | None = None
+    """spec.topology's level: Kueue's topology-aware scheduling puts the PodSet in one domain of it."""
+    required: bool = False
+    """Whether that level is required (else preferred)."""
 
     def wire(self) -> dict[str, Any]:
         container = {"name": "ray-worker", "resources": {"requests": dict(self.requests)}}
@@ -46,9 +50,12 @@ class PodSet:
                 "restartPolicy": "Never",
             }
         }
-        # Topology-Aware Scheduling picks the hosts (any of the group's): a flavor without a Topology cannot take
-        # such a PodSet, so Kueue says so instead of granting quota without nodes.
-        topology = {"unconstrained": True}
+        # Topology-Aware Scheduling picks the hosts (any of the group's, or those of one domain of the job's level):
+        # a flavor without a Topology cannot take such a PodSet, so Kueue says so instead of granting quota without
+        # nodes.
+        topology: dict[str, Any] = {"unconstrained": True}
+        if self.level is not None:
+            topology = {"required" if self.required else "preferred": self.level}
         return {
             "name": pod_set_name(self.group),
             "count": self.count,

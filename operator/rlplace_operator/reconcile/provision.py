@@ -32,7 +32,7 @@ from rlplace_operator.admission.queue import (
     held_by_others,
     status_excluded,
 )
-from rlplace_operator.admission.rules import QueuedJob, Waiting
+from rlplace_operator.admission.rules import QueuedJob, Waiting, required_level
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import PROFILE_ANNOTATION
@@ -314,7 +314,8 @@ def _admitted_plan(
         ledger.hold(job.key, nodes)  # rlplace's own queue must not hand these nodes to another job
         admitted_by = "Kueue granted"
     else:
-        queued = QueuedJob(job.key, spec.priority, job.created, demand.demand, demand.excluded)
+        within = required_level(spec.required_topology_level)
+        queued = QueuedJob(job.key, spec.priority, job.created, demand.demand, demand.excluded, within)
         decision = admit(ledger, admission_world(ledger, snapshot), queued)
         if isinstance(decision, Waiting):
             message = f"waiting for {decision.reason} (position {decision.position} in the queue)"

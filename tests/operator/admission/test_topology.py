@@ -11,6 +11,8 @@ from hypothesis import strategies as st
 from rlplace_operator.admission.ledger import Holding, Ledger
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide
 from rlplace_operator.api.names import NODES_ANNOTATION
+from rlplace_operator.api.nodegroup import LabelSelector
+from rlplace_operator.builders.workload import PodSet
 from rlplace_operator.reconcile.actions import Apply
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import World
@@ -138,3 +140,62 @@ def test_a_job_of_four_nodes_is_planned_on_the_one_rack_that_holds_it() -> None:
     (cluster,) = [o for a in outcome.actions if isinstance(a, Apply) for o in a.objects if o["kind"] == "RayCluster"]
     pinned = cluster["metadata"]["annotations"][NODES_ANNOTATION].split(",")
     assert pinned == ["h100-1", "h100-3", "h100-5", "h100-7"], pinned
+
+
+# -- spec.topology: a level that is required --------------------------------------------------------------------
+
+
+def test_a_job_that_requires_one_rack_waits_for_one_naming_the_level_and_what_it_lacks() -> None:
+    """Five nodes required in one rack (r2 has four free, r3 three: one is busy): it waits, short of one node,
+    saying the level; as the head of the queue it claims r2's four, so a four-node job behind it takes the free
+    nodes of r1 and r3, not r2 (which it would take whole otherwise)."""
+    five = QueuedJob(("ns", "five"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 5, frozenset(range(5))),), within=1)
+    later = job("four", 4, "2026-01-01T00:00:01Z")
+    pool = Pool(GROUPS, {"gpu-09": "pod x"}, domains=RACKS)
+    decisions = decide([five, later], pool)
+    waiting = decisions[("ns", "five")]
+    assert waiting.reason == "1 free node of gpu (all of a group's nodes in one network.topology.kubernetes.io/rack)"
+    assert "r2" not in racks(admitted_nodes(decisions[("ns", "four")]))
+    assert racks(admitted_nodes(decide([later], pool)[("ns", "four")])) == ["r2"] * 4
+    preferred = decide([job("five", 5)], Pool(GROUPS, domains=RACKS))[("ns", "five")]
+    assert len({RACKS[n][0] for n in admitted_nodes(preferred)}) == 1  # not required: one block, two racks
+
+
+def test_a_job_that_requires_one_block_runs_over_its_racks() -> None:
+    six = QueuedJob(("ns", "six"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 6, frozenset(range(6))),), within=0)
+    chosen = admitted_nodes(decide([six], Pool(GROUPS, domains=RACKS))[("ns", "six")])
+    assert {RACKS[n][0] for n in chosen} == {"b1"}
+
+
+def test_a_required_level_no_node_is_labelled_with_is_never_met() -> None:
+    two = QueuedJob(("ns", "two"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 2, frozenset(range(2))),), within=1)
+    waiting = decide([two], Pool(GROUPS))[("ns", "two")]
+    assert waiting.reason.startswith("2 free nodes of gpu (all of a group's nodes in one network.topology"), waiting
+
+
+def test_the_workloads_podsets_ask_kueue_for_the_jobs_level() -> None:
+    selector = LabelSelector(match_labels={"rlplace.io/gpu-type": "h100"})
+    assert PodSet("h100", 4, {"cpu": "1"}, selector).wire()["topologyRequest"] == {"unconstrained": True}
+    rack = "network.topology.kubernetes.io/rack"
+    required = PodSet("h100", 4, {"cpu": "1"}, selector, level=rack, required=True).wire()
+    assert required["topologyRequest"] == {"required": rack}
+    preferred = PodSet("h100", 4, {"cpu": "1"}, selector, level=rack).wire()
+    assert preferred["topologyRequest"] == {"preferred": rack}
+
+
+def test_a_job_requiring_one_rack_that_no_rack_holds_is_queued_saying_so() -> None:
+    nodes = [labelled_node(f"h100-{i}", "b1", f"r{i % 2}") for i in range(6)]  # two racks of three
+    group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}}
+    snapshot = cluster_snapshot(nodes=nodes, groups={"h100": group})
+    spec = {
+        "nodeGroups": ["h100"],
+        "componentPlacement": [{"components": "actor,rollout", "placement": "0-31"}],
+        "topology": {"level": "network.topology.kubernetes.io/rack", "mode": "Required"},
+    }
+    outcome = provision(new_job("racked", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
+    assert outcome.status.phase == "Queued", outcome.status.message  # type: ignore[attr-defined]
+    said = outcome.status.waiting_for  # type: ignore[attr-defined]
+    assert said == "1 free node of h100 (all of a group's nodes in one network.topology.kubernetes.io/rack)", said
+    spec["topology"]["mode"] = "Preferred"  # type: ignore[index]
+    preferred = provision(new_job("racked", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
+    assert preferred.status.phase != "Queued", preferred.status.message  # type: ignore[attr-defined]
