@@ -217,6 +217,19 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         if kept is not None:
             new["components"] = kept.components
             actions += kept.events
+        gone: dict[str, str] = {}
+        if runs_on and kept is not None:
+            gone = gone_nodes(world, status, kept.lost) if world.plan is not None else {}
+            if job.by_workload:
+                # Kueue's node replacement grants the new node in the Workload (restarts.follow_replaced_nodes):
+                # a node gone for good, or one Kueue marked unhealthy (a NoExecute taint it does not wait out).
+                replacing = set(world.workload.unhealthy_nodes) if world.workload is not None else set()
+                suffix = "; waiting for Kueue to replace it"
+                for component in kept.components:
+                    for entry in component.get("lost") or []:
+                        if entry["node"] in gone or entry["node"] in replacing:
+                            why = gone.get(entry["node"]) or entry["why"]
+                            entry["why"] = cond.brief(why, 200 - len(suffix)) + suffix
         reason = cond.RAYCLUSTER_IS_READY if waiting is None else cond.REPLACING if runs_on else cond.PODS_NOT_READY
         said = "all Ray pods are ready" if waiting is None else kept.summary() if runs_on and kept else waiting
         new["conditions"] = cond.set_condition(
@@ -224,14 +237,7 @@ def with_driver(job: Job, world: World, status: dict[str, Any], rayjob: Mapping[
         )
         if runs_on and kept is not None:
             new["message"] = f"the driver is running; {kept.summary()}"
-            gone = gone_nodes(world, status, kept.lost) if world.plan is not None else {}
-            if job.by_workload:
-                # Kueue's node replacement grants the new node in the Workload (restarts.follow_replaced_nodes).
-                for component in kept.components:
-                    for entry in component.get("lost") or []:
-                        if entry["node"] in gone:
-                            entry["why"] = cond.brief(f"{gone[entry['node']]}; waiting for Kueue to replace it", 200)
-            else:
+            if not job.by_workload:
                 actions += [Relocate(node, why) for node, why in gone.items()]
         elif waiting is not None:
             new.update(phase=str(JobPhase.PROVISIONING), message=f"the driver started, but {waiting}")

@@ -195,6 +195,21 @@ def test_under_kueue_the_ranks_move_to_the_node_kueue_granted_in_the_workload_no
     (entry,) = next(c for c in dump(decided.status)["components"] if c["name"] == "rollout")["lost"]
     assert "waiting for Kueue to replace it" in entry["why"]
 
+    # A node still Ready but tainted NoExecute (its pod evicted): not gone by rlplace's own measure, but Kueue
+    # marked it unhealthy in the Workload and looks for another (seen live with no free node: the entry named
+    # only the unscheduled pod). The entry and RayClusterReady say the job waits for Kueue.
+    _, tainted, _ = under_kueue({"a800-0": 1, LOST: 1})
+    ready = lost_world(world.plan, "True")  # type: ignore[arg-type]
+    unhealthy = dataclasses.replace(tainted.workload, unhealthy_nodes=(LOST,))  # type: ignore[arg-type]
+    decided = reconcile(job, dataclasses.replace(ready, workload=unhealthy))
+    status = dump(decided.status)
+    (entry,) = next(c for c in status["components"] if c["name"] == "rollout")["lost"]
+    assert entry["why"].endswith("; waiting for Kueue to replace it"), entry
+    assert "waiting for Kueue" in next(c for c in status["conditions"] if c["type"] == "RayClusterReady")["message"]
+    plain = dump(reconcile(job, dataclasses.replace(ready, workload=tainted.workload)).status)
+    (entry,) = next(c for c in plain["components"] if c["name"] == "rollout")["lost"]
+    assert "Kueue" not in entry["why"], entry  # not marked unhealthy: the pod's own words only
+
 
 def test_a_pass_that_reads_the_moved_plan_before_the_moves_status_restarts_nothing() -> None:
     """Seen live under Kueue: a pass moved the ranks (the ConfigMap applied first, then the status) and another
