@@ -553,37 +553,3 @@ def test_operator_exits_with_a_message_until_the_crds_are_installed(
             interval=1,
         )
         restart_operator()
-
-
-def test_a_job_is_packed_into_one_rack_of_labelled_nodes_and_a_required_rack_waits(
-    jobs: Jobs, k8s: client.ApiClient, fake_node: Callable[..., object]
-) -> None:
-    """Four kwok nodes whose names alternate between two racks (docs/admission.md, "Racks and blocks"): the
-    NodeGroup ranks them rack by rack, and a two-node job gets the two of one rack, not the first two names. A
-    job that requires one rack for three nodes waits, saying the level (the labels read from real Node objects
-    through the operator's node index)."""
-    rack = "network.topology.kubernetes.io/rack"
-    for i in range(4):
-        fake_node(f"racked-{i}", labels={"rlplace.io/gpu-type": "racked", rack: f"r{i % 2}"}, gpus=8)
-    with temporary_nodegroup(k8s, "racked", "racked") as custom:
-
-        def ranked() -> list[str]:
-            status = custom.get_cluster_custom_object(GROUP, VERSION, "nodegroups", "racked").get("status") or {}
-            return [n["name"] for n in status.get("nodes") or []]
-
-        wait_for(lambda: len(ranked()) == 4, 30, "the racked NodeGroup's four nodes")
-        assert ranked() == ["racked-0", "racked-2", "racked-1", "racked-3"]
-        body = example_job("rljob-collocated.yaml")
-        body["metadata"]["name"] = "packed"
-        body["spec"]["nodeGroups"] = ["racked"]
-        body["spec"]["componentPlacement"] = [{"components": "actor,rollout,reward", "placement": "0-15"}]
-        jobs.create(body)
-        jobs.wait_phase("packed", "Running", timeout=90)
-        assert pinned_nodes(jobs.raycluster("packed")["spec"]) == ["racked-0", "racked-2"]
-        body["metadata"]["name"] = "spread"  # three nodes: no rack has them
-        body["spec"]["componentPlacement"] = [{"components": "actor,rollout,reward", "placement": "0-23"}]
-        body["spec"]["topology"] = {"level": rack, "mode": "Required"}
-        jobs.create(body)
-        waiting = jobs.wait_phase("spread", "Queued", timeout=60)
-        said = waiting["status"].get("waitingFor") or ""
-        assert f"in one {rack}" in said, said

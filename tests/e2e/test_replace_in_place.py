@@ -378,7 +378,7 @@ def test_under_kueue_a_lost_rollout_node_moves_its_ranks_to_the_node_kueue_grant
         evicted = [c for c in workload["status"].get("conditions") or [] if c["type"] == "Evicted"]
         assert not any(c["status"] == "True" for c in evicted), evicted
         assert granted_hosts(workload)[rollout_pair] == [lost], granted_hosts(workload)
-        time.sleep(10)  # Kueue retries its replacement meanwhile: still admitted, still Running, nothing restarted
+        time.sleep(3)  # Kueue retries its replacement meanwhile: still admitted, still Running, nothing restarted
         still = watch_running(run_jobs, "kmove", waits_for_kueue, 10, "still waiting for Kueue")
         assert still["attempts"] == 1 and not still.get("restarts"), still
         kubectl(kubeconfig, "uncordon", other)
