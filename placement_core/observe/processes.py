@@ -84,13 +84,18 @@ def worker_name(name: str) -> tuple[str, int] | None:
 
 
 def json_after(line: str, prefix: str) -> object | None:
+    """The JSON value after `prefix` in `line`; text after it is ignored: Ray writes its `:actor_name:<class>`
+    marker to a worker's stdout, and when the worker's own line was not ended yet the two share one log line
+    (seen with veRL-style workers: the record was dropped, and the job failed its binding check for a process it
+    had)."""
     start = line.find(prefix)
     if start < 0:
         return None
     try:
-        return json.loads(line[start + len(prefix) :])
+        value, _ = json.JSONDecoder().raw_decode(line[start + len(prefix) :].lstrip())
     except ValueError:
         return None  # a line cut short by the log limit
+    return value
 
 
 def probe_lines(log: str) -> Iterator[tuple[dict | None, list[dict]]]:

@@ -11,7 +11,14 @@ import pytest
 from placement_core import contract
 from placement_core.components import component_placement
 from placement_core.observe import probe
-from placement_core.observe.processes import Observed, component_of, framework_report, observed_in, worker_name
+from placement_core.observe.processes import (
+    Observed,
+    component_of,
+    framework_report,
+    json_after,
+    observed_in,
+    worker_name,
+)
 from placement_core.plan import Plan, build_plan
 
 # RLinf's heterogeneous example: actor on GPUs 0-1 of node 0, rollout on GPUs 0-1 of node 1, reward on the
@@ -175,6 +182,14 @@ def test_group_names_map_to_components() -> None:
         None,
     ]
     assert component_of("Generator", names, {"Generator": "rollout"}) == "rollout"
+
+
+def test_a_record_followed_on_its_line_by_rays_actor_name_marker_is_read() -> None:
+    """Ray writes `:actor_name:<class>` to a worker's stdout; a record whose line was not ended yet shares the log
+    line with it (seen live with a veRL-style worker: the record was lost and the job failed its binding check)."""
+    record = {"actor": "s4dAcfWorkerDict_0:1", "env": {"RANK": "1", "WG_PREFIX": "s4dAcf"}, "gpu_ids": ["1"]}
+    line = f"\x1b[36m(pid=132, ip=10.245.0.8)\x1b[0m {probe.PREFIX}{json.dumps(record)}:actor_name:WorkerDict"
+    assert json_after(line, probe.PREFIX) == record
 
 
 def test_a_cut_or_foreign_line_is_skipped() -> None:
