@@ -249,7 +249,10 @@ def _part_shape(part: Part) -> tuple[int, int, int]:
 def replica_shape(text: str) -> ReplicaShape:
     """The unit `text` repeats and how many times; PlacementError (one line) when it has none: `all` (its count
     depends on the cluster) or parts of different units (`0-1,2-5:2-3`: one GPU per process, then two)."""
-    parts = parse_placement(text)
+    return _shape_of(text, parse_placement(text))
+
+
+def _shape_of(text: str, parts: list[Part]) -> ReplicaShape:
     shapes = set()
     count = 0
     for part in parts:
@@ -281,10 +284,10 @@ def resized_placement(text: str, replicas: int) -> str:
     result is placed, as for any placement."""
     if replicas < 1:
         raise PlacementError(f"replicas must be at least 1, got {replicas}")
-    shape = replica_shape(text)
+    parts = parse_placement(text)
+    shape = _shape_of(text, parts)
     texts: list[str] = []
     left, process = replicas, 0
-    parts = parse_placement(text)
     for index, part in enumerate(parts):
         assert part.resources is not None
         units = _part_shape(part)[2]

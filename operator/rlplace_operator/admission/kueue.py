@@ -283,6 +283,10 @@ def pod_sets(
     """The job's PodSets: per NodeGroup its plan uses, that many whole-node worker pods."""
     found = []
     by_name = {group.name: group for group in groups}
+    # Every PodSet asks Kueue's topology-aware scheduling for the job's level, if it names one.
+    topology = spec.topology
+    level = None if topology is None else str(topology.level)
+    required = topology is not None and topology.mode is TopologyMode.REQUIRED
     for group_demand in demand.demand:
         if not group_demand.used:
             continue
@@ -301,9 +305,6 @@ def pod_sets(
         if resource and units and max(units) > 0:
             requests[resource] = str(max(units))
         tolerations = tuple(spec.pods.for_workers([group.name]).tolerations)
-        level, required = (
-            (str(spec.topology.level), spec.topology.mode is TopologyMode.REQUIRED) if spec.topology else (None, False)
-        )
         found.append(
             PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations, level, required)
         )

@@ -25,7 +25,6 @@ from rlplace_operator.admission.rules import (
     fit,
     required_level,
 )
-from rlplace_operator.api.names import TOPOLOGY_LEVELS
 from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import Device
 from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource, untolerated_among
@@ -329,9 +328,8 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
                 tainted_in.setdefault(node, set()).add(name)
             if dra is not None and info is not None:
                 dra_nodes[node] = dra_node(info.devices(dra.driver), dra.driver, snapshot.claims)
-            path = tuple(info.labels.get(level, "") for level in TOPOLOGY_LEVELS) if info is not None else ()
-            if any(path):
-                domains[node] = path
+            if info is not None and any(info.network_path):
+                domains[node] = info.network_path
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)

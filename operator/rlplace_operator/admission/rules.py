@@ -207,11 +207,10 @@ def _packed(
     paths = {node: (*domains.get(node, ()), *("",) * depth)[:depth] for node in ranked}
 
     order = {node: index for index, node in enumerate(ranked)}
+    needs = None if demand.gpus is None else max(dict(demand.gpus).values(), default=0)
 
     def usable(node: str) -> bool:
-        return node not in taken and (
-            demand.gpus is None or len(free.get(node, ())) >= max(dict(demand.gpus).values(), default=0)
-        )
+        return node not in taken and (needs is None or len(free.get(node, ())) >= needs)
 
     # Usable nodes per domain, at every level: the larger domains come first wherever several are taken.
     counts: dict[tuple[str, ...], int] = {}
@@ -231,13 +230,14 @@ def _packed(
             if path[-1]:
                 members.setdefault(path, []).append(node)
         for path in sorted(members, key=lambda p: (counts[p], order[members[p][0]])):
-            if level == within and counts[path] > sum(1 for n in widest if n is not None):
-                widest = _match(demand, sorted(members[path], key=key), taken, free)
-            if counts[path] < len(demand.used):
+            holds = counts[path] >= len(demand.used)
+            if not holds and (level != within or counts[path] <= sum(1 for n in widest if n is not None)):
                 continue
             chosen = _match(demand, sorted(members[path], key=key), taken, free)
-            if _complete(demand, chosen):
+            if holds and _complete(demand, chosen):
                 return chosen
+            if level == within and counts[path] > sum(1 for n in widest if n is not None):
+                widest = chosen
     if within is not None:
         return widest
     # No one domain holds it: the domains with the most usable nodes first, at every level. (A position no worker

@@ -51,6 +51,11 @@ class NodeInfo:
             taints=tuple(Taint.from_body(t) for t in spec.get("taints") or []),
         )
 
+    @property
+    def network_path(self) -> tuple[str, ...]:
+        """Its network domains, widest first (api.names.TOPOLOGY_LEVELS: block, rack), "" where unlabelled."""
+        return tuple(self.labels.get(level, "") for level in TOPOLOGY_LEVELS)
+
     def count(self, resource: str) -> int:
         """Whole units of an extended resource (`"8"` -> 8); absent or malformed counts as 0."""
         value = str(self.allocatable.get(resource, "0"))
@@ -129,7 +134,7 @@ def _rank_key(node: NodeInfo) -> tuple[int, int, tuple[str, ...], str]:
     if rank.isdigit():
         return (0, int(rank), (), node.name)
     # The nodes of one block, and of one rack in it, are consecutive: a job's node ranks follow the network.
-    return (1, 0, tuple(node.labels.get(level, "") for level in TOPOLOGY_LEVELS), node.name)
+    return (1, 0, node.network_path, node.name)
 
 
 def group_nodes(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:

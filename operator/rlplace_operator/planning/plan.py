@@ -197,15 +197,14 @@ def plan_job(
         return _profiling_plan(spec, annotations, groups, nodes)
     cluster = job_cluster(groups, nodes)
     settings = model_parallel_settings(spec)
-    if wants_auto_placement(spec, annotations) and elastic_components(spec):
+    elastic = elastic_components(spec)
+    if wants_auto_placement(spec, annotations) and elastic:
         raise PlacementError(
-            f"component '{elastic_components(spec)[0].name}': replicas and their range apply to a written "
+            f"component '{elastic[0].name}': replicas and their range apply to a written "
             "componentPlacement; auto placement sets each component's GPUs itself (docs/elastic.md)"
         )
     entries = with_replicas(spec, placement_entries(spec.component_placement), running)
-    applied: list[SpecEntry] = (
-        [_spec_entry(e) for e in entries] if elastic_components(spec) else list(spec.component_placement)
-    )
+    applied: list[SpecEntry] = [_spec_entry(e) for e in entries] if elastic else list(spec.component_placement)
     predicted = None
     model_parallel = spec.placement_mode is PlacementMode.MODEL_PARALLEL
     if wants_auto_placement(spec, annotations):
@@ -231,7 +230,7 @@ def plan_job(
 
     placed = placement_of(entries)
     plan = with_on_loss(spec, build_plan(placed, isolate_accelerator=spec.isolate_accelerators))
-    if whole_groups and any(c.max_replicas for c in elastic_components(spec)):
+    if whole_groups and any(c.max_replicas for c in elastic):
         # Growing later must never meet a placement error: the range's maximum is placed and checked now.
         largest = with_replicas(spec, placement_entries(spec.component_placement), at_most)
         try:
