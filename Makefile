@@ -47,8 +47,8 @@ crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from
 docs: setup  ## regenerate the RLJob and NodeGroup field reference in docs/reference/ from the models
 	$(PY) -m rlplace_operator.api.docgen
 
-test-unit: setup  ## tests that need no cluster
-	$(PY) -m pytest -m 'not e2e'
+test-unit: setup  ## tests that need no cluster, in two processes (the Ray tests together in one)
+	$(PY) -m pytest -m 'not e2e' -n 2 --dist loadgroup
 
 test-e2e: setup tools images  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)
 	$(PY) -m pytest -m e2e

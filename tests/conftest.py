@@ -16,12 +16,21 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """The tests that start a local Ray cluster run last, each kept in its order. `make test` runs the unit tests
-    while three e2e clusters start beside them on the same cores, and Ray gives a starting raylet 30 s to
+    while the e2e clusters start beside them on the same cores, and Ray gives a starting raylet 30 s to
     register (hard-coded in ray._private.node): one that started at the busiest moment timed out in CI. Last,
-    they start after the clusters are up (about 100 s into the unit tests, which take about 450 s)."""
+    they start after the clusters are up (about 100 s into the unit tests, which take about 250 s).
+
+    They are also one xdist group: `make test-unit` runs the tests in two processes (`-n 2 --dist loadgroup`),
+    and the Ray tests, which mostly wait for Ray, go to one of them together, so the session's one simulated
+    cluster (`simulated_ray`) is started once while the other process runs the tests that compute. (tryfirst:
+    before xdist's own hook reads the group markers.)"""
     items.sort(key=lambda item: item.get_closest_marker("ray") is not None)
+    for item in items:
+        if item.get_closest_marker("ray") is not None:
+            item.add_marker(pytest.mark.xdist_group("ray"))
 
 
 @pytest.fixture(scope="session")
