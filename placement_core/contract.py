@@ -40,9 +40,10 @@ KUBE_NODE_ENV = "RLPLACE_KUBE_NODE"
 #: The driver prints its binding report (observe.verify.BindingReport JSON) on one log line after this
 #: prefix; the operator reads it from the driver's log (the RayJob submitter's) into the RLJob's status.
 BINDING_REPORT_PREFIX = "rlplace-binding-report: "
-#: After it started a lost rank of a Replace component again (docs/replace.md), the driver prints this prefix and
-#: `{"component": NAME, "rank": RANK}` on one line, then a new binding report covering every live rank: the
-#: operator takes the first report after the replaced ranks' lines as the one that verifies them.
+#: After it started a lost rank of a Replace component again (docs/replace.md), or a rank a change of the
+#: component's replicas added (docs/elastic.md), the driver prints this prefix and `{"component": NAME, "rank":
+#: RANK}` on one line, then a new binding report covering every live rank: the operator takes the first report
+#: after those ranks' lines as the one that verifies them.
 REPLACED_PREFIX = "rlplace-replaced: "
 
 # -- restarts and resume (the driver's side; see docs/driver.md) ---------------------------------------------

@@ -10,7 +10,8 @@ double-books GPUs. So every actor asks for `num_gpus=0` and for the custom resou
 that the operator makes each Ray node declare: one per node rank and one per GPU. Modules: `plan` (the plan and
 GPU sharing counts), `resources` (demand against what Ray has, as messages), `groups` (the launch, worker groups
 and their calls), `actors` (the actor Ray runs for a worker, and how one process is started where the plan
-says), `replacing` (starting a lost replica again while the others go on: `LaunchOptions.replace_lost`),
+says), `replacing` (starting a lost replica again while the others go on: `LaunchOptions.replace_lost`; and
+the ranks a resize in place adds: `WorkerGroup.resize`),
 `membership` (which ranks of a replaceable group are live), `simulated` (a multi-node Ray cluster in one process
 tree), `checkpoint` (a driver's step and state saved atomically, resumed on a new attempt), `synthetic` (a
 synthetic workload whose step times follow declared laws; docs/driver.md), `demo` (the reference driver: its
@@ -31,9 +32,10 @@ from placement_core.launcher.groups import (
     launch,
     launch_all,
     ray_node_addresses,
+    resize_groups,
 )
 from placement_core.launcher.membership import Membership
-from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, load_plan, read_plan
+from placement_core.launcher.plan import RESOURCE_STEP, LaunchPlan, MountedPlan, load_plan, read_plan
 from placement_core.launcher.resources import check_resources
 from placement_core.launcher.simulated import simulated_cluster
 from placement_core.observe.verify import BindingError, BindingReport, ProcessCheck
@@ -48,6 +50,7 @@ __all__ = [
     "LaunchOptions",
     "LaunchPlan",
     "Membership",
+    "MountedPlan",
     "ProcessCheck",
     "WorkerDiedError",
     "WorkerGroup",
@@ -59,5 +62,6 @@ __all__ = [
     "load_plan",
     "ray_node_addresses",
     "read_plan",
+    "resize_groups",
     "simulated_cluster",
 ]

@@ -9,6 +9,7 @@ lost rank while `replacing.py` starts it again.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -372,12 +373,76 @@ class WorkerGroup:
                 return
             dead = self.actors[rank]
             if self._replacer is None and not self._stop.is_set():
-                self._replacer = threading.Thread(
-                    target=replace_lost_ranks, args=(self,), name=f"rlplace-replace-{self.component}", daemon=True
-                )
-                self._replacer.start()
+                self._start_replacer()
         kill_actor(dead)
         _say(f"lost: {self.died(rank, method, cause)}; it is started again once its node is back")
+
+    def resize(self, plan: LaunchPlan) -> tuple[range, range]:
+        """Run as many ranks as `plan` gives the component, in place: the operator changed its replicas and
+        rewrote the plan (docs/elastic.md). Ranks beyond the new count stop at once (their actors are killed:
+        call this between steps, never with a call on them in flight); new ranks start as a lost rank is started
+        again (their planned binding checked, MASTER_ADDR as at launch), join the live ranks once verified and are
+        handed to the driver by `take_joined` like a replaced rank (sync the current weights into them first).
+        The ranks kept must run where they run now (a plan resized by `placement_core.grammar.resized_placement`
+        keeps them: LaunchError otherwise, and nothing changes). Only a replaceable group can be resized. Returns
+        (the ranks added, the ranks removed); both empty when the count is the same."""
+        if self._starter is None:
+            raise LaunchError(f"component '{self.component}': only a replaceable group (onLoss Replace) is resized")
+        processes = plan.processes(self.component)
+        with self._lock:
+            if not self.actors:
+                raise LaunchError(f"component '{self.component}': the worker group is shut down")
+            kept = min(len(processes), len(self.processes))
+            moved = next(
+                (
+                    rank
+                    for rank in range(kept)
+                    if (processes[rank].node_rank, processes[rank].held_gpus)
+                    != (self.processes[rank].node_rank, self.processes[rank].held_gpus)
+                ),
+                None,
+            )
+            if moved is not None:
+                raise LaunchError(
+                    f"component '{self.component}': the resized plan moves rank {moved} "
+                    f"(node rank {self.processes[moved].node_rank} -> {processes[moved].node_rank}); "
+                    "a resize keeps the ranks it keeps where they run"
+                )
+            before = len(self.processes)
+            added, removed = self._ledger.resize(len(processes))
+            stopped = [self.actors[rank] for rank in removed] + [
+                self._starting.pop(r) for r in removed if r in self._starting
+            ]
+            self.actors = [*self.actors[:kept], *([None] * len(added))]
+            self.checks = [*self.checks[:kept], *([None] * len(added))]
+            self.processes = (*self.processes[:kept], *processes[kept:])
+            self._starter = dataclasses.replace(self._starter, plan=plan, world_size=len(processes))
+            if added and self._replacer is None and not self._stop.is_set():
+                self._start_replacer()
+        for actor in stopped:
+            if actor is not None:
+                kill_actor(actor)
+        if added or removed:
+            change = f"{_span(added)} starting" if added else f"{_span(removed)} stopped"
+            self._note(
+                f"resized: component '{self.component}' {before} -> {len(processes)} replicas ({change})",
+                report=bool(removed),
+            )
+            self._print_notes()
+        return added, removed
+
+    @property
+    def follows_mount(self) -> bool:
+        """A replaceable group launched from the mounted plan: the operator's changes of that plan reach it
+        (`resize_groups`, a lost rank started from a moved node rank)."""
+        return self._starter is not None and self._starter.from_mount
+
+    def _start_replacer(self) -> None:
+        """Start the group's replacement thread (under the lock; once)."""
+        self._replacer = threading.Thread(
+            target=replace_lost_ranks, args=(self,), name=f"rlplace-replace-{self.component}", daemon=True
+        )
+        self._replacer.start()
 
     def shutdown(self) -> None:
         """Stop the replacement thread and kill every actor; their resources come back to Ray a moment later.
@@ -389,7 +454,7 @@ class WorkerGroup:
             thread.join(timeout=10 * REPLACE_POLL_S)
         self._print_notes()  # what the replacement thread did since the driver last took the joined ranks
         with self._lock:
-            actors = [*self.actors, *self._starting.values()]
+            actors = [actor for actor in (*self.actors, *self._starting.values()) if actor is not None]
             self.actors = []
             self._starting.clear()
         forget_launched(self)
@@ -410,6 +475,11 @@ class WorkerGroup:
 
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
+
+
+def _span(ranks: range) -> str:
+    """`rank 3` or `ranks 3-5`: a range of ranks as the log says it."""
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {ranks[0]}-{ranks[-1]}"
 
 
 #: A driver may call its groups from several threads (the synthetic steps do): their lines are written whole.
@@ -527,6 +597,19 @@ def launch_all(
         raise
     remember_launched(groups.values())
     return groups
+
+
+def resize_groups(groups: Mapping[str, WorkerGroup], plan: LaunchPlan) -> dict[str, tuple[range, range]]:
+    """Resize each replaceable group to the number of processes `plan` gives its component (`WorkerGroup.resize`;
+    call it between steps). Component -> (ranks added, ranks removed) of each group resized. Other groups are
+    left as they are: a plan that changes them is a new plan, which the operator runs by restarting the job."""
+    changed: dict[str, tuple[range, range]] = {}
+    for name, group in groups.items():
+        if not group.replaceable or name not in plan.plan.names:
+            continue
+        if len(plan.processes(name)) != len(group.processes):
+            changed[name] = group.resize(plan)
+    return changed
 
 
 def _replaceable(plan: LaunchPlan, component: str, opts: LaunchOptions) -> bool:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 from placement_core.contract import (
     PLAN_DIR_ENV,
     PLAN_ENV,
+    PLAN_GZIP_KEY,
+    PLAN_KEY,
     PLAN_MOUNT_DIR,
     gpu_resource,
     node_resource,
@@ -117,3 +119,36 @@ def read_plan(directory: str | os.PathLike[str] | None = None) -> LaunchPlan:
         return LaunchPlan.of(read_plan_dir(folder), read_pod_gpus(folder))
     except PlacementError as err:
         raise LaunchError(str(err)) from None
+
+
+class MountedPlan:
+    """The plan mounted where the driver runs, read again only when its file changed: how a driver follows the
+    operator's in-place changes (a component's replicas changed: docs/elastic.md). The kubelet swaps a ConfigMap
+    volume's files at once when it refreshes them, so a changed file is a whole new plan. Looked at once per step,
+    so it costs a `stat` when nothing changed."""
+
+    def __init__(self, directory: str | os.PathLike[str] | None = None) -> None:
+        self.directory = Path(directory or os.environ.get(PLAN_DIR_ENV) or PLAN_MOUNT_DIR)
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[int, int, int] | None:
+        for key in (PLAN_KEY, PLAN_GZIP_KEY):
+            try:
+                found = (self.directory / key).stat()
+            except OSError:
+                continue
+            return found.st_ino, found.st_mtime_ns, found.st_size
+        return None
+
+    def changed(self) -> LaunchPlan | None:
+        """The plan, when its file changed since the last look (None: unchanged, or unreadable now: a kubelet
+        in the middle of its swap; the next look reads it)."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self._seen:
+            return None
+        try:
+            plan = read_plan(self.directory)
+        except LaunchError:
+            return None
+        self._seen = stamp
+        return plan

@@ -128,12 +128,14 @@ def _restart_plan(starter: Starter, node_rank: int) -> LaunchPlan:
 def _restart_entry(
     starter: Starter, plan: LaunchPlan, rank: int, process: ProcessPlan
 ) -> tuple[LaunchPlan, ProcessPlan]:
-    """`rank`'s plan and entry in `plan`; the launch's (`process`) when `plan` no longer has the rank on
-    the same node rank (a plan made anew: not a node rank moved)."""
-    processes = plan.processes(starter.component)
-    if len(processes) != starter.world_size or processes[rank].node_rank != process.node_rank:
-        return starter.plan, process
-    return plan, processes[rank]
+    """`rank`'s plan and entry in `plan`; else in the group's own plan (the launch's, or the last resize's: a
+    `plan` of another size is one the pod mounted before the resize, or a plan made anew, not a node rank moved),
+    else `process` as it runs."""
+    for candidate in (plan, starter.plan):
+        processes = candidate.processes(starter.component)
+        if len(processes) == starter.world_size and processes[rank].node_rank == process.node_rank:
+            return candidate, processes[rank]
+    return starter.plan, process
 
 
 # -- the replacement thread -------------------------------------------------------------------------------
@@ -147,11 +149,11 @@ def replace_lost_ranks(group: WorkerGroup) -> None:
     # in Ray is the launch's question too.
     from placement_core.launcher.groups import ray_node_addresses
 
-    assert group._starter is not None
-    starter = group._starter
     retry_at: dict[int, float] = {}
     backoff: dict[int, float] = {}
     while not group._stop.wait(REPLACE_POLL_S):
+        starter = group._starter  # a resize gives the group a starter of its new plan
+        assert starter is not None
         now = time.monotonic()
         waiting = [rank for rank in group._ledger.to_replace() if retry_at.get(rank, 0.0) <= now]
         if not waiting:
@@ -162,10 +164,12 @@ def replace_lost_ranks(group: WorkerGroup) -> None:
             available = ray.available_resources()
         except Exception:  # Ray going away, or the GCS briefly unreachable: look again later
             continue
+        processes = group.processes
         ready = [
             rank
             for rank in waiting
-            if (process := group.processes[rank]).node_rank in addresses
+            if rank < len(processes)  # not removed by a resize since
+            and (process := processes[rank]).node_rank in addresses
             and all(available.get(key, 0.0) + 1e-6 >= amount for key, amount in starter.plan.resources(process).items())
         ]  # the others: their node is not back yet, or what they held is not free yet
         if not ready:
@@ -185,25 +189,33 @@ def replace_lost_ranks(group: WorkerGroup) -> None:
 
 
 def _start_again(group: WorkerGroup, starter: Starter, ranks: Sequence[int]) -> list[int]:
-    """Start lost ranks again, all at once, each as the launch starts a process: a rank that comes up and
-    passes its binding check joins the live ranks, one that fails the check is given up on. Returns the ranks
-    to try again later: a constructor that failed, or not up within ready_timeout_s."""
+    """Start lost ranks again (and the ranks a resize added), all at once, each as the launch starts a process:
+    a rank that comes up and passes its binding check joins the live ranks, one that fails the check is given up
+    on. Returns the ranks to try again later: a constructor that failed, or not up within ready_timeout_s."""
     ray = connected_ray()
     plans: dict[int, LaunchPlan] = {}  # node rank -> the plan its ranks start from
     pending: dict[Any, tuple[int, Any, ProcessPlan]] = {}
     failed: list[int] = []
     try:
         for rank in ranks:
-            node_rank = group.processes[rank].node_rank
+            with group._lock:
+                if rank >= len(group.processes):
+                    continue  # removed by a resize meanwhile
+                planned = group.processes[rank]
+            node_rank = planned.node_rank
             if node_rank not in plans:
                 plans[node_rank] = _restart_plan(starter, node_rank)
-            rank_plan, process = _restart_entry(starter, plans[node_rank], rank, group.processes[rank])
+            rank_plan, process = _restart_entry(starter, plans[node_rank], rank, planned)
             actor = starter.start(process, rank_plan)
             with group._lock:
-                if group._stop.is_set():
-                    kill_actor(actor)
+                stopped, removed = group._stop.is_set(), rank >= len(group.processes)
+                if not (stopped or removed):
+                    group._starting[rank] = actor
+            if stopped or removed:
+                kill_actor(actor)
+                if stopped:
                     return []
-                group._starting[rank] = actor
+                continue  # removed by a resize while it was being started
             pending[getattr(actor, CHECK_METHOD).remote()] = (rank, actor, process)
         deadline = time.monotonic() + starter.opts.ready_timeout_s
         while pending and not group._stop.is_set():
@@ -255,10 +267,18 @@ def _join(group: WorkerGroup, rank: int, actor: Any, process: ProcessPlan, check
         group.checks[rank] = check
         group.processes = (*group.processes[:rank], process, *group.processes[rank + 1 :])
         del group._starting[rank]
+        new = group._ledger.is_new(rank)
         seconds = group._ledger.join(rank)
         # Noted under the lock that guards the join, so a driver that takes the rank also prints its line.
         where = f"component '{group.component}' rank {rank} on node rank {process.node_rank}"
-        group._note(f"replaced: {where} after {seconds:.1f} s", replaced_line(group.component, rank), report=True)
+        # The contract's line marks any rank started while the job runs, a new replica's too: the operator reads
+        # the first binding report after it as the one that verifies the rank.
+        said = (
+            f"started: {where} after {seconds:.1f} s (a new replica)"
+            if new
+            else f"replaced: {where} after {seconds:.1f} s"
+        )
+        group._note(said, replaced_line(group.component, rank), report=True)
     return True
 
 

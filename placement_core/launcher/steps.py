@@ -34,8 +34,8 @@ from placement_core.contract import CHECKPOINT_DIR_ENV
 from placement_core.errors import LaunchError
 from placement_core.launcher.checkpoint import CheckpointStore, attempt
 from placement_core.launcher.demo_worker import print_table, roles, table
-from placement_core.launcher.groups import WorkerGroup, binding_report
-from placement_core.launcher.plan import LaunchPlan
+from placement_core.launcher.groups import WorkerGroup, binding_report, resize_groups
+from placement_core.launcher.plan import LaunchPlan, MountedPlan
 from placement_core.launcher.synthetic import Law, component_gpus, parse_laws
 from placement_core.observe.progress import LogReporter, Reporter, StepTimer, reporter_from_env
 
@@ -81,9 +81,15 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
     # The newest checkpoint (this attempt's, or the one it resumed from): every report carries it.
     checkpoint_step = last.step if last is not None else None
     replaceable = [group for group in groups.values() if group.replaceable]
+    # The operator resizes a replaceable component in place by rewriting the mounted plan (docs/elastic.md).
+    mounted = MountedPlan() if any(group.follows_mount for group in replaceable) else None
     # The process of each live rank as the process table last showed it (demo.run prints it before the steps).
     shown = live_processes(groups)
     for step in range(first, options.steps + 1):
+        fresh = mounted.changed() if mounted is not None else None
+        if fresh is not None:
+            # A synthetic component's time follows its GPUs: those of the ranks it runs from now on.
+            gpus.update({name: component_gpus(fresh, name) for name in resize_groups(groups, fresh)})
         for group in replaceable:
             # Prints what the launcher replaced since (its lines and a fresh binding report); the generator's
             # new ranks get the step's weights like every other rank of it (synced_ranks).

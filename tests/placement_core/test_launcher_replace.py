@@ -1,7 +1,8 @@
 """Replacing lost replicas (issue 42, the launcher and driver half): the membership bookkeeping (pure), then real
 actors on the session's simulated cluster (a killed replica left out and started again, the driver that did not
 opt in and the RestartJob component still failing, the reference driver's steps through a rollout kill, and a
-node of it removed and added again)."""
+node of it removed and added again); then a group resized in place (issue 43), alone and under the reference
+driver following its mounted plan."""
 
 from __future__ import annotations
 
@@ -397,3 +398,125 @@ def test_a_node_removed_and_added_again_loses_and_gets_back_its_replicas(
     report = find_report(out)
     assert report is not None and report.ok and report.totals() == {"actor": 1, "rollout": 3}
     assert (weights, list(membership.live), list(membership.lost)) == ([6, 6, 6], [0, 1, 2], [])
+
+
+# -- a group resized in place (issue 43: the operator changed a component's replicas) -------------------------
+
+
+def test_the_ledger_starts_the_ranks_a_resize_adds_and_forgets_those_it_removes() -> None:
+    ledger = Ledger(2)
+    assert ledger.resize(4) == (range(2, 4), range(4, 4))
+    assert ledger.snapshot() == Membership(1, (0, 1), (), (2, 3))
+    assert ledger.to_replace() == [2, 3] and not ledger.is_live(2) and ledger.is_new(2)
+    assert not ledger.lose(3)  # a starting rank never ran: it cannot be lost
+    ledger.join(2)
+    assert ledger.snapshot() == Membership(2, (0, 1, 2), (), (3,)) and ledger.take_joined() == [2]
+    ledger.lose(1)
+    ledger.join(3)
+    # Down to one: the lost, starting and joined ranks beyond it are gone from every list.
+    assert ledger.resize(1) == (range(2, 2), range(1, 4))
+    assert ledger.snapshot() == Membership(5, (0,), (), ()) and ledger.take_joined() == [] == ledger.to_replace()
+    assert ledger.resize(1) == (range(1, 1), range(1, 1)) and ledger.snapshot().version == 5  # no change
+
+
+@pytest.mark.ray
+def test_a_group_grows_and_shrinks_in_place_its_kept_rank_untouched(
+    ray_cluster: None, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rollout 1 -> 3 -> 1 replicas from plans the grammar resized (`4` -> `4-6` -> `4`): the new ranks start on
+    their planned GPUs with the new WORLD_SIZE, verified, handed to the driver once; the kept rank keeps its
+    process; shrinking kills the removed ranks and gives their GPUs back to Ray; a plan that moves a kept rank, and
+    a group that is not replaceable, are refused and change nothing."""
+    import ray
+
+    one, three = (launcher.load_plan(plan_of({"rollout": p}, replace=("rollout",))) for p in ("4", "4-6"))
+    group = launcher.launch(one, "rollout", Replica, options=LaunchOptions(replace_lost=True))
+    try:
+        first = group.call("where").get_live(timeout=60)[0]
+        assert group.resize(three) == (range(1, 3), range(3, 3))
+        assert group.membership == Membership(1, (0,), (), (1, 2))
+        back(group, 1), back(group, 2)
+        assert sorted(group.take_joined()) == [1, 2] and group.take_joined() == []
+        seen = group.call("where").get_live(timeout=60)
+        assert seen[0] == first  # the same process
+        assert [(seen[r]["RANK"], seen[r]["CUDA_VISIBLE_DEVICES"]) for r in (1, 2)] == [("1", "5"), ("2", "6")]
+        assert all(group.checks[r] is not None and group.checks[r].ok for r in (0, 1, 2))
+        removed = [group.actors[1], group.actors[2]]
+        moved = launcher.load_plan(plan_of({"rollout": "7-8"}, replace=("rollout",)))
+        with pytest.raises(launcher.LaunchError, match="the resized plan moves rank 0"):
+            group.resize(moved)
+        assert group.resize(one) == (range(1, 1), range(1, 3))
+        assert group.membership.live == (0,) and len(group.processes) == 1
+        for actor in removed:
+            with pytest.raises(ray.exceptions.RayActorError):
+                ray.get(actor.__ray_ready__.remote(), timeout=60)
+        deadline = time.monotonic() + 30  # what the removed ranks held comes back to Ray
+        while ray.available_resources().get(contract.gpu_resource(0, 5), 0) < 1:
+            assert time.monotonic() < deadline, ray.available_resources()
+            time.sleep(0.2)
+        out = capsys.readouterr().out
+        assert "resized: component 'rollout' 1 -> 3 replicas (ranks 1-2 starting)" in out
+        assert "started: component 'rollout' rank 2 on node rank 0 after " in out
+        assert "resized: component 'rollout' 3 -> 1 replicas (ranks 1-2 stopped)" in out
+    finally:
+        group.shutdown()
+    fixed = launcher.launch(one, "rollout", Replica)
+    try:
+        with pytest.raises(launcher.LaunchError, match="only a replaceable group"):
+            fixed.resize(three)
+    finally:
+        fixed.shutdown()
+
+
+@pytest.mark.ray
+def test_the_reference_driver_follows_the_mounted_plan_as_the_operator_resizes_it(
+    ray_cluster: None, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """run_steps launched from the mounted plan: after step 2 the operator's rewritten plan gives rollout a second
+    replica (on the other node), after step 5 takes it away again. Every step runs once and in order, no rank is
+    lost, the new rank starts verified and gets the step's weights before it generates, the kept processes keep
+    their PIDs, and the last binding report covers what runs at the end."""
+    from placement_core.launcher import steps
+    from placement_core.launcher.demo_worker import Worker
+
+    placements = {"actor": "0", "rollout": "1", "reward": "2"}
+    small = plan_of(placements, replace=("rollout",))
+    grown = plan_of({**placements, "rollout": "1,9"}, replace=("rollout",))
+    (tmp_path / contract.PLAN_KEY).write_text(small.to_json())
+    monkeypatch.setenv(contract.PLAN_DIR_ENV, str(tmp_path))
+    monkeypatch.setattr(replacing, "POD_PLAN_DIR", str(tmp_path / "no-pod-mount"))
+    plan = launcher.read_plan()
+    groups = launcher.launch_all(
+        plan, dict.fromkeys(["actor", "rollout", "reward"], Worker), options=LaunchOptions(replace_lost=True)
+    )
+    rollout = groups["rollout"]
+
+    def rewrite(new: Plan) -> None:  # as the kubelet does: a new file swapped in
+        staged = tmp_path / "staged"
+        staged.write_text(new.to_json())
+        staged.replace(tmp_path / contract.PLAN_KEY)
+
+    hooks = Hooks({2: lambda: rewrite(grown), 3: lambda: back(rollout, 1), 5: lambda: rewrite(small)})
+    try:
+        before = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+        assert steps.run_steps(groups, plan, steps.StepOptions(steps=7, reporter=hooks)) == 7
+        after = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+    finally:
+        for group in groups.values():
+            group.shutdown()
+    out = capsys.readouterr().out
+    lines = step_lines(out)
+    assert [line.split(":")[0] for line in lines] == [f"step {i}/7 (attempt 1)" for i in range(1, 8)]
+    assert [r.iteration for r in hooks.reports] == list(range(1, 8))
+    ends = [line.rsplit("; ", 1)[1] for line in lines]
+    assert ends[:2] == ["rollout 1/1 live"] * 2 and ends[2] in ("rollout 1/2 live", "rollout 2/2 live"), out
+    assert ends[3:5] == ["rollout 2/2 live"] * 2 and ends[5:] == ["rollout 1/1 live"] * 2, out
+    assert "lost:" not in out
+    assert "resized: component 'rollout' 1 -> 2 replicas (rank 1 starting)" in out
+    assert "started: component 'rollout' rank 1 on node rank 1 after " in out
+    assert "resized: component 'rollout' 2 -> 1 replicas (rank 1 stopped)" in out
+    assert after == before  # the kept processes ran throughout
+    report = find_report(out)
+    assert report is not None and report.ok and report.totals() == {"actor": 1, "rollout": 1, "reward": 1}
+    # The process table printed once the new rank joined shows it among every live process.
+    assert any(("rollout", "1") in {(row["component"], row["RANK"]) for row in table} for table in process_tables(out))
