@@ -159,6 +159,22 @@ class Kube:
             raise
         return True
 
+    def delete_pod(self, namespace: str, name: str) -> None:
+        """Delete a pod with its grace period (its node is fine: its kubelet stops it); gone already is fine."""
+        try:
+            self.core.delete_namespaced_pod(name, namespace)
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
+        """Set annotations of a pod; gone already is fine."""
+        try:
+            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}})
+        except ApiException as err:
+            if err.status != 404:
+                raise
+
     def delete_pod_now(self, namespace: str, name: str) -> None:
         """Delete a pod without its grace period: its node is gone or unreachable, so its kubelet would never
         confirm a graceful deletion and the pod would stay Terminating."""

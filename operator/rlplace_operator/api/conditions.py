@@ -89,6 +89,10 @@ RANKS_REPLACED = "Replaced"
 #: Lost ranks whose own pod is Ready again (its node was NotReady for a while): nothing was replaced.
 RANKS_BACK = "RanksBack"
 REVERIFYING = "Reverifying"
+# Elastic components (docs/elastic.md): a running job's replicas changed in place (Normal Event), the worker pod of
+# a node the change added is Ready (Normal Event).
+RESIZED = "Resized"
+RANKS_STARTED = "RanksStarted"
 # Kueue admission (docs/kueue.md)
 WAITING_FOR_KUEUE = "WaitingForKueue"
 ADMITTED_BY_KUEUE = "AdmittedByKueue"

@@ -36,6 +36,9 @@ NODES_ANNOTATION = "rlplace.io/nodes"
 GPUS_ANNOTATION = "rlplace.io/gpus"
 #: On a RayJob: the job's attempt it runs (status.attempts when it was made); an older one is a stopped attempt's.
 ATTEMPT_ANNOTATION = "rlplace.io/attempt"
+#: On a running job's head pod: the digest of the plan it should see (a resize in place changed the plan; a pod
+#: changed is a pod the kubelet syncs, which refreshes its ConfigMap volume).
+PLAN_DIGEST_ANNOTATION = "rlplace.io/plan-digest"
 
 #: Audience of the projected ServiceAccount token a job's head pod sends with its progress reports: a token
 #: for this audience is good for nothing else (not the API server, whose audience differs).

@@ -273,7 +273,10 @@ class ComponentReplicas(CamelModel):
     lost: list[LostRanks] | None = None
     """Ranks lost now, by node: the job runs on without them until they are replaced."""
     unverified: list[int] | None = None
-    """Ranks replaced whose binding the driver has not reported yet (BindingVerified waits for them)."""
+    """Ranks replaced or added whose binding the driver has not reported yet (BindingVerified waits for them)."""
+    starting: list[LostRanks] | None = None
+    """Ranks a change of the component's replicas added on a node whose worker pod does not run yet, by node
+    (docs/elastic.md): not lost, they never ran; once the pod is Ready they wait for the driver's binding report."""
 
 
 class RLJobStatus(CamelModel):

@@ -369,3 +369,16 @@ def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_
     held_nodes = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
     nodes = ",".join(node_to if n == node_from else n for n in held_nodes.split(",") if n)
     return {"metadata": {"annotations": {NODES_ANNOTATION: nodes}}, "spec": {"workerGroupSpecs": groups}}
+
+
+def resized_workers(child: Mapping[str, Any]) -> dict:
+    """The merge patch that gives a running job's RayCluster the worker groups and held nodes of `child`, the job's
+    RayJob as built for its resized plan (docs/elastic.md): KubeRay makes the pods of the nodes added, and the pods
+    of nodes taken away are deleted by rlplace once the driver stopped their ranks (its own scale-down would pick any
+    pod). Running pods stay as they are."""
+    annotations = (child.get("metadata") or {}).get("annotations") or {}
+    held = {key: annotations[key] for key in (NODES_ANNOTATION, GPUS_ANNOTATION) if key in annotations}
+    return {
+        "metadata": {"annotations": held},
+        "spec": {"workerGroupSpecs": copy.deepcopy(cluster_spec_of(dict(child))["workerGroupSpecs"])},
+    }

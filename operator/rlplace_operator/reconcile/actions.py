@@ -112,10 +112,34 @@ class MoveWorker:
     pods: tuple[str, ...] = ()
 
 
+@dataclass(frozen=True)
+class ResizeWorkers:
+    """A running job's worker pods follow its plan, resized in place (docs/elastic.md): the merge patch `patch`
+    (builders.raycluster.resized_workers: the worker groups' replicas and nodes, the held-nodes annotation) on its
+    RayCluster `cluster`, the annotation on its RayJob too (KubeRay reads a RayJob's cluster spec only when it makes
+    the cluster), and `head`, the head pod, annotated with the plan's digest: a pod changed is a pod the kubelet
+    syncs, so the driver's copy of the ConfigMap is the new plan within seconds, not up to its sync period."""
+
+    cluster: str
+    patch: Mapping[str, Any]
+    head: str | None = None
+    plan_digest: str = ""
+
+
+@dataclass(frozen=True)
+class DeletePods:
+    """Delete worker pods the plan no longer has (a resize took their node away), gracefully: their node is
+    fine, and the driver stopped their ranks already."""
+
+    pods: tuple[str, ...]
+
+
 Action = (
     Provision
     | Relocate
     | MoveWorker
+    | ResizeWorkers
+    | DeletePods
     | Apply
     | DeleteStale
     | DeleteChildren

@@ -21,6 +21,7 @@ from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import (
     API_VERSION,
+    PLAN_DIGEST_ANNOTATION,
     RAYCLUSTER_PLURAL,
     RAYJOB_PLURAL,
     JobKey,
@@ -32,6 +33,7 @@ from rlplace_operator.kube import Kube, StatusConflict
 from rlplace_operator.reconcile.actions import (
     Apply,
     DeleteChildren,
+    DeletePods,
     DeleteStale,
     MarkWorkload,
     MoveWorker,
@@ -40,6 +42,7 @@ from rlplace_operator.reconcile.actions import (
     ReleaseNodes,
     ReleaseWorkload,
     RequestCheckpoint,
+    ResizeWorkers,
     SuspendDriver,
 )
 from rlplace_operator.reconcile.decide import status_wire
@@ -117,6 +120,11 @@ def make_children(kube: Kube, job: Job, outcome: Outcome) -> None:
             delete_stale(kube, job, action)
         elif isinstance(action, MoveWorker):
             move_worker(kube, job, action)
+        elif isinstance(action, ResizeWorkers):
+            resize_workers(kube, job, action)
+        elif isinstance(action, DeletePods):
+            for pod in action.pods:
+                kube.delete_pod(job.namespace, pod)
 
 
 def move_worker(kube: Kube, job: Job, action: MoveWorker) -> None:
@@ -132,6 +140,18 @@ def move_worker(kube: Kube, job: Job, action: MoveWorker) -> None:
         kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), {"metadata": patch["metadata"]})
     for pod in action.pods:
         kube.delete_pod_now(job.namespace, pod)
+
+
+def resize_workers(kube: Kube, job: Job, action: ResizeWorkers) -> None:
+    """The RayCluster's worker groups as the resized plan has them, the RayJob's held-nodes annotation too, and the
+    head pod nudged to see the new plan (ResizeWorkers)."""
+    if not kube.patch_ray_object(job.namespace, RAYCLUSTER_PLURAL, action.cluster, dict(action.patch)):
+        return  # gone meanwhile: the job's next look sees why
+    if job.entrypoint:
+        patch = {"metadata": dict(action.patch["metadata"])}
+        kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), patch)
+    if action.head is not None:
+        kube.annotate_pod(job.namespace, action.head, {PLAN_DIGEST_ANNOTATION: action.plan_digest})
 
 
 def act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set[JobKey]) -> None:

@@ -30,6 +30,7 @@ from rlplace_operator.reconcile.driver import with_driver
 from rlplace_operator.reconcile.observe import recommendation_due
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
 from rlplace_operator.reconcile.replicas import for_new_attempt, replicas_pending
+from rlplace_operator.reconcile.resize import draining, surplus_pods
 from rlplace_operator.reconcile.restarts import attempt_of, follow_eviction, follow_replaced_nodes, stale_attempt
 from rlplace_operator.reconcile.world import Job, World
 
@@ -68,8 +69,20 @@ def reconcile(job: Job, world: World) -> Outcome:
         return Outcome((), status_of(status), LOOK_AGAIN_SECONDS)
     assert child is not None
     if job.entrypoint:
-        return with_driver(job, world, status, child)
-    return with_cluster(job, world, status, child)
+        return with_surplus_pods(world, with_driver(job, world, status, child))
+    return with_surplus_pods(world, with_cluster(job, world, status, child))
+
+
+def with_surplus_pods(world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with the deletion of worker pods on nodes the plan no longer has (a resize took them away,
+    resize.py), once the driver stopped their ranks."""
+    status = outcome.status
+    if status.phase != JobPhase.RUNNING:
+        return outcome
+    delete = surplus_pods(status_wire(status), status.ray_cluster, world.pods, world.plan)
+    if delete is None:
+        return outcome
+    return dataclasses.replace(outcome, actions=(*outcome.actions, delete))
 
 
 def _waiting(job: Job, world: World, status: dict[str, Any]) -> Outcome:
@@ -206,7 +219,8 @@ def needs_look(entry: Mapping[str, Any]) -> bool:
     if status.get("preemption") or admitter.awaits_workload_word(status):
         return True
     unverified = not any(c.get("type") == cond.BINDING_VERIFIED for c in status.get("conditions") or [])
-    return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and (unverified or replicas_pending(status))
+    pending = unverified or replicas_pending(status) or draining(status)
+    return phase == JobPhase.RUNNING and bool(status.get("rayJob")) and pending
 
 
 def status_wire(status: RLJobStatus) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
-from placement_core.observe.verify import BindingReport, find_report_after
+from placement_core.observe.verify import BindingReport, find_report, find_report_after
 from placement_core.plan import Plan
 from rlplace_operator.admission import admitter
 from rlplace_operator.admission.ledger import Ledger
@@ -48,6 +48,7 @@ from rlplace_operator.reconcile.driver import (
 )
 from rlplace_operator.reconcile.pods import cluster_ready, pod_problems
 from rlplace_operator.reconcile.replicas import has_replace, replaced_unverified
+from rlplace_operator.reconcile.resize import draining
 from rlplace_operator.reconcile.world import Job, Settings, World, admitted_since, owned
 
 #: Events this much older than the job's admission belong to an earlier attempt (clocks differ a little).
@@ -297,6 +298,9 @@ class Observer:
             report = find_report_after(self._log_tail(job, rayjob), awaited)
         elif state.started and (not verified or restarted):
             report = self._report(job, rayjob, state, now)
+        elif state.started and not state.finished and draining(job.status):
+            # A resize took ranks away: the driver's report printed once it stopped them (resize.py).
+            report = find_report(self._log_tail(job, rayjob))
         return World(
             now=now,
             rayjob=rayjob,

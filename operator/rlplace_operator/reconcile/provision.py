@@ -62,6 +62,7 @@ from rlplace_operator.reconcile.actions import (
 )
 from rlplace_operator.reconcile.driver import driver_status
 from rlplace_operator.reconcile.pods import cluster_ready, mirrored_status, status_of
+from rlplace_operator.reconcile.resize import resize_workers, resized_components
 from rlplace_operator.reconcile.restarts import attempt_for_new_child
 from rlplace_operator.reconcile.world import Job, World
 
@@ -459,6 +460,11 @@ def _children(
     actions.append(Apply((configmap, *templates), owner))
     actions.append(DeleteStale(CLAIM_TEMPLATE_KIND, frozenset(t["metadata"]["name"] for t in templates)))
     actions.append(Apply((child,), owner))
+    if spec.entrypoint and holds_nodes(draft.before):
+        # A running job planned again (its replicas changed, docs/elastic.md): its RayCluster follows the plan.
+        resize = resize_workers(draft.before, child, [w.name for w in planned.workers], world.pods, planned.plan)
+        if resize is not None:
+            actions.append(resize)
     # The child as the API server has it once applied: this spec, and the state KubeRay wrote of it so far (a
     # resumed RayJob is still Suspended in its status until KubeRay acts on the new spec).
     observed = world.rayjob if spec.entrypoint else world.raycluster
@@ -511,6 +517,13 @@ def _describe(
             recommendation=None,
             replacements=None,
         )
+        if holds_nodes(draft.before) and draft.before.get("phase") == JobPhase.RUNNING:
+            # Its Replace components' replicas changed in place: which ranks were added, and an Event each.
+            components, events = resized_components(draft.before, planned.plan, cond.now())
+            if components is not None:
+                draft.set(components=components)
+                for event in events:
+                    draft.post(event.warning, event.reason, event.message)
     if spec.entrypoint and not holds_nodes(draft.before):
         # A new RayJob: its driver's first submission is attempt 1 again (not a restart of the last one), unless it
         # is a restart's new attempt.

@@ -33,7 +33,7 @@ def replaced_unverified(status: Mapping[str, Any]) -> dict[str, list[int]]:
 
 def replicas_pending(status: Mapping[str, Any]) -> bool:
     """Whether the job runs without some of its ranks or waits for their binding report: looked at again soon."""
-    return any(c.get("lost") or c.get("unverified") for c in status.get("components") or [])
+    return any(c.get("lost") or c.get("unverified") or c.get("starting") for c in status.get("components") or [])
 
 
 def for_new_attempt(status: Mapping[str, Any]) -> list[dict[str, Any]] | None:
@@ -42,7 +42,7 @@ def for_new_attempt(status: Mapping[str, Any]) -> list[dict[str, Any]] | None:
     components = status.get("components")
     if not components:
         return components
-    return [{k: v for k, v in c.items() if k not in ("lost", "unverified")} for c in components]
+    return [{k: v for k, v in c.items() if k not in ("lost", "unverified", "starting")} for c in components]
 
 
 def ranks_by_node(plan: Plan) -> dict[str, list[tuple[str, int, OnLoss]]]:
@@ -81,15 +81,23 @@ class Replicas:
     """Component -> ranks replaced whose binding the driver has not reported yet."""
 
     def summary(self) -> str:
-        """One line: which ranks are lost and how many of each component still run."""
+        """One line: which ranks are lost or starting and how many of each component run."""
         parts = [
             f"component '{c['name']}' runs {c['live']}/{c['desired']} ranks while "
             + "; ".join(
-                f"{_ranks_text(lost['ranks'])} on node {lost['node']} are replaced ({lost['why']})"
-                for lost in c["lost"]
+                [
+                    *(
+                        f"{_ranks_text(lost['ranks'])} on node {lost['node']} are replaced ({lost['why']})"
+                        for lost in c.get("lost") or []
+                    ),
+                    *(
+                        f"{_ranks_text(new['ranks'])} on node {new['node']} start ({new['why']})"
+                        for new in c.get("starting") or []
+                    ),
+                ]
             )
             for c in self.components
-            if c.get("lost")
+            if c.get("lost") or c.get("starting")
         ]
         return "; ".join(parts)
 
@@ -128,10 +136,15 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
     for component in plan.components:
         was = previous.get(component.name) or {}
         was_lost = {entry["node"]: entry for entry in was.get("lost") or []}
+        was_starting = {entry["node"]: entry for entry in was.get("starting") or []}
         lost = []
+        starting = []
         for node, why in lost_nodes.items():
             ranks = [rank for name, rank, _ in on_node.get(node, ()) if name == component.name]
             if not ranks:
+                continue
+            if node in was_starting:  # added by a resize: its pod is still to come (its ranks await their report)
+                starting.append({**was_starting[node], "ranks": ranks, "why": cond.brief(why, 200)})
                 continue
             since = (was_lost.get(node) or {}).get("since") or cond.timestamp(now)
             if node not in was_lost:
@@ -148,7 +161,12 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
             lost.append({**entry, **({"pod": pod} if pod else {})})
         replaced = int(was.get("replaced") or 0)
         back = [entry for node, entry in was_lost.items() if node not in lost_nodes]
-        pending = list(was.get("unverified") or [])
+        # Ranks beyond the plan's count (a resize took them away) are awaited no more.
+        pending = [rank for rank in was.get("unverified") or [] if rank < component.world_size]
+        for node, entry in was_starting.items():
+            if node not in lost_nodes and node in on_node:
+                ranks = f"component '{component.name}' {_ranks_text(entry['ranks'])}"
+                events.append(Post(False, cond.RANKS_STARTED, f"{ranks} on node {node}: its worker pod is Ready"))
         for entry in back:
             started = cond.parse_time(entry.get("since"))
             after = f", {(now - started).total_seconds():.0f} s after the loss" if started else ""
@@ -170,9 +188,10 @@ def replicas(plan: Plan, before: Mapping[str, Any], problems: PodProblems, now: 
                 "name": component.name,
                 "onLoss": str(component.on_loss),
                 "desired": component.world_size,
-                "live": component.world_size - sum(len(entry["ranks"]) for entry in lost),
+                "live": component.world_size - sum(len(entry["ranks"]) for entry in (*lost, *starting)),
                 **({"replaced": replaced} if replaced else {}),
                 **({"lost": lost} if lost else {}),
+                **({"starting": starting} if starting else {}),
                 **({"unverified": unverified[component.name]} if component.name in unverified else {}),
             }
         )

@@ -1,0 +1,202 @@
+"""A running job's Replace component resized in place (reconcile/resize.py, docs/elastic.md), over the recorded
+local cluster with a third a800 node: the pass that plans the new count (the job stays Running on its attempt, the
+RayCluster follows, the head pod is nudged, the ranks added are awaited, an Event), the passes after it (a node
+added is starting, not lost, until its pod is Ready; the driver's report verifies the new ranks), and a shrink
+(the node taken away is free for the queue, and its pod is deleted only once the driver stopped its ranks)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+
+import pytest
+from test_relocate import nodes
+
+from placement_core.observe.verify import BindingReport, ProcessCheck
+from placement_core.plan import Plan
+from rlplace_operator.admission.ledger import Ledger
+from rlplace_operator.api.base import dump
+from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION
+from rlplace_operator.reconcile.actions import Apply, DeletePods, Post, Relocate, ResizeWorkers
+from rlplace_operator.reconcile.decide import needs_look, reconcile
+from rlplace_operator.reconcile.provision import provision
+from rlplace_operator.reconcile.resize import plan_digest
+from rlplace_operator.reconcile.world import Job, World
+
+from recorded import NOW, cluster_snapshot, condition, new_job, ray_pods, rayjob
+
+CLUSTER = "split-abcde"
+ACTOR, ROLLOUT, ADDED = "a800-0", "a800-1", "a800-2"
+
+
+def spec(replicas: int) -> dict:
+    return {
+        "nodeGroups": ["a800"],
+        "componentPlacement": [
+            {"components": "actor", "placement": "0-7"},
+            {"components": "rollout", "placement": "8-11"},
+        ],
+        "components": [{"name": "rollout", "onLoss": "Replace", "replicas": replicas, "maxReplicas": 12}],
+        "entrypoint": "python -m placement_core.launcher.demo --steps 60",
+    }
+
+
+def objects(outcome: object) -> dict[str, dict]:
+    return {o["kind"]: o for a in outcome.actions if isinstance(a, Apply) for o in a.objects}  # type: ignore[attr-defined]
+
+
+def posts(outcome: object, reason: str) -> list[str]:
+    return [a.message for a in outcome.actions if isinstance(a, Post) and a.reason == reason]  # type: ignore[attr-defined]
+
+
+def running_rayjob() -> dict:
+    driver = rayjob("Running", "RUNNING")
+    driver["metadata"]["name"] = "split"
+    driver["status"]["rayClusterName"] = CLUSTER
+    return driver
+
+
+def running_job(replicas: int, ledger: Ledger) -> tuple[Job, Plan, list[dict]]:
+    """The job provisioned with `replicas` rollout replicas and running: its job (status as written), plan, pods."""
+    snapshot = cluster_snapshot(nodes())
+    outcome = provision(new_job("split", spec(replicas)), World(now=NOW, child_known=False, snapshot=snapshot), ledger)
+    plan = Plan.from_json(objects(outcome)["ConfigMap"]["data"]["plan.json"])
+    status = dump(outcome.status) | {"phase": "Running", "rayCluster": CLUSTER, "attempts": 1}
+    status["driverStartTime"] = "2026-11-24T00:59:45Z"
+    held = sorted({p.node_name for _, p in plan.processes()})
+    report = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in plan.processes())
+    status["binding"] = [
+        {"name": n, "verified": v, "processes": report.totals()[n]} for n, v in report.verified().items()
+    ]
+    status["conditions"].append(
+        {
+            "type": "BindingVerified",
+            "status": "True",
+            "reason": "Verified",
+            "lastTransitionTime": "2026-11-24T00:59:50Z",
+        }
+    )
+    return dataclasses.replace(new_job("split", spec(replicas)), status=status), plan, ray_pods(CLUSTER, tuple(held))
+
+
+def resized(job: Job, replicas: int, pods: list[dict], ledger: Ledger) -> tuple[object, Job, Plan]:
+    """The user patched the replicas: the pass that plans the new spec (generation 2), and the job after it."""
+    changed = dataclasses.replace(job, spec=spec(replicas), generation=2)
+    driver = running_rayjob()
+    world = World(now=NOW, rayjob=driver, pods=pods, snapshot=cluster_snapshot(nodes()))
+    assert [type(a).__name__ for a in reconcile(changed, world).actions] == ["Provision"]
+    outcome = provision(changed, world, ledger)
+    plan = Plan.from_json(objects(outcome)["ConfigMap"]["data"]["plan.json"])
+    return outcome, dataclasses.replace(changed, status=dump(outcome.status)), plan
+
+
+def looked(job: Job, plan: Plan, pods: list[dict], report: BindingReport | None = None) -> object:
+    """A later pass over the running job (the nodes of pods not running read, as the observer reads them)."""
+    found = {n["metadata"]["name"]: n for n in nodes()}
+    world = World(now=NOW, rayjob=running_rayjob(), pods=pods, plan=plan, report=report, nodes=found)
+    return reconcile(job, world)
+
+
+def rollout_of(status: dict) -> dict:
+    return next(c for c in status["components"] if c["name"] == "rollout")
+
+
+def test_growing_onto_a_node_it_did_not_hold_keeps_the_job_running_and_the_node_starting_until_verified() -> None:
+    ledger = Ledger()
+    job, _, pods = running_job(4, ledger)
+    outcome, job, grown = resized(job, 12, pods, ledger)
+    status = dump(outcome.status)
+    # The same attempt runs on: nothing deleted or restarted, the kept ranks where they were.
+    assert (status["phase"], status["attempts"], status.get("restartCount")) == ("Running", 1, None), status
+    assert [p.node_name for p in grown.component("rollout").processes[:4]] == [ROLLOUT] * 4
+    assert [p.node_name for p in grown.component("rollout").processes[8:]] == [ADDED] * 4
+    assert ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT, ADDED})
+    (resize,) = [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    assert (resize.cluster, resize.head, resize.plan_digest) == (CLUSTER, f"{CLUSTER}-head-a1b2c", plan_digest(grown))
+    assert resize.patch["metadata"]["annotations"][NODES_ANNOTATION] == f"{ACTOR},{ROLLOUT},{ADDED}"
+    assert [g["replicas"] for g in resize.patch["spec"]["workerGroupSpecs"]] == [3]
+    assert posts(outcome, "Resized") == [
+        f"component 'rollout' 4 -> 12 replicas in place: ranks 4-11 start on node {ROLLOUT}, node {ADDED} (added) "
+        "at the driver's next step"
+    ]
+    rollout = rollout_of(status)
+    assert (rollout["desired"], rollout["live"], rollout["unverified"]) == (12, 8, list(range(4, 12)))
+    assert [(s["node"], s["ranks"]) for s in rollout["starting"]] == [(ADDED, [8, 9, 10, 11])]
+    assert PLAN_DIGEST_ANNOTATION == "rlplace.io/plan-digest"
+
+    # KubeRay makes the pod: not there yet, the ranks are starting, not lost, and nothing moves.
+    waiting = looked(job, grown, pods)
+    status = dump(waiting.status)
+    assert status["phase"] == "Running" and posts(waiting, "RanksLost") == []
+    assert not [a for a in waiting.actions if isinstance(a, Relocate | DeletePods)]  # type: ignore[attr-defined]
+    ready = condition(status, "RayClusterReady")
+    assert (
+        ready["status"] == "False"
+        and f"ranks 8-11 on node {ADDED} start (no worker pod on node {ADDED} yet)" in (ready["message"])
+    )
+    assert rollout_of(status)["live"] == 8 and needs_look({"spec": {}, "status": status})
+
+    # Its pod Ready: the ranks wait for the driver's report, which then verifies them.
+    all_pods = ray_pods(CLUSTER, (ACTOR, ROLLOUT, ADDED))
+    started = looked(dataclasses.replace(job, status=status), grown, all_pods)
+    status = dump(started.status)
+    assert posts(started, "RanksStarted") == [
+        f"component 'rollout' ranks 8-11 on node {ADDED}: its worker pod is Ready"
+    ]
+    rollout = rollout_of(status)
+    assert "starting" not in rollout and rollout["live"] == 12 and rollout["unverified"] == list(range(4, 12))
+    assert condition(status, "BindingVerified")["status"] == "Unknown"
+    report = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in grown.processes())
+    verified = dump(looked(dataclasses.replace(job, status=status), grown, all_pods, report).status)
+    assert condition(verified, "BindingVerified")["status"] == "True" and "unverified" not in rollout_of(verified)
+
+
+def test_growing_on_the_nodes_it_holds_needs_no_new_pod() -> None:
+    ledger = Ledger()
+    job, _, pods = running_job(4, ledger)
+    outcome, _, grown = resized(job, 6, pods, ledger)
+    assert not [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    rollout = rollout_of(dump(outcome.status))
+    assert (rollout["desired"], rollout["unverified"], "starting" in rollout) == (6, [4, 5], False)
+    assert {p.node_name for p in grown.component("rollout").processes} == {ROLLOUT}
+
+
+def test_shrinking_frees_the_node_at_once_and_deletes_its_pod_once_the_driver_stopped_its_ranks() -> None:
+    ledger = Ledger()
+    job, _, pods = running_job(12, ledger)
+    assert ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT, ADDED})
+    outcome, job, small = resized(job, 4, pods, ledger)
+    status = dump(outcome.status)
+    assert status["phase"] == "Running" and status["attempts"] == 1
+    assert ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT})  # the queue may give a800-2 away now
+    (resize,) = [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    assert [g["replicas"] for g in resize.patch["spec"]["workerGroupSpecs"]] == [2]
+    assert posts(outcome, "Resized") == [
+        "component 'rollout' 12 -> 4 replicas in place: ranks 4-11 stop at the driver's next step"
+    ]
+    assert rollout_of(status)["desired"] == 4
+
+    # The driver still reports 12 rollout processes: its step in flight finishes first, the pod stays.
+    still = looked(job, small, pods)
+    assert not [a for a in still.actions if isinstance(a, DeletePods)]  # type: ignore[attr-defined]
+    assert posts(still, "RanksLost") == [] and dump(still.status)["phase"] == "Running"
+    # Its report over the 4 ranks left: the pod of a800-2 goes.
+    report = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in small.processes())
+    status = dump(still.status)
+    status["binding"] = [
+        {"name": n, "verified": v, "processes": report.totals()[n]} for n, v in report.verified().items()
+    ]
+    done = looked(dataclasses.replace(job, status=status), small, pods)
+    (delete,) = [a for a in done.actions if isinstance(a, DeletePods)]  # type: ignore[attr-defined]
+    assert delete.pods == (next(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == ADDED),)
+
+
+@pytest.mark.parametrize("phase", ["Provisioning", "Queued"])
+def test_a_resize_of_a_job_not_running_is_its_next_plan_not_a_change_in_place(phase: str) -> None:
+    """A restart in progress (or a job not started): the new count is simply the plan its next attempt runs."""
+    ledger = Ledger()
+    job, _, pods = running_job(4, ledger)
+    status = copy.deepcopy(job.status) | {"phase": phase}
+    outcome, _, _ = resized(dataclasses.replace(job, status=status), 12, pods, ledger)
+    assert posts(outcome, "Resized") == []
+    assert all("starting" not in c for c in dump(outcome.status).get("components") or [])
