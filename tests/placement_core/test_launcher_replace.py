@@ -520,3 +520,48 @@ def test_the_reference_driver_follows_the_mounted_plan_as_the_operator_resizes_i
     assert report is not None and report.ok and report.totals() == {"actor": 1, "rollout": 1, "reward": 1}
     # The process table printed once the new rank joined shows it among every live process.
     assert any(("rollout", "1") in {(row["component"], row["RANK"]) for row in table} for table in process_tables(out))
+
+
+@pytest.mark.ray
+def test_resizes_in_quick_succession_settle_on_the_last_count_with_no_actor_left_over(ray_cluster: None) -> None:
+    """Eight resizes of a rollout between 1 and 6 replicas (`4` grown through `4-9`) from six live ones, each before
+    the ranks the last one added had started: once the group settles, the live ranks are exactly the last count's, none is starting
+    or lost, and Ray runs exactly one actor per live rank (no rank without a process, no process without a rank)."""
+    import random
+
+    # The GCS's own table of actors (ray.util.state needs the dashboard, which the simulated cluster has not).
+    from ray._private.state import actors as gcs_actors
+
+    plans = {n: launcher.load_plan(plan_of({"rollout": f"4-{3 + n}"}, replace=("rollout",))) for n in range(1, 7)}
+    counts = random.Random(43).choices(range(1, 7), k=8)
+    group = launcher.launch(plans[1], "rollout", Replica, options=LaunchOptions(replace_lost=True))
+    try:
+        group.resize(plans[6])  # first six running ranks, so that the resizes stop live ranks too
+        back(group, 5)
+        for count in counts:
+            group.resize(plans[count])
+            time.sleep(0.2)
+        final = counts[-1]
+        deadline = time.monotonic() + BACK_WITHIN_S
+        while group.membership.live != tuple(range(final)):
+            assert time.monotonic() < deadline, (counts, group.membership)
+            group.wait_for_change(1.0)
+        assert group.membership.starting == () == group.membership.lost
+        seen = group.call("where").get_live(timeout=60)
+        assert sorted(seen) == list(range(final)) and [seen[r]["CUDA_VISIBLE_DEVICES"] for r in seen] == [
+            str(4 + r) for r in range(final)
+        ]
+        ids = {actor._actor_id.hex() for actor in group.actors}
+        deadline = time.monotonic() + 60  # a killed actor is reported dead a moment later
+        while True:
+            alive = {
+                a["ActorID"]
+                for a in gcs_actors().values()
+                if a["State"] == "ALIVE" and a["ActorClassName"] == "Replica"
+            }
+            if alive == ids or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert alive == ids, (counts, alive - ids, ids - alive)
+    finally:
+        group.shutdown()
