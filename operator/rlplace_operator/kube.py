@@ -159,14 +159,6 @@ class Kube:
             raise
         return True
 
-    def delete_pod(self, namespace: str, name: str) -> None:
-        """Delete a pod with its grace period (its node is fine: its kubelet stops it); gone already is fine."""
-        try:
-            self.core.delete_namespaced_pod(name, namespace)
-        except ApiException as err:
-            if err.status != 404:
-                raise
-
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str]) -> None:
         """Set annotations of a pod; gone already is fine."""
         try:

@@ -67,9 +67,8 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [pods]
   verbs: [list]
 # The worker pod of a lost node whose ranks are all Replace ranks is deleted (at once when the node is gone) so
-# that KubeRay makes it on the node they move to (docs/replace.md); the worker pod of a node a resize took away is
-# deleted once the driver stopped its ranks, and the head pod of a resized job is annotated with the plan's digest
-# so that its kubelet refreshes the plan it mounts at once (docs/elastic.md).
+# that KubeRay makes it on the node they move to (docs/replace.md). The head pod of a job resized in place is
+# annotated with the plan's digest, so that its kubelet refreshes the plan it mounts at once (docs/elastic.md).
 - apiGroups: [""]
   resources: [pods]
   verbs: [delete, patch]

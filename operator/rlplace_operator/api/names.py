@@ -21,6 +21,8 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 TOPOLOGY_LEVELS = ("network.topology.kubernetes.io/block", "network.topology.kubernetes.io/rack")
 #: KubeRay's pod label with the Ray node type (head, worker).
 KUBERAY_NODE_TYPE_LABEL = "ray.io/node-type"
+#: KubeRay's pod label with the worker group a worker pod belongs to.
+KUBERAY_GROUP_LABEL = "ray.io/group"
 #: KubeRay runs a pod template's own container command (its `ray start` in $KUBERAY_GEN_RAY_START_CMD).
 KUBERAY_OVERWRITE_COMMAND = "ray.io/overwrite-container-cmd"
 #: Node label that orders nodes inside a NodeGroup (an integer; nodes without it come last, then by name).

@@ -373,12 +373,44 @@ def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_
 
 def resized_workers(child: Mapping[str, Any]) -> dict:
     """The merge patch that gives a running job's RayCluster the worker groups and held nodes of `child`, the job's
-    RayJob as built for its resized plan (docs/elastic.md): KubeRay makes the pods of the nodes added, and the pods
-    of nodes taken away are deleted by rlplace once the driver stopped their ranks (its own scale-down would pick any
-    pod). Running pods stay as they are."""
+    RayJob as built for its grown plan (docs/elastic.md): KubeRay makes the pods of the nodes added. Running pods
+    stay as they are."""
     annotations = (child.get("metadata") or {}).get("annotations") or {}
     held = {key: annotations[key] for key in (NODES_ANNOTATION, GPUS_ANNOTATION) if key in annotations}
     return {
         "metadata": {"annotations": held},
         "spec": {"workerGroupSpecs": copy.deepcopy(cluster_spec_of(dict(child))["workerGroupSpecs"])},
     }
+
+
+def dropped_workers(cluster: Mapping[str, Any], drops: Mapping[str, tuple[str, str]]) -> dict:
+    """The merge patch that takes worker pods out of a running job's RayCluster once the driver stopped their ranks
+    (a shrink, docs/elastic.md): `drops` is pod -> (its worker group, its node). Each group runs that many fewer
+    replicas, no longer on those nodes, and names the pods in `scaleStrategy.workersToDelete`, so that KubeRay
+    deletes exactly them (with fewer replicas alone it deletes pods of its own choosing, the ones kept included);
+    the held-nodes annotation drops the nodes. A node's hostname label is taken to be its name (KubeRay's pods
+    name their node; a node whose label differs keeps a value in the affinity that no pod is made for)."""
+    groups = copy.deepcopy((cluster.get("spec") or {}).get("workerGroupSpecs") or [])
+    for group in groups:
+        gone = {pod: node for pod, (name, node) in drops.items() if name == group.get("groupName")}
+        if not gone:
+            continue
+        count = int(group.get("replicas") or 0) - len(gone)
+        group["replicas"] = max(count, 0)
+        group["minReplicas"] = min(int(group.get("minReplicas") or 0), group["replicas"])
+        group["scaleStrategy"] = {"workersToDelete": sorted(gone)}
+        affinity = (((group.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        for term in required.get("nodeSelectorTerms") or []:
+            for rule in [*term.get("matchExpressions", []), *term.get("matchFields", [])]:
+                rule["values"] = [v for v in rule.get("values", ()) if v not in gone.values()]
+        # An `In` with no values left matches nothing and is refused by the API: such a term goes.
+        required["nodeSelectorTerms"] = [
+            t
+            for t in required.get("nodeSelectorTerms") or []
+            if all(r.get("values") for r in [*t.get("matchExpressions", []), *t.get("matchFields", [])])
+        ]
+    dropped = {node for _, node in drops.values()}
+    held_nodes = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
+    nodes = ",".join(n for n in held_nodes.split(",") if n and n not in dropped)
+    return {"metadata": {"annotations": {NODES_ANNOTATION: nodes}}, "spec": {"workerGroupSpecs": groups}}

@@ -114,24 +114,28 @@ class MoveWorker:
 
 @dataclass(frozen=True)
 class ResizeWorkers:
-    """A running job's worker pods follow its plan, resized in place (docs/elastic.md): the merge patch `patch`
-    (builders.raycluster.resized_workers: the worker groups' replicas and nodes, the held-nodes annotation) on its
-    RayCluster `cluster`, the annotation on its RayJob too (KubeRay reads a RayJob's cluster spec only when it makes
-    the cluster), and `head`, the head pod, annotated with the plan's digest: a pod changed is a pod the kubelet
-    syncs, so the driver's copy of the ConfigMap is the new plan within seconds, not up to its sync period."""
+    """A running job's worker pods follow its plan, resized in place (docs/elastic.md): the merge patch `patch`, when
+    the plan added nodes (builders.raycluster.resized_workers: the worker groups' replicas and nodes, the held-nodes
+    annotation), on its RayCluster `cluster`, the annotation on its RayJob too (KubeRay reads a RayJob's cluster spec
+    only when it makes the cluster); and `head`, the head pod, annotated with the plan's digest: a pod changed is a
+    pod the kubelet syncs, so the driver's copy of the ConfigMap is the new plan within seconds, not up to its sync
+    period."""
 
     cluster: str
-    patch: Mapping[str, Any]
+    patch: Mapping[str, Any] | None
     head: str | None = None
     plan_digest: str = ""
 
 
 @dataclass(frozen=True)
-class DeletePods:
-    """Delete worker pods the plan no longer has (a resize took their node away), gracefully: their node is
-    fine, and the driver stopped their ranks already."""
+class DropWorkers:
+    """Take worker pods the plan no longer has out of the job's RayCluster `cluster` (a resize took their node
+    away, and the driver stopped their ranks): `drops` is pod -> (worker group, node);
+    builders.raycluster.dropped_workers on the RayCluster as it is (KubeRay deletes exactly those pods), the
+    RayJob's held-nodes annotation too."""
 
-    pods: tuple[str, ...]
+    cluster: str
+    drops: Mapping[str, tuple[str, str]]
 
 
 Action = (
@@ -139,7 +143,7 @@ Action = (
     | Relocate
     | MoveWorker
     | ResizeWorkers
-    | DeletePods
+    | DropWorkers
     | Apply
     | DeleteStale
     | DeleteChildren

@@ -28,13 +28,13 @@ from rlplace_operator.api.names import (
     raycluster_name,
     rayjob_name,
 )
-from rlplace_operator.builders.raycluster import moved_worker
+from rlplace_operator.builders.raycluster import dropped_workers, moved_worker
 from rlplace_operator.kube import Kube, StatusConflict
 from rlplace_operator.reconcile.actions import (
     Apply,
     DeleteChildren,
-    DeletePods,
     DeleteStale,
+    DropWorkers,
     MarkWorkload,
     MoveWorker,
     Outcome,
@@ -122,9 +122,6 @@ def make_children(kube: Kube, job: Job, outcome: Outcome) -> None:
             move_worker(kube, job, action)
         elif isinstance(action, ResizeWorkers):
             resize_workers(kube, job, action)
-        elif isinstance(action, DeletePods):
-            for pod in action.pods:
-                kube.delete_pod(job.namespace, pod)
 
 
 def move_worker(kube: Kube, job: Job, action: MoveWorker) -> None:
@@ -145,13 +142,26 @@ def move_worker(kube: Kube, job: Job, action: MoveWorker) -> None:
 def resize_workers(kube: Kube, job: Job, action: ResizeWorkers) -> None:
     """The RayCluster's worker groups as the resized plan has them, the RayJob's held-nodes annotation too, and the
     head pod nudged to see the new plan (ResizeWorkers)."""
-    if not kube.patch_ray_object(job.namespace, RAYCLUSTER_PLURAL, action.cluster, dict(action.patch)):
-        return  # gone meanwhile: the job's next look sees why
-    if job.entrypoint:
-        patch = {"metadata": dict(action.patch["metadata"])}
-        kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), patch)
+    if action.patch is not None:
+        if not kube.patch_ray_object(job.namespace, RAYCLUSTER_PLURAL, action.cluster, dict(action.patch)):
+            return  # gone meanwhile: the job's next look sees why
+        if job.entrypoint:
+            patch = {"metadata": dict(action.patch["metadata"])}
+            kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), patch)
     if action.head is not None:
         kube.annotate_pod(job.namespace, action.head, {PLAN_DIGEST_ANNOTATION: action.plan_digest})
+
+
+def drop_workers(kube: Kube, job: Job, action: DropWorkers) -> None:
+    """The RayCluster without the worker pods of nodes a shrink took away (read, changed, patched; KubeRay deletes
+    them), the RayJob's held-nodes annotation too."""
+    cluster = kube.get_raycluster(job.namespace, action.cluster)
+    if cluster is None:
+        return  # gone meanwhile: the job's next look sees why
+    patch = dropped_workers(cluster, action.drops)
+    kube.patch_ray_object(job.namespace, RAYCLUSTER_PLURAL, action.cluster, patch)
+    if job.entrypoint:
+        kube.patch_ray_object(job.namespace, RAYJOB_PLURAL, rayjob_name(job.name), {"metadata": patch["metadata"]})
 
 
 def act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set[JobKey]) -> None:
@@ -172,6 +182,8 @@ def act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set
             write_workload(
                 kube, job.namespace, action.workload, lambda status, a=action: admitter.released(status, a.requeue)
             )
+        elif isinstance(action, DropWorkers):
+            drop_workers(kube, job, action)
         elif isinstance(action, DeleteChildren):
             if job.entrypoint:
                 kube.delete_rayjob(job.namespace, rayjob_name(job.name))

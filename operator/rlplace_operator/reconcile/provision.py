@@ -460,8 +460,14 @@ def _children(
     actions.append(Apply((configmap, *templates), owner))
     actions.append(DeleteStale(CLAIM_TEMPLATE_KIND, frozenset(t["metadata"]["name"] for t in templates)))
     actions.append(Apply((child,), owner))
-    if spec.entrypoint and holds_nodes(draft.before):
-        # A running job planned again (its replicas changed, docs/elastic.md): its RayCluster follows the plan.
+    in_place = not job.by_workload  # under Kueue the Workload says what runs: growing it needs Workload slices
+    if (
+        in_place
+        and spec.entrypoint
+        and holds_nodes(draft.before)
+        and draft.before.get("observedGeneration") != draft.generation
+    ):
+        # A running job planned again (its replicas changed, docs/elastic.md): its RayCluster and its driver follow.
         resize = resize_workers(draft.before, child, [w.name for w in planned.workers], world.pods, planned.plan)
         if resize is not None:
             actions.append(resize)
@@ -517,7 +523,7 @@ def _describe(
             recommendation=None,
             replacements=None,
         )
-        if holds_nodes(draft.before) and draft.before.get("phase") == JobPhase.RUNNING:
+        if holds_nodes(draft.before) and draft.before.get("phase") == JobPhase.RUNNING and not job.by_workload:
             # Its Replace components' replicas changed in place: which ranks were added, and an Event each.
             components, events = resized_components(draft.before, planned.plan, cond.now())
             if components is not None:

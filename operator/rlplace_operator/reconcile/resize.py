@@ -10,9 +10,9 @@ on: it reads the rewritten plan at its next step and starts the ranks added, or 
 - status.components says which ranks were added: on a node the job holds, they wait for the driver's binding
   report (`unverified`, as replaced ranks do); on a node added, they are `starting` until its pod is Ready (not
   lost: they never ran), then wait for the report;
-- a worker pod on a node the plan no longer has is deleted once the driver stopped its ranks (its binding report
-  counts no more of each component's processes than the plan has), so the node is free for the queue without a
-  step in flight losing its work.
+- a worker pod on a node the plan no longer has is taken out of the RayCluster (KubeRay deletes exactly it) once
+  the driver stopped its ranks (its binding report counts no more of each component's processes than the plan
+  has), so no step in flight loses its work; the node is free for the queue from the plan on.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from typing import Any
 
 from placement_core.plan import OnLoss, Plan
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import KUBERAY_NODE_TYPE_LABEL, RAY_CLUSTER_POD_LABEL
+from rlplace_operator.api.names import KUBERAY_GROUP_LABEL, KUBERAY_NODE_TYPE_LABEL, RAY_CLUSTER_POD_LABEL
 from rlplace_operator.builders.raycluster import resized_workers
-from rlplace_operator.reconcile.actions import DeletePods, Post, ResizeWorkers
+from rlplace_operator.reconcile.actions import DropWorkers, Post, ResizeWorkers
 from rlplace_operator.reconcile.pods import planned_nodes, worker_pods
 
 #: What a starting rank's entry says until the pod problems of the next look say more.
@@ -44,10 +44,11 @@ def resize_workers(
     pods: Sequence[Mapping[str, Any]],
     plan: Plan,
 ) -> ResizeWorkers | None:
-    """What makes a running job's RayCluster follow its plan re-made on `nodes` (`child`: its RayJob as built for
-    that plan), or None when it needs nothing: the job holds no RayCluster yet, or its nodes are the same."""
+    """What makes a running job follow its plan re-made on `nodes` (`child`: its RayJob as built for that plan): its
+    RayCluster's worker groups when the plan added nodes (a shrink keeps its pods until the driver stopped their
+    ranks: surplus_pods), and its head pod nudged to see the plan. None when the job holds no RayCluster yet."""
     cluster = before.get("rayCluster")
-    if not cluster or planned_nodes(before) == set(nodes):
+    if not cluster:
         return None
     heads = [
         p["metadata"]["name"]
@@ -55,7 +56,8 @@ def resize_workers(
         if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"
         and not p["metadata"].get("deletionTimestamp")
     ]
-    return ResizeWorkers(cluster, resized_workers(child), heads[0] if heads else None, plan_digest(plan))
+    patch = None if set(nodes) <= planned_nodes(before) else resized_workers(child)
+    return ResizeWorkers(cluster, patch, heads[0] if heads else None, plan_digest(plan))
 
 
 def resized_components(
@@ -135,22 +137,20 @@ def draining(status: Mapping[str, Any]) -> bool:
 
 def surplus_pods(
     status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]], plan: Plan | None
-) -> DeletePods | None:
-    """The worker pods of the job's Ray cluster on nodes its plan no longer has, to delete now: once the driver's
-    binding report counts no more processes of any component than the plan has (it stopped the ranks taken away),
-    or at once when there is no report to wait for."""
+) -> DropWorkers | None:
+    """The worker pods of the job's Ray cluster on nodes its plan no longer has, to take out of it now: once the
+    driver's binding report counts no more processes of any component than the plan has (it stopped the ranks
+    taken away)."""
     if plan is None or not cluster:
         return None
     nodes = planned_nodes(status)
-    surplus = [
-        p["metadata"]["name"]
+    surplus = {
+        p["metadata"]["name"]: ((p["metadata"].get("labels") or {}).get(KUBERAY_GROUP_LABEL, ""), p["spec"]["nodeName"])
         for p in worker_pods(pods)
         if (p["metadata"].get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster
         and (p.get("spec") or {}).get("nodeName")
         and p["spec"]["nodeName"] not in nodes
-    ]
-    if not surplus:
-        return None
-    if draining(status):
-        return None  # the driver still runs ranks the plan took away: their step finishes first
-    return DeletePods(tuple(sorted(surplus)))
+    }
+    if not surplus or draining(status):
+        return None  # none, or the driver still runs ranks the plan took away: their step finishes first
+    return DropWorkers(cluster, surplus)

@@ -17,7 +17,8 @@ from placement_core.plan import Plan
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION
-from rlplace_operator.reconcile.actions import Apply, DeletePods, Post, Relocate, ResizeWorkers
+from rlplace_operator.builders.raycluster import dropped_workers
+from rlplace_operator.reconcile.actions import Apply, DropWorkers, Post, Relocate, ResizeWorkers
 from rlplace_operator.reconcile.decide import needs_look, reconcile
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.resize import plan_digest
@@ -76,7 +77,11 @@ def running_job(replicas: int, ledger: Ledger) -> tuple[Job, Plan, list[dict]]:
             "lastTransitionTime": "2026-11-24T00:59:50Z",
         }
     )
-    return dataclasses.replace(new_job("split", spec(replicas)), status=status), plan, ray_pods(CLUSTER, tuple(held))
+    pods = ray_pods(CLUSTER, tuple(held))
+    for pod in pods:  # KubeRay labels a worker pod with its group (the job's NodeGroup: one pod shape)
+        if pod["metadata"]["labels"]["ray.io/node-type"] == "worker":
+            pod["metadata"]["labels"]["ray.io/group"] = "a800"
+    return dataclasses.replace(new_job("split", spec(replicas)), status=status), plan, pods
 
 
 def resized(job: Job, replicas: int, pods: list[dict], ledger: Ledger) -> tuple[object, Job, Plan]:
@@ -128,7 +133,7 @@ def test_growing_onto_a_node_it_did_not_hold_keeps_the_job_running_and_the_node_
     waiting = looked(job, grown, pods)
     status = dump(waiting.status)
     assert status["phase"] == "Running" and posts(waiting, "RanksLost") == []
-    assert not [a for a in waiting.actions if isinstance(a, Relocate | DeletePods)]  # type: ignore[attr-defined]
+    assert not [a for a in waiting.actions if isinstance(a, Relocate | DropWorkers)]  # type: ignore[attr-defined]
     ready = condition(status, "RayClusterReady")
     assert (
         ready["status"] == "False"
@@ -155,22 +160,26 @@ def test_growing_on_the_nodes_it_holds_needs_no_new_pod() -> None:
     ledger = Ledger()
     job, _, pods = running_job(4, ledger)
     outcome, _, grown = resized(job, 6, pods, ledger)
-    assert not [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    (resize,) = [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    assert resize.patch is None and resize.plan_digest == plan_digest(grown)  # the head nudged, the pods as they are
     rollout = rollout_of(dump(outcome.status))
     assert (rollout["desired"], rollout["unverified"], "starting" in rollout) == (6, [4, 5], False)
     assert {p.node_name for p in grown.component("rollout").processes} == {ROLLOUT}
 
 
-def test_shrinking_frees_the_node_at_once_and_deletes_its_pod_once_the_driver_stopped_its_ranks() -> None:
+def test_shrinking_frees_the_node_at_once_and_takes_its_pod_out_once_the_driver_stopped_its_ranks() -> None:
     ledger = Ledger()
     job, _, pods = running_job(12, ledger)
     assert ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT, ADDED})
+    grown_cluster = {"metadata": {"annotations": {NODES_ANNOTATION: f"{ACTOR},{ROLLOUT},{ADDED}"}}}
     outcome, job, small = resized(job, 4, pods, ledger)
     status = dump(outcome.status)
     assert status["phase"] == "Running" and status["attempts"] == 1
     assert ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT})  # the queue may give a800-2 away now
+    # The RayCluster keeps its pods for now (with fewer replicas KubeRay would delete pods of its own choosing); the
+    # head pod is nudged to see the plan.
     (resize,) = [a for a in outcome.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
-    assert [g["replicas"] for g in resize.patch["spec"]["workerGroupSpecs"]] == [2]
+    assert resize.patch is None and resize.plan_digest == plan_digest(small)
     assert posts(outcome, "Resized") == [
         "component 'rollout' 12 -> 4 replicas in place: ranks 4-11 stop at the driver's next step"
     ]
@@ -178,17 +187,40 @@ def test_shrinking_frees_the_node_at_once_and_deletes_its_pod_once_the_driver_st
 
     # The driver still reports 12 rollout processes: its step in flight finishes first, the pod stays.
     still = looked(job, small, pods)
-    assert not [a for a in still.actions if isinstance(a, DeletePods)]  # type: ignore[attr-defined]
+    assert not [a for a in still.actions if isinstance(a, DropWorkers)]  # type: ignore[attr-defined]
     assert posts(still, "RanksLost") == [] and dump(still.status)["phase"] == "Running"
-    # Its report over the 4 ranks left: the pod of a800-2 goes.
+    assert needs_look({"spec": {}, "status": dump(still.status)})  # looked at until the driver says so
+    # Its report over the 4 ranks left: the pod of a800-2 goes, exactly it.
     report = BindingReport.of((ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in small.processes())
     status = dump(still.status)
     status["binding"] = [
         {"name": n, "verified": v, "processes": report.totals()[n]} for n, v in report.verified().items()
     ]
     done = looked(dataclasses.replace(job, status=status), small, pods)
-    (delete,) = [a for a in done.actions if isinstance(a, DeletePods)]  # type: ignore[attr-defined]
-    assert delete.pods == (next(p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == ADDED),)
+    (drop,) = [a for a in done.actions if isinstance(a, DropWorkers)]  # type: ignore[attr-defined]
+    (pod,) = [p for p in pods if p["spec"].get("nodeName") == ADDED]
+    assert (drop.cluster, dict(drop.drops)) == (CLUSTER, {pod["metadata"]["name"]: ("a800", ADDED)})
+
+    # On the RayCluster as it runs (the three nodes' worker group): one replica fewer, that pod named, the node out.
+    group = {
+        "groupName": "a800",
+        "replicas": 3,
+        "minReplicas": 3,
+        "template": {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "kubernetes.io/hostname", "operator": "In", "values": [ACTOR, ROLLOUT, ADDED]}
+            ]}]
+        }}}}},
+    }  # fmt: skip
+    patch = dropped_workers({**grown_cluster, "spec": {"workerGroupSpecs": [group]}}, drop.drops)
+    (after,) = patch["spec"]["workerGroupSpecs"]
+    assert (after["replicas"], after["minReplicas"], after["scaleStrategy"]) == (
+        2, 2, {"workersToDelete": [pod["metadata"]["name"]]}
+    )  # fmt: skip
+    terms = after["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [ACTOR, ROLLOUT]
+    assert patch["metadata"]["annotations"][NODES_ANNOTATION] == f"{ACTOR},{ROLLOUT}"
+    assert group["replicas"] == 3  # the RayCluster read is not changed in place
 
 
 @pytest.mark.parametrize("phase", ["Provisioning", "Queued"])

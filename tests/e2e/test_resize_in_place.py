@@ -1,0 +1,122 @@
+"""A running job's rollout grown and shrunk in place (issue 43, docs/elastic.md), on the real kubelets of the local
+cluster: the rollout's NodeGroup is the two real GPU nodes (real-4090-0 first), its placement `0-3` (four ranks on
+real-4090-0), and a user patches its replicas while the reference driver runs.
+
+- 4 -> 12: ranks 4-7 start on the node the job holds, ranks 8-11 on real-a800-0, which the job did not hold: the
+  operator reserves it, KubeRay makes its worker pod, the driver (which reads the rewritten plan, its pod nudged
+  to see it at once) starts the new ranks, each verified from inside, and uses them from its next step; the job
+  never leaves Running, attempt 1, the kept processes keep their PIDs.
+- 12 -> 4: the driver stops ranks 4-11 at its next step, then the operator deletes the a800 pod and the node is
+  free again; every step is reported once and in order, and the invariant checker finds nothing wrong.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from kubernetes import client
+from test_replace_in_place import (  # noqa: F401  (rollout_pair: a fixture)
+    driver_log,
+    events,
+    pids,
+    replace_job,
+    rollout,
+    rollout_nodes,
+    rollout_pair,
+    steps_seen,
+    verified_at_step_3,
+    watch_running,
+)
+from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
+
+from e2e_cluster import wait_for
+from invariants import Checker, ClusterState
+from rlplace_fixtures import kubectl
+
+pytestmark = pytest.mark.e2e
+
+GROUP, VERSION = "rlplace.io", "v1alpha1"
+GROWN_ON = "real-a800-0"
+
+
+def patch_replicas(kubeconfig: str, namespace: str, job: str, replicas: int) -> None:
+    """What a user runs: a JSON patch of the component's replicas (docs/elastic.md)."""
+    patch = f'[{{"op": "replace", "path": "/spec/components/0/replicas", "value": {replicas}}}]'
+    kubectl(kubeconfig, "patch", "rljob", job, "-n", namespace, "--type", "json", "-p", patch)
+
+
+def verified_rollout(count: int) -> object:
+    def check(status: dict) -> bool:
+        binding = {b["name"]: b for b in status.get("binding") or []}
+        said = binding.get("rollout") or {}
+        verified = any(
+            c.get("type") == "BindingVerified" and c.get("status") == "True" for c in status.get("conditions") or []
+        )
+        return (
+            verified
+            and said.get("processes") == count == said.get("verified")
+            and not rollout(status).get("unverified")
+        )
+
+    return check
+
+
+def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
+    placement = [
+        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
+    ]
+    components = [{"name": "rollout", "onLoss": "Replace", "replicas": 4, "minReplicas": 1, "maxReplicas": 12}]
+    body = replace_job(
+        run_jobs, "grow", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
+    )
+    # Steps enough for both changes (each about half a minute) with the job still running; the test ends it.
+    body["spec"]["entrypoint"] = "python -m placement_core.launcher.demo --steps 400 --checkpoint-every 100"
+    run_jobs.create(body)
+    first = wait_for(lambda: verified_at_step_3(run_jobs.status("grow")), 300, "grow verified at step 3", interval=1)
+    (held,) = rollout_nodes(first)
+    assert held != GROWN_ON, first
+
+    started = time.monotonic()
+    patch_replicas(kubeconfig, run_jobs.namespace, "grow", 12)
+    grown = watch_running(run_jobs, "grow", verified_rollout(12), 240, "rollout grown to 12 ranks and verified")
+    took = time.monotonic() - started
+    assert sorted(rollout_nodes(grown)) == sorted([held, GROWN_ON]) and grown["attempts"] == 1, grown
+    assert rollout(grown)["desired"] == 12 and rollout(grown)["live"] == 12, grown
+    assert events(run_jobs, "grow", "Resized") and events(run_jobs, "grow", "RanksStarted")
+    log = driver_log(kubeconfig, run_jobs.namespace, "grow")
+    assert "resized: component 'rollout' 4 -> 12 replicas (ranks 4-11 starting)" in log
+    assert "started: component 'rollout' rank 11 on node rank " in log
+    # Every rollout rank as its own process saw itself, the new ones on their planned node and GPUs.
+    rows = {int(r["RANK"]): r for r in pids(log, "rollout")}
+    assert sorted(rows) == list(range(12)), rows
+    assert {rows[r]["node"] for r in range(8, 12)} == {GROWN_ON}
+    assert [rows[r]["CUDA_VISIBLE_DEVICES"] for r in range(8, 12)] == ["0", "1", "2", "3"]
+    print(f"resize in place: 4 -> 12 rollout ranks verified {took:.0f} s after the patch")
+
+    started = time.monotonic()
+    patch_replicas(kubeconfig, run_jobs.namespace, "grow", 4)
+
+    def shrunk(status: dict) -> bool:
+        pods = run_jobs.core.list_namespaced_pod(run_jobs.namespace, label_selector="ray.io/node-type=worker").items
+        on_added = [p for p in pods if p.spec.node_name == GROWN_ON and p.metadata.labels.get("ray.io/cluster")]
+        return verified_rollout(4)(status) and rollout_nodes(status) == [held] and not on_added
+
+    small = watch_running(run_jobs, "grow", shrunk, 180, "rollout back to 4 ranks and the a800 pod gone")
+    took = time.monotonic() - started
+    assert small["attempts"] == 1 and rollout(small)["desired"] == 4, small
+    cluster = run_jobs.ray("rayclusters", small["rayCluster"]) or {}
+    assert GROWN_ON not in cluster["metadata"]["annotations"]["rlplace.io/nodes"], cluster["metadata"]
+    log = driver_log(kubeconfig, run_jobs.namespace, "grow")
+    assert "resized: component 'rollout' 12 -> 4 replicas (ranks 4-11 stopped)" in log
+    assert "lost:" not in log  # the ranks were stopped by the driver, not lost under it
+    seen = steps_seen(log)
+    assert seen == list(range(1, len(seen) + 1)), seen  # every step once and in order, through both changes
+    assert Checker().check(ClusterState.read(k8s)) == []
+    print(f"resize in place: 12 -> 4 rollout ranks, the a800 pod deleted {took:.0f} s after the patch")
