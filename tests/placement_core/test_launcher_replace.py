@@ -248,8 +248,20 @@ class Hooks(LogReporter):
             action()
 
 
+def pids_of(groups: dict[str, WorkerGroup]) -> dict[tuple[str, int], Any]:
+    """(component, rank) -> the PID of each rank's process, as the demo worker says it."""
+    return {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+
+
 def step_lines(out: str) -> list[str]:
     return [line for line in out.splitlines() if line.startswith("step ")]
+
+
+def steps_once_in_order(out: str, total: int) -> list[str]:
+    """The step lines of attempt 1 in `out`, checked to be steps 1..total, each once and in order."""
+    lines = step_lines(out)
+    assert [line.split(":")[0] for line in lines] == [f"step {i}/{total} (attempt 1)" for i in range(1, total + 1)]
+    return lines
 
 
 def process_tables(out: str) -> list[list[dict[str, str]]]:
@@ -298,7 +310,7 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
     hooks = Hooks({2: killer.start, 3: killer.join, 4: wait_back})
     store = CheckpointStore(tmp_path, attempt_number=1)
     try:
-        before = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+        before = pids_of(groups)
         options = steps.StepOptions(steps=6, checkpoint_every=6, store=store, reporter=hooks)
         assert steps.run_steps(groups, plan, options) == 6
         weights = rollout.run("weights", timeout=60)
@@ -306,8 +318,7 @@ def test_the_reference_driver_goes_on_through_a_rollout_kill(
         for group in groups.values():
             group.shutdown()
     out = capsys.readouterr().out
-    lines = step_lines(out)
-    assert [line.split(":")[0] for line in lines] == [f"step {i}/6 (attempt 1)" for i in range(1, 7)]
+    lines = steps_once_in_order(out, 6)
     assert [r.iteration for r in find_progress(out)] == [r.iteration for r in hooks.reports] == list(range(1, 7))
     assert lines[0].endswith("; rollout 2/2 live, reward 1/1 live")
     assert any(line.endswith("; rollout 1/2 live, reward 1/1 live") for line in lines[2:4]), out
@@ -504,15 +515,14 @@ def test_the_reference_driver_follows_the_mounted_plan_as_the_operator_resizes_i
 
     hooks = Hooks({2: lambda: rewrite(grown), 3: lambda: back(rollout, 1), 5: lambda: rewrite(small)})
     try:
-        before = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+        before = pids_of(groups)
         assert steps.run_steps(groups, plan, steps.StepOptions(steps=7, reporter=hooks)) == 7
-        after = {(name, rank): seen["PID"] for name, g in groups.items() for rank, seen in enumerate(g.run("where"))}
+        after = pids_of(groups)
     finally:
         for group in groups.values():
             group.shutdown()
     out = capsys.readouterr().out
-    lines = step_lines(out)
-    assert [line.split(":")[0] for line in lines] == [f"step {i}/7 (attempt 1)" for i in range(1, 8)]
+    lines = steps_once_in_order(out, 7)
     assert [r.iteration for r in hooks.reports] == list(range(1, 8))
     ends = [line.rsplit("; ", 1)[1] for line in lines]
     assert ends[:2] == ["rollout 1/1 live"] * 2 and ends[2] in ("rollout 1/2 live", "rollout 2/2 live"), out
