@@ -189,7 +189,7 @@ def _start_awaited(job: Job, status: dict[str, Any], cause: Cause) -> Outcome:
     return Outcome(actions, status_of(status), LOOK_AGAIN_SECONDS)
 
 
-def _running_and_ready(pod: Mapping[str, Any]) -> str | None:
+def running_and_ready(pod: Mapping[str, Any]) -> str | None:
     """Why a pod is not Running and Ready, as the API shows it (None: it is)."""
     status = pod.get("status") or {}
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
@@ -252,7 +252,7 @@ def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[
     head = None
     if not heads:
         head = "the Ray head pod does not exist yet"
-    elif (why := _running_and_ready(heads[0])) is not None:
+    elif (why := running_and_ready(heads[0])) is not None:
         head = f"Ray head pod {heads[0]['metadata']['name']}: {why}"
     workers = worker_pods(own)
     bound = {(p.get("spec") or {}).get("nodeName"): p for p in workers}
@@ -262,11 +262,11 @@ def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[
         pod = bound.get(node)
         if pod is None:
             problems[node] = (
-                f"worker pod {unbound[0]['metadata']['name']}: {_running_and_ready(unbound[0])}"
+                f"worker pod {unbound[0]['metadata']['name']}: {running_and_ready(unbound[0])}"
                 if unbound
                 else f"no worker pod on node {node} yet"
             )
-        elif (why := _running_and_ready(pod)) is not None:
+        elif (why := running_and_ready(pod)) is not None:
             problems[node] = f"worker pod {pod['metadata']['name']} on node {node}: {why}"
     uids = {node: (pod.get("metadata") or {}).get("uid", "") for node, pod in bound.items() if node}
     created = {node: (pod.get("metadata") or {}).get("creationTimestamp", "") for node, pod in bound.items() if node}

@@ -200,6 +200,13 @@ def test_shrinking_frees_the_node_at_once_and_takes_its_pod_out_once_the_driver_
     (drop,) = [a for a in done.actions if isinstance(a, DropWorkers)]  # type: ignore[attr-defined]
     (pod,) = [p for p in pods if p["spec"].get("nodeName") == ADDED]
     assert (drop.cluster, dict(drop.drops)) == (CLUSTER, {pod["metadata"]["name"]: ("a800", ADDED)})
+    # A pod not Ready on a node the plan left is a lost node's (a Replace move's), never a shrink's surplus.
+    not_ready = copy.deepcopy(pods)
+    for p in not_ready:
+        if p["spec"].get("nodeName") == ADDED:
+            p["status"]["conditions"] = [{"type": "Ready", "status": "False"}]
+    kept = looked(dataclasses.replace(job, status=status), small, not_ready)
+    assert not [a for a in kept.actions if isinstance(a, DropWorkers)]  # type: ignore[attr-defined]
 
     # On the RayCluster as it runs (the three nodes' worker group): one replica fewer, that pod named, the node out.
     group = {
