@@ -419,6 +419,20 @@ class Kube:
                 return None
             raise
 
+    def set_component_replicas(self, namespace: str, name: str, index: int, component: str, replicas: int) -> None:
+        """Set spec.components[index].replicas (the elastic loop's change, docs/elastic.md), as a JSON patch that first
+        tests that the entry is still `component`'s: a user who reordered or removed it meanwhile wins (422)."""
+        path = f"/spec/components/{index}"
+        patch = [
+            {"op": "test", "path": f"{path}/name", "value": component},
+            {"op": "add", "path": f"{path}/replicas", "value": replicas},
+        ]
+        try:
+            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name, patch)
+        except ApiException as err:
+            if err.status not in (404, 422):
+                raise
+
     def patch_rljob_status(self, namespace: str, name: str, patch: dict, resource_version: str | None = None) -> dict:
         """Merge-patch the job's status; with `resource_version` only if the job is still at that version
         (the API server answers 409 Conflict otherwise: someone wrote in between, read again)."""

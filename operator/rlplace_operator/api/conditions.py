@@ -93,6 +93,8 @@ REVERIFYING = "Reverifying"
 # a node the change added is Ready (Normal Event).
 RESIZED = "Resized"
 RANKS_STARTED = "RanksStarted"
+#: The elastic loop changed a component's replicas (Normal Event; its reason: Grow, Shrink or Undo in the message).
+REPLICAS_CHANGED = "ReplicasChanged"
 # Kueue admission (docs/kueue.md)
 WAITING_FOR_KUEUE = "WaitingForKueue"
 ADMITTED_BY_KUEUE = "AdmittedByKueue"

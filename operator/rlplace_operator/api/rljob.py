@@ -293,6 +293,24 @@ class AutoPlacement(CamelModel):
     (docs/autoplace.md). Not with spec.profile or the rlplace.io/profile annotation (the run measures them)."""
 
 
+class ElasticLoop(CamelModel):
+    """The operator's own changes of elastic components' replicas while the job runs (docs/elastic.md, "The
+    loop"): it grows the bottleneck component when the reported step times predict a shorter iteration, gives
+    replicas back when a component idles, and undoes a change that did not keep its promise."""
+
+    enabled: bool = False
+    """Let the operator change `replicas` of the components that have a range (minReplicas..maxReplicas) itself;
+    a user's own change of replicas is applied as it is either way."""
+    min_gain: Annotated[float, Field(gt=0, lt=1)] = 0.2
+    """Least predicted gain (fraction of the iteration time) for growing the bottleneck component."""
+    idle_share: Annotated[float, Field(gt=0, lt=1)] = 0.25
+    """A component busy less than this share of the iteration gives replicas back (down to minReplicas), keeping
+    its busy time under the share."""
+    cooldown: Annotated[int, Field(ge=0, le=86400)] = 60
+    """Seconds after a change before the loop judges it and changes again; it also waits for three iterations
+    reported on the new replicas."""
+
+
 class SubmissionMode(enum.StrEnum):
     K8S_JOB = "K8sJobMode"
     SIDECAR = "SidecarMode"
@@ -488,6 +506,8 @@ class RLJobSpec(
     ] = []
     """Per-component settings (what losing a process does), by component name; a component not listed keeps the
     defaults."""
+    elastic: ElasticLoop = ElasticLoop()
+    """The closed loop over the replicas of components with a range (docs/elastic.md)."""
     auto_placement: AutoPlacement = AutoPlacement()
     """Auto placement: `enabled` searches the placement from `profile`; `apply`, `minGain`, `cooldown` say what
     to do with the placement recommended from the job's measured step times."""

@@ -279,6 +279,32 @@ class ComponentReplicas(CamelModel):
     (docs/elastic.md): not lost, they never ran; once the pod is Ready they wait for the driver's binding report."""
 
 
+class Resize(CamelModel):
+    """A change of a component's replicas the elastic loop made (docs/elastic.md, "The loop")."""
+
+    time: str
+    """When it was made (RFC 3339)."""
+    iteration: int
+    """The iteration reported when it was made."""
+    component: str
+    """Component name."""
+    previous: int
+    """Replicas before."""
+    replicas: int
+    """Replicas after."""
+    reason: str
+    """Grow (the bottleneck), Shrink (an idle component) or Undo (a change that did not keep its promise)."""
+    observed_iteration_seconds: float
+    """The median iteration time reported before the change."""
+    predicted_iteration_seconds: float
+    """The iteration time the change promised."""
+    kept: bool | None = None
+    """Judged after the cooldown on the iterations reported since: True when it kept its promise, False when it
+    was undone; unset until then."""
+    observed_after_seconds: float | None = None
+    """The median iteration time it was judged on."""
+
+
 class RLJobStatus(CamelModel):
     """What the operator did with the job."""
 
@@ -346,6 +372,9 @@ class RLJobStatus(CamelModel):
     replacements: list[Replacement] = []
     """Re-placements from recommendations for the current spec, oldest first (the last one is what the job
     runs)."""
+    resizes: list[Resize] = []
+    """The elastic loop's last changes of replicas, oldest first (at most 10), each with what it promised and
+    whether it kept it."""
     components: list[ComponentReplicas] = []
     """For a job with Replace components: each component's desired and live ranks, the ranks replaced while the
     job ran and those lost now (docs/replace.md)."""

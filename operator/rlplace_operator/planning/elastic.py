@@ -11,11 +11,16 @@ placement error.
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
+import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from placement_core.errors import PlacementError
 from placement_core.grammar import PlacementEntry, replica_shape, resized_placement
+from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.rljob import ComponentSettings, RLJobSpec
+from rlplace_operator.api.status import Resize, RLJobStatus
 
 
 def elastic_components(spec: RLJobSpec) -> list[ComponentSettings]:
@@ -68,3 +73,182 @@ def running(settings: ComponentSettings) -> int | None:
 def at_most(settings: ComponentSettings) -> int | None:
     """The most replicas the range allows (None: no maximum, the count now is the most)."""
     return settings.max_replicas or settings.replicas
+
+
+# -- the loop: the operator's own changes of replicas (spec.elastic) ---------------------------------------------
+
+#: Iterations reported on a change's replicas before it is judged or another change is made.
+SETTLE_ITERATIONS = 3
+#: A shrink (which promises the same iteration time) is undone when the iteration grew by more than this share.
+SHRINK_TOLERANCE = 0.10
+#: A change of the loop's not applied this long (and not within the cooldown) found no room: it is undone.
+UNPLACED_AFTER_S = 60.0
+#: The most changes kept in status.resizes.
+MAX_RESIZES_KEPT = 10
+
+
+@dataclass(frozen=True)
+class ReplicasChange:
+    """A change of one component's replicas the loop decided: `index` is its entry in spec.components."""
+
+    component: str
+    index: int
+    previous: int
+    replicas: int
+    reason: str
+    """Grow, Shrink or Undo."""
+    predicted: float
+    """The iteration time it promises (seconds)."""
+    why: str
+    """One line for the Event."""
+
+
+@dataclass(frozen=True)
+class LoopStep:
+    """What one look at a running job's step times decides: a change to make, and the last change judged."""
+
+    change: ReplicasChange | None = None
+    judged: Resize | None = None
+
+
+def running_replicas(status: RLJobStatus) -> dict[str, int]:
+    """Component -> the replicas the job runs now, from status.appliedPlacement (components placed alone)."""
+    counts: dict[str, int] = {}
+    for entry in status.applied_placement:
+        if "," in entry.components:
+            continue
+        try:
+            counts[entry.components] = replica_shape(entry.placement).count
+        except PlacementError:
+            continue
+    return counts
+
+
+def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime) -> LoopStep:
+    """The elastic loop's decision for a running job (docs/elastic.md, "The loop"): nothing while a change is being
+    applied (a count the job does not run yet, ranks starting or awaiting their report) or within the cooldown and
+    SETTLE_ITERATIONS of the last change; then the last change judged (an Undo when it did not keep its promise);
+    else the bottleneck grown when that promises at least minGain, else an idle component shrunk."""
+    policy, progress = spec.elastic, status.progress
+    if not policy.enabled or progress is None or progress.iteration_seconds <= 0:
+        return LoopStep()
+    settings = {c.name: (i, c) for i, c in enumerate(spec.components) if c.name in _ranged(spec)}
+    running = running_replicas(status)
+    if not settings or any(name not in running for name in settings):
+        return LoopStep()
+    last = status.resizes[-1] if status.resizes else None
+    made = cond.parse_time(last.time) if last is not None else None
+    since = (now - made).total_seconds() if made is not None else math.inf
+    pending = [n for n, (_, c) in settings.items() if c.replicas is not None and c.replicas != running[n]]
+    if pending:
+        # A change not applied yet. The loop's own, still not applied after the cooldown, found no room (its
+        # provisioning was refused): undone, so the spec says what runs again.
+        ours = last is not None and last.kept is None and last.component in pending
+        if ours and since >= max(policy.cooldown, UNPLACED_AFTER_S):
+            assert last is not None
+            return _judged(last, progress.iteration_seconds, settings, policy.min_gain, placed=False)
+        return LoopStep()
+    if any(c.starting or c.unverified for c in status.components):
+        return LoopStep()
+    if last is not None:
+        if since < policy.cooldown or progress.iteration < last.iteration + SETTLE_ITERATIONS:
+            return LoopStep()
+        if last.kept is None:
+            return _judged(last, progress.iteration_seconds, settings, policy.min_gain)
+    seconds = {c.name: c.seconds for c in progress.components}
+    observed = progress.iteration_seconds
+    grown = _grow(settings, running, seconds, observed, progress.bottleneck, policy.min_gain)
+    return LoopStep(grown or _shrink(settings, running, seconds, observed, progress.bottleneck, policy.idle_share))
+
+
+def _ranged(spec: RLJobSpec) -> set[str]:
+    return {c.name for c in spec.components if c.min_replicas is not None or c.max_replicas is not None}
+
+
+def _judged(
+    last: Resize,
+    observed: float,
+    settings: dict[str, tuple[int, ComponentSettings]],
+    min_gain: float,
+    placed: bool = True,
+) -> LoopStep:
+    """The last change judged on the iteration time reported since: a grow keeps its promise when the iteration is
+    at least half the promised gain shorter, a shrink when it is no more than SHRINK_TOLERANCE longer; an Undo
+    itself is not judged again; a change never `placed` did not keep it."""
+    if not placed:
+        kept = False
+    elif last.reason == "Grow":
+        kept = observed <= last.observed_iteration_seconds * (1 - min_gain / 2)
+    else:
+        kept = last.reason == "Undo" or observed <= last.observed_iteration_seconds * (1 + SHRINK_TOLERANCE)
+    judged = last.model_copy(update={"kept": kept, "observed_after_seconds": round(observed, 4)})
+    if kept or last.component not in settings:
+        return LoopStep(None, judged)
+    index, _ = settings[last.component]
+    outcome = f"observed {observed:.2f} s" if placed else "it found no room (its provisioning was refused)"
+    why = (
+        f"component '{last.component}' back to {last.previous} replicas: {last.reason.lower()} to {last.replicas} "
+        f"promised {last.predicted_iteration_seconds:.2f} s per iteration, {outcome}"
+    )
+    undo = ReplicasChange(
+        last.component, index, last.replicas, last.previous, "Undo", last.observed_iteration_seconds, why
+    )
+    return LoopStep(undo, judged)
+
+
+def _grow(
+    settings: dict[str, tuple[int, ComponentSettings]],
+    running: dict[str, int],
+    seconds: dict[str, float],
+    observed: float,
+    bottleneck: str | None,
+    min_gain: float,
+) -> ReplicasChange | None:
+    """The bottleneck at twice its replicas (at most its maximum), when its work split over them (its busy time
+    scaled by old/new replicas) promises an iteration at least `min_gain` shorter. Its time is taken off the
+    iteration's, never below the busiest other component's (components on their own GPUs run side by side)."""
+    if bottleneck not in settings or bottleneck not in seconds:
+        return None
+    index, component = settings[bottleneck]
+    now = running[bottleneck]
+    target = min(component.max_replicas or now, 2 * now)
+    if target <= now:
+        return None
+    busy = seconds[bottleneck]
+    others = max((s for name, s in seconds.items() if name != bottleneck), default=0.0)
+    predicted = max(others, observed - busy * (1 - now / target))
+    gain = 1 - predicted / observed
+    if gain < min_gain:
+        return None
+    why = (
+        f"component '{bottleneck}' {now} -> {target} replicas: the bottleneck ({busy:.2f} s of {observed:.2f} s), "
+        f"predicted {predicted:.2f} s per iteration ({gain:.0%} faster)"
+    )
+    return ReplicasChange(bottleneck, index, now, target, "Grow", round(predicted, 4), why)
+
+
+def _shrink(
+    settings: dict[str, tuple[int, ComponentSettings]],
+    running: dict[str, int],
+    seconds: dict[str, float],
+    observed: float,
+    bottleneck: str | None,
+    idle_share: float,
+) -> ReplicasChange | None:
+    """The first ranged component other than the bottleneck busy less than `idle_share` of the iteration, at the
+    fewest replicas (not below its minimum) that keep its busy time under that share."""
+    for name, (index, component) in settings.items():
+        if name == bottleneck or name not in seconds:
+            continue
+        now, busy = running[name], seconds[name]
+        if busy >= idle_share * observed:
+            continue
+        target = max(component.min_replicas or 1, math.ceil(now * busy / (idle_share * observed)))
+        if target >= now:
+            continue
+        why = (
+            f"component '{name}' {now} -> {target} replicas: busy {busy:.2f} s of {observed:.2f} s per iteration "
+            f"(under {idle_share:.0%}); predicted {busy * now / target:.2f} s on {target}"
+        )
+        return ReplicasChange(name, index, now, target, "Shrink", round(observed, 4), why)
+    return None

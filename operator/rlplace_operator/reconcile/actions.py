@@ -138,12 +138,23 @@ class DropWorkers:
     drops: Mapping[str, tuple[str, str]]
 
 
+@dataclass(frozen=True)
+class SetReplicas:
+    """The elastic loop changes a component's replicas in the job's spec (spec.components[index]; docs/elastic.md):
+    the job is then planned again and resized in place, as when a user changes them."""
+
+    index: int
+    component: str
+    replicas: int
+
+
 Action = (
     Provision
     | Relocate
     | MoveWorker
     | ResizeWorkers
     | DropWorkers
+    | SetReplicas
     | Apply
     | DeleteStale
     | DeleteChildren

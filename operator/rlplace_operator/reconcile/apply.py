@@ -43,6 +43,7 @@ from rlplace_operator.reconcile.actions import (
     ReleaseWorkload,
     RequestCheckpoint,
     ResizeWorkers,
+    SetReplicas,
     SuspendDriver,
 )
 from rlplace_operator.reconcile.decide import status_wire
@@ -184,6 +185,8 @@ def act(kube: Kube, ledger: Ledger, job: Job, outcome: Outcome, checkpoints: set
             )
         elif isinstance(action, DropWorkers):
             drop_workers(kube, job, action)
+        elif isinstance(action, SetReplicas):
+            kube.set_component_replicas(job.namespace, job.name, action.index, action.component, action.replicas)
         elif isinstance(action, DeleteChildren):
             if job.entrypoint:
                 kube.delete_rayjob(job.namespace, rayjob_name(job.name))

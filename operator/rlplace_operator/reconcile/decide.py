@@ -23,9 +23,17 @@ from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.conditions import Condition
 from rlplace_operator.api.rljob import RLJobSpec
-from rlplace_operator.api.status import ComponentReplicas, JobPhase, RLJobStatus, holds_nodes
-from rlplace_operator.planning import recommend
-from rlplace_operator.reconcile.actions import Action, DeleteChildren, MarkWorkload, Outcome, Post, Provision
+from rlplace_operator.api.status import ComponentReplicas, JobPhase, Resize, RLJobStatus, holds_nodes
+from rlplace_operator.planning import elastic, recommend
+from rlplace_operator.reconcile.actions import (
+    Action,
+    DeleteChildren,
+    MarkWorkload,
+    Outcome,
+    Post,
+    Provision,
+    SetReplicas,
+)
 from rlplace_operator.reconcile.driver import with_driver
 from rlplace_operator.reconcile.observe import recommendation_due
 from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
@@ -159,6 +167,44 @@ def with_recommendation(job: Job, world: World, outcome: Outcome) -> Outcome:
     return Outcome(tuple(actions), new, outcome.requeue_after)
 
 
+def with_elastic_loop(job: Job, world: World, outcome: Outcome) -> Outcome:
+    """`outcome` with the elastic loop's step (planning/elastic.py): the last change judged, and a change of a
+    component's replicas recorded in status.resizes, announced and written to the spec (the next pass resizes the
+    job in place)."""
+    status = outcome.status
+    if status.phase != JobPhase.RUNNING or any(isinstance(a, Provision) for a in outcome.actions):
+        return outcome
+    try:
+        spec = RLJobSpec.model_validate(job.spec)
+    except ValueError:
+        return outcome
+    step = elastic.loop_step(spec, status, world.now)
+    if step.change is None and step.judged is None:
+        return outcome
+    resizes = list(status.resizes)
+    if step.judged is not None:
+        resizes[-1] = step.judged
+    actions = list(outcome.actions)
+    change, progress = step.change, status.progress
+    if change is not None and progress is not None:
+        resizes.append(
+            Resize(
+                time=cond.timestamp(world.now),
+                iteration=progress.iteration,
+                component=change.component,
+                previous=change.previous,
+                replicas=change.replicas,
+                reason=change.reason,
+                observed_iteration_seconds=progress.iteration_seconds,
+                predicted_iteration_seconds=change.predicted,
+            )
+        )
+        actions += [SetReplicas(change.index, change.component, change.replicas)]
+        actions += [Post(False, cond.REPLICAS_CHANGED, f"{change.reason}: {change.why}")]
+    new = status.model_copy(update={"resizes": resizes[-elastic.MAX_RESIZES_KEPT :]})
+    return dataclasses.replace(outcome, actions=tuple(actions), status=new)
+
+
 def with_workload_word(world: World, outcome: Outcome) -> Outcome:
     """`outcome` with what the job's Workload must be told, as the Workload's job reconciler would: PodsReady once
     the job runs (an admin's waitForPodsReady evicts a Workload without it), Finished when it ends (the quota
@@ -204,18 +250,23 @@ def with_queue_word(job: Job, world: World, outcome: Outcome) -> Outcome:
 def decide(job: Job, world: World) -> Outcome:
     """The whole decision for a job in `world`: its reconcile, its recommendation brought up to date, and what its
     Workload must be told and its Admitted condition says of its LocalQueue."""
-    outcome = with_workload_word(world, with_recommendation(job, world, reconcile(job, world)))
+    outcome = with_workload_word(
+        world, with_elastic_loop(job, world, with_recommendation(job, world, reconcile(job, world)))
+    )
     return with_queue_word(job, world, outcome)
 
 
 def needs_look(entry: Mapping[str, Any]) -> bool:
     """Jobs the timer looks at (by their index entry): Queued ones, Provisioning ones, running drivers not verified
-    yet, jobs whose Workload eviction is being carried out or who have not told their Workload yet, and running
-    jobs whose recommendation is due."""
+    yet, jobs whose Workload eviction is being carried out or who have not told their Workload yet, running jobs
+    whose recommendation is due or whose elastic loop is on, and running jobs whose replicas are being replaced,
+    started or stopped."""
     status = entry["status"]
     phase = status.get("phase")
     if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING) or recommendation_due(entry["spec"], status):
         return True
+    if phase == JobPhase.RUNNING and (entry["spec"].get("elastic") or {}).get("enabled") and status.get("progress"):
+        return True  # the elastic loop looks at each report (planning/elastic.py)
     if status.get("preemption") or admitter.awaits_workload_word(status):
         return True
     unverified = not any(c.get("type") == cond.BINDING_VERIFIED for c in status.get("conditions") or [])

@@ -3,6 +3,7 @@ count, and the range checked at admission, each refusal one line naming the comp
 
 from __future__ import annotations
 
+import datetime as dt
 import itertools
 
 import pytest
@@ -18,8 +19,10 @@ from rlplace_operator.api.rljob import (
     REPLICAS_NEED_REPLACE_MESSAGE,
     REPLICAS_OUT_OF_RANGE_MESSAGE,
     ComponentSettings,
+    RLJobSpec,
 )
-from rlplace_operator.api.status import JobPhase
+from rlplace_operator.api.status import JobPhase, RLJobStatus
+from rlplace_operator.planning.elastic import LoopStep, loop_step
 
 
 @pytest.mark.parametrize(
@@ -193,3 +196,137 @@ def test_max_beyond_the_groups_names_the_component_and_what_the_groups_hold() ->
 def test_the_model_refuses_what_the_crd_refuses(settings: dict, said: str) -> None:
     with pytest.raises(ValidationError, match=said.replace("..", r"\.\.")):
         ComponentSettings.model_validate(settings)
+
+
+# -- the loop (spec.elastic) ------------------------------------------------------------------------------------
+
+LOOP_NOW = dt.datetime(2026, 11, 24, 1, 0, tzinfo=dt.UTC)
+
+
+def loop_spec(**elastic: object) -> RLJobSpec:
+    return RLJobSpec.model_validate(
+        {
+            "nodeGroups": ["a800"],
+            "componentPlacement": [
+                {"components": "actor", "placement": "0-3"},
+                {"components": "rollout", "placement": "4-5"},
+                {"components": "reward", "placement": "6-7"},
+            ],
+            "components": [
+                {"name": "rollout", "onLoss": "Replace", "minReplicas": 1, "maxReplicas": 8},
+                {"name": "reward", "onLoss": "Replace", "minReplicas": 2, "maxReplicas": 2},  # never idle-shrunk
+            ],
+            "entrypoint": "python -m placement_core.launcher.demo --steps 100",
+            "elastic": {"enabled": True, "cooldown": 60, **elastic},
+        }
+    )
+
+
+def loop_status(
+    rollout: str = "4-5", seconds: dict | None = None, iteration: int = 10, **fields: object
+) -> RLJobStatus:
+    """A running job: actor 0.5 s, rollout (the bottleneck) 1.8 s on 2 replicas, reward 0.1 s; iteration 2.0 s."""
+    busy = seconds or {"actor": 0.5, "rollout": 1.8, "reward": 0.1}
+    return RLJobStatus.model_validate(
+        {
+            "phase": "Running",
+            "appliedPlacement": [
+                {"components": "actor", "placement": "0-3"},
+                {"components": "rollout", "placement": rollout},
+                {"components": "reward", "placement": "6-7"},
+            ],
+            "progress": {
+                "iteration": iteration,
+                "iterationSeconds": fields.pop("iteration_seconds", 2.0),
+                "components": [{"name": n, "seconds": s} for n, s in busy.items()],
+                "bottleneck": max(busy, key=busy.__getitem__),
+                "updatedAt": "2026-11-24T00:59:59Z",
+            },
+            **fields,
+        }
+    )
+
+
+def test_the_loop_grows_the_bottleneck_when_it_promises_min_gain() -> None:
+    step = loop_step(loop_spec(), loop_status(), LOOP_NOW)
+    change = step.change
+    assert change is not None and step.judged is None
+    # 2 -> 4 replicas: the rollout's 1.8 s split over twice the replicas, 0.9 s off the iteration: 1.1 s, 45% faster.
+    assert (change.component, change.index, change.previous, change.replicas, change.reason) == (
+        "rollout",
+        0,
+        2,
+        4,
+        "Grow",
+    )
+    assert change.predicted == pytest.approx(1.1)
+    assert change.why == (
+        "component 'rollout' 2 -> 4 replicas: the bottleneck (1.80 s of 2.00 s), predicted 1.10 s per iteration "
+        "(45% faster)"
+    )
+    # Not when the gain is below minGain, not beyond maxReplicas, not with the loop off.
+    assert loop_step(loop_spec(minGain=0.5), loop_status(), LOOP_NOW).change is None
+    assert loop_step(loop_spec(), loop_status(rollout="4-11"), LOOP_NOW).change is None  # 8: its maximum
+    assert loop_step(loop_spec(enabled=False), loop_status(), LOOP_NOW) == LoopStep()
+
+
+def test_the_loop_shrinks_an_idle_component_and_waits_while_a_change_is_applied() -> None:
+    idle = {"actor": 1.8, "rollout": 0.2, "reward": 0.1}  # the actor is the bottleneck now: rollout idles
+    step = loop_step(loop_spec(), loop_status(rollout="4-7", seconds=idle), LOOP_NOW)
+    assert step.change is not None
+    assert (step.change.component, step.change.previous, step.change.replicas, step.change.reason) == (
+        "rollout", 4, 2, "Shrink"
+    )  # fmt: skip
+    # A count the spec asks for that the job does not run yet, or ranks still starting: nothing.
+    asked = loop_spec()
+    asked.components[0].replicas = 6
+    assert loop_step(asked, loop_status(rollout="4-7", seconds=idle), LOOP_NOW) == LoopStep()
+    starting = [{"name": "rollout", "onLoss": "Replace", "desired": 4, "live": 2, "unverified": [2, 3]}]
+    assert loop_step(loop_spec(), loop_status(components=starting), LOOP_NOW) == LoopStep()
+
+
+def resized(
+    reason: str, observed: float, predicted: float, iteration: int = 10, time: str = "2026-11-24T00:58:00Z"
+) -> dict:
+    return {
+        "time": time, "iteration": iteration, "component": "rollout", "previous": 2, "replicas": 4, "reason": reason,
+        "observedIterationSeconds": observed, "predictedIterationSeconds": predicted,
+    }  # fmt: skip
+
+
+def test_the_loop_judges_its_last_change_after_the_cooldown_and_undoes_a_broken_promise() -> None:
+    grown = [resized("Grow", 2.0, 1.1)]
+    # Within the cooldown, or fewer than three iterations reported since: nothing.
+    assert loop_step(loop_spec(), loop_status("4-7", iteration=12, resizes=grown), LOOP_NOW) == LoopStep()
+    assert loop_step(loop_spec(cooldown=600), loop_status("4-7", iteration=20, resizes=grown), LOOP_NOW) == LoopStep()
+    # 1.3 s observed on 4 replicas (promised 1.1 s; at least half the promised 20% gain): kept, nothing undone.
+    kept = loop_step(loop_spec(), loop_status("4-7", iteration=13, resizes=grown, iteration_seconds=1.3), LOOP_NOW)
+    assert kept.change is None and kept.judged is not None
+    assert (kept.judged.kept, kept.judged.observed_after_seconds) == (True, 1.3)
+    # 1.95 s observed: the promise broken, the change undone.
+    broken = loop_step(loop_spec(), loop_status("4-7", iteration=13, resizes=grown, iteration_seconds=1.95), LOOP_NOW)
+    assert broken.judged is not None and broken.judged.kept is False
+    undo = broken.change
+    assert undo is not None and (undo.previous, undo.replicas, undo.reason) == (4, 2, "Undo")
+    assert undo.why == (
+        "component 'rollout' back to 2 replicas: grow to 4 promised 1.10 s per iteration, observed 1.95 s"
+    )
+
+
+def test_a_grow_that_found_no_room_is_undone_after_the_cooldown() -> None:
+    """The loop set 4 replicas; the job still runs 2 (provisioning refused the 4: no free GPUs) a cooldown later."""
+    spec = loop_spec()
+    spec.components[0].replicas = 4
+    grown = [resized("Grow", 2.0, 1.1, time="2026-11-24T00:59:30Z")]
+    assert loop_step(spec, loop_status(resizes=grown), LOOP_NOW) == LoopStep()  # 30 s: still applying
+    late = [resized("Grow", 2.0, 1.1, time="2026-11-24T00:58:00Z")]
+    step = loop_step(spec, loop_status(resizes=late), LOOP_NOW)
+    assert step.judged is not None and step.judged.kept is False
+    assert step.change is not None and (step.change.previous, step.change.replicas, step.change.reason) == (
+        4,
+        2,
+        "Undo",
+    )
+    assert step.change.why.endswith("it found no room (its provisioning was refused)")
+    # A user's own change that is not applied yet is never undone by the loop.
+    assert loop_step(spec, loop_status(), LOOP_NOW) == LoopStep()

@@ -18,8 +18,8 @@ from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION
 from rlplace_operator.builders.raycluster import dropped_workers
-from rlplace_operator.reconcile.actions import Apply, DropWorkers, Post, Relocate, ResizeWorkers
-from rlplace_operator.reconcile.decide import needs_look, reconcile
+from rlplace_operator.reconcile.actions import Apply, DropWorkers, Post, Relocate, ResizeWorkers, SetReplicas
+from rlplace_operator.reconcile.decide import decide, needs_look, reconcile
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.resize import plan_digest
 from rlplace_operator.reconcile.world import Job, World
@@ -239,3 +239,33 @@ def test_a_resize_of_a_job_not_running_is_its_next_plan_not_a_change_in_place(ph
     outcome, _, _ = resized(dataclasses.replace(job, status=status), 12, pods, ledger)
     assert posts(outcome, "Resized") == []
     assert all("starting" not in c for c in dump(outcome.status).get("components") or [])
+
+
+def test_the_elastic_loop_writes_its_grow_to_the_spec_and_records_the_promise() -> None:
+    """spec.elastic on: the rollout (4 replicas) is the bottleneck of the reported step times, so the pass records a
+    Grow to 8 (its work split over twice the replicas promises 1.5 s instead of 2.5 s) and writes it to the spec;
+    the pass after the spec change resizes the job in place (the tests above)."""
+    ledger = Ledger()
+    job, plan, pods = running_job(4, ledger)
+    job.spec["elastic"] = {"enabled": True, "cooldown": 0}
+    status = dict(job.status)
+    status["progress"] = {
+        "iteration": 12,
+        "iterationSeconds": 2.5,
+        "components": [{"name": "actor", "seconds": 0.5}, {"name": "rollout", "seconds": 2.0}],
+        "bottleneck": "rollout",
+        "updatedAt": "2026-11-24T00:59:59Z",
+    }
+    job = dataclasses.replace(job, status=status)
+    found = {n["metadata"]["name"]: n for n in nodes()}
+    outcome = decide(job, World(now=NOW, rayjob=running_rayjob(), pods=pods, plan=plan, nodes=found))
+    (change,) = [a for a in outcome.actions if isinstance(a, SetReplicas)]  # type: ignore[attr-defined]
+    assert (change.index, change.component, change.replicas) == (0, "rollout", 8)
+    (resize,) = dump(outcome.status)["resizes"]
+    assert (resize["previous"], resize["replicas"], resize["reason"], resize["iteration"]) == (4, 8, "Grow", 12)
+    assert (resize["observedIterationSeconds"], resize["predictedIterationSeconds"]) == (2.5, 1.5)
+    assert posts(outcome, "ReplicasChanged") == [
+        "Grow: component 'rollout' 4 -> 8 replicas: the bottleneck (2.00 s of 2.50 s), predicted 1.50 s per iteration "
+        "(40% faster)"
+    ]
+    assert needs_look({"spec": job.spec, "status": dump(outcome.status)})
