@@ -90,12 +90,18 @@ def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
     assert sorted(rollout_nodes(grown)) == sorted([held, GROWN_ON]) and grown["attempts"] == 1, grown
     assert rollout(grown)["desired"] == 12 and rollout(grown)["live"] == 12, grown
     assert events(run_jobs, "grow", "Resized") and events(run_jobs, "grow", "RanksStarted")
-    log = driver_log(kubeconfig, run_jobs.namespace, "grow")
+
+    # Every rollout rank as its own process saw itself, the new ones on their planned node and GPUs: the driver
+    # prints its process table after the binding report that verified them (it asks every process), so the log is
+    # read until the table is there.
+    def all_rows() -> tuple[str, dict[int, dict[str, str]]] | None:
+        log = driver_log(kubeconfig, run_jobs.namespace, "grow")
+        rows = {int(r["RANK"]): r for r in pids(log, "rollout")}
+        return (log, rows) if sorted(rows) == list(range(12)) else None
+
+    log, rows = wait_for(all_rows, 60, "the process table of the 12 rollout ranks", interval=2)
     assert "resized: component 'rollout' 4 -> 12 replicas (ranks 4-11 starting)" in log
     assert "started: component 'rollout' rank 11 on node rank " in log
-    # Every rollout rank as its own process saw itself, the new ones on their planned node and GPUs.
-    rows = {int(r["RANK"]): r for r in pids(log, "rollout")}
-    assert sorted(rows) == list(range(12)), rows
     assert {rows[r]["node"] for r in range(8, 12)} == {GROWN_ON}
     assert [rows[r]["CUDA_VISIBLE_DEVICES"] for r in range(8, 12)] == ["0", "1", "2", "3"]
     print(f"resize in place: 4 -> 12 rollout ranks verified {took:.0f} s after the patch")
@@ -121,50 +127,3 @@ def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
     assert Checker().check(ClusterState.read(k8s)) == []
     print(f"resize in place: 12 -> 4 rollout ranks, the a800 pod deleted {took:.0f} s after the patch")
 
-
-def test_the_elastic_loop_grows_the_bottleneck_rollout_and_keeps_its_promise(
-    run_jobs: RunJobs,  # noqa: F811
-    rollout_pair: str,  # noqa: F811
-    kubeconfig: str,
-) -> None:
-    """spec.elastic on, a synthetic workload whose rollout is the bottleneck (4 s per iteration on one GPU, 4/g:
-    its work splits over its GPUs) beside a 0.3 s actor: the loop grows the rollout 1 -> 2 -> 4 replicas in place
-    (each predicted about half the iteration), judges each on the iterations reported after it (kept: the iteration
-    fell as promised), and stops at maxReplicas; the job never leaves Running, attempt 1, every step once."""
-    placement = [
-        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
-        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0"},
-    ]
-    components = [{"name": "rollout", "onLoss": "Replace", "minReplicas": 1, "maxReplicas": 4}]
-    body = replace_job(
-        run_jobs, "loop", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
-    )
-    body["spec"]["entrypoint"] = (
-        "python -m placement_core.launcher.demo --steps 400 --workload synthetic --law actor=0.3 --law rollout=4/g"
-    )
-    # The cooldown covers most of the progress window (the medians of the last 10 reports, one per 5 s at most).
-    body["spec"]["elastic"] = {"enabled": True, "minGain": 0.2, "cooldown": 40}
-    run_jobs.create(body)
-
-    def grown_and_kept(status: dict) -> bool:
-        resizes = status.get("resizes") or []
-        return [(r["previous"], r["replicas"], r["reason"]) for r in resizes] == [(1, 2, "Grow"), (2, 4, "Grow")] and (
-            resizes[-1].get("kept") is True
-        )
-
-    wait_for(lambda: run_jobs.status("loop").get("phase") == "Running", 300, "loop running", interval=1)
-    done = watch_running(run_jobs, "loop", grown_and_kept, 420, "the rollout grown 1 -> 2 -> 4 and both kept")
-    first, second = done["resizes"]
-    assert first["kept"] is True and first["observedAfterSeconds"] < first["observedIterationSeconds"] * 0.9, first
-    assert second["observedAfterSeconds"] < first["observedAfterSeconds"] * 0.9, done["resizes"]
-    assert done["attempts"] == 1 and rollout(done)["desired"] == 4, done
-    assert [c["replicas"] for c in run_jobs.get("loop")["spec"]["components"]] == [4]
-    assert len(events(run_jobs, "loop", "ReplicasChanged")) == 2
-    log = driver_log(kubeconfig, run_jobs.namespace, "loop")
-    seen = steps_seen(log)
-    assert seen == list(range(1, len(seen) + 1)), seen
-    print(
-        "elastic loop: iteration "
-        + " -> ".join(f"{r['observedIterationSeconds']:.2f}" for r in done["resizes"])
-        + f" -> {second['observedAfterSeconds']:.2f} s over rollout 1 -> 2 -> 4 replicas"
-    )
