@@ -126,4 +126,3 @@ def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
     assert seen == list(range(1, len(seen) + 1)), seen  # every step once and in order, through both changes
     assert Checker().check(ClusterState.read(k8s)) == []
     print(f"resize in place: 12 -> 4 rollout ranks, the a800 pod deleted {took:.0f} s after the patch")
-
