@@ -428,7 +428,10 @@ class Kube:
             {"op": "add", "path": f"{path}/replicas", "value": replicas},
         ]
         try:
-            self.custom.patch_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL, name, patch)
+            # The client sends a merge patch unless told otherwise: this is a JSON patch (a list).
+            self.custom.patch_namespaced_custom_object(
+                GROUP, VERSION, namespace, RLJOB_PLURAL, name, patch, _content_type="application/json-patch+json"
+            )
         except ApiException as err:
             if err.status not in (404, 422):
                 raise
