@@ -335,6 +335,26 @@ def build_raycluster(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode]) -> 
     }
 
 
+def _required_affinity(group: Mapping[str, Any]) -> dict:
+    """A worker group's required node affinity (the dict itself, to change in place; {} when it has none)."""
+    affinity = (((group.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
+    return affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+
+
+def _with_values(terms: Sequence[dict]) -> list[dict]:
+    """The node selector terms whose rules all have values: an `In` with no values left matches nothing and is
+    refused by the API, so such a term goes."""
+    return [
+        t for t in terms if all(r.get("values") for r in [*t.get("matchExpressions", []), *t.get("matchFields", [])])
+    ]
+
+
+def _held_nodes(cluster: Mapping[str, Any]) -> list[str]:
+    """The nodes a RayCluster's held-nodes annotation names."""
+    held = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
+    return [n for n in held.split(",") if n]
+
+
 def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_from: str, host_to: str) -> dict:
     """The merge patch that moves the RayCluster's worker pod of `node_from` to `node_to` (Replace ranks of a lost
     node: docs/replace.md): the worker group that may run on `node_from` may run on `node_to` instead (by hostname
@@ -342,8 +362,7 @@ def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_
     annotation says `node_to`. KubeRay makes the group's next pod from the new template; running pods stay."""
     groups = copy.deepcopy((cluster.get("spec") or {}).get("workerGroupSpecs") or [])
     for group in groups:
-        affinity = (((group.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        required = _required_affinity(group)
         terms = required.get("nodeSelectorTerms") or []
         by_host = [r for t in terms for r in t.get("matchExpressions") or [] if r.get("key") == HOSTNAME_LABEL]
         by_name = [t for t in terms if any(node_from in r.get("values", ()) for r in t.get("matchFields") or [])]
@@ -359,15 +378,8 @@ def moved_worker(cluster: Mapping[str, Any], node_from: str, node_to: str, host_
             terms.append({"matchExpressions": [{"key": HOSTNAME_LABEL, "operator": "In", "values": [host_to]}]})
         else:
             terms.append({"matchFields": [{"key": "metadata.name", "operator": "In", "values": [node_to]}]})
-        # An `In` with no values left matches nothing and is refused by the API: such a term goes.
-        terms = [
-            t
-            for t in terms
-            if all(r.get("values") for r in [*t.get("matchExpressions", []), *t.get("matchFields", [])])
-        ]
-        required["nodeSelectorTerms"] = terms
-    held_nodes = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
-    nodes = ",".join(node_to if n == node_from else n for n in held_nodes.split(",") if n)
+        required["nodeSelectorTerms"] = _with_values(terms)
+    nodes = ",".join(node_to if n == node_from else n for n in _held_nodes(cluster))
     return {"metadata": {"annotations": {NODES_ANNOTATION: nodes}}, "spec": {"workerGroupSpecs": groups}}
 
 
@@ -399,18 +411,11 @@ def dropped_workers(cluster: Mapping[str, Any], drops: Mapping[str, tuple[str, s
         group["replicas"] = max(count, 0)
         group["minReplicas"] = min(int(group.get("minReplicas") or 0), group["replicas"])
         group["scaleStrategy"] = {"workersToDelete": sorted(gone)}
-        affinity = (((group.get("template") or {}).get("spec") or {}).get("affinity") or {}).get("nodeAffinity") or {}
-        required = affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+        required = _required_affinity(group)
         for term in required.get("nodeSelectorTerms") or []:
             for rule in [*term.get("matchExpressions", []), *term.get("matchFields", [])]:
                 rule["values"] = [v for v in rule.get("values", ()) if v not in gone.values()]
-        # An `In` with no values left matches nothing and is refused by the API: such a term goes.
-        required["nodeSelectorTerms"] = [
-            t
-            for t in required.get("nodeSelectorTerms") or []
-            if all(r.get("values") for r in [*t.get("matchExpressions", []), *t.get("matchFields", [])])
-        ]
+        required["nodeSelectorTerms"] = _with_values(required.get("nodeSelectorTerms") or [])
     dropped = {node for _, node in drops.values()}
-    held_nodes = ((cluster.get("metadata") or {}).get("annotations") or {}).get(NODES_ANNOTATION, "")
-    nodes = ",".join(n for n in held_nodes.split(",") if n and n not in dropped)
+    nodes = ",".join(n for n in _held_nodes(cluster) if n not in dropped)
     return {"metadata": {"annotations": {NODES_ANNOTATION: nodes}}, "spec": {"workerGroupSpecs": groups}}

@@ -132,7 +132,11 @@ def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime) -> LoopSte
     policy, progress = spec.elastic, status.progress
     if not policy.enabled or progress is None or progress.iteration_seconds <= 0:
         return LoopStep()
-    settings = {c.name: (i, c) for i, c in enumerate(spec.components) if c.name in _ranged(spec)}
+    settings = {
+        c.name: (i, c)
+        for i, c in enumerate(spec.components)
+        if c.min_replicas is not None or c.max_replicas is not None
+    }
     running = running_replicas(status)
     if not settings or any(name not in running for name in settings):
         return LoopStep()
@@ -159,10 +163,6 @@ def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime) -> LoopSte
     observed = progress.iteration_seconds
     grown = _grow(settings, running, seconds, observed, progress.bottleneck, policy.min_gain)
     return LoopStep(grown or _shrink(settings, running, seconds, observed, progress.bottleneck, policy.idle_share))
-
-
-def _ranged(spec: RLJobSpec) -> set[str]:
-    return {c.name for c in spec.components if c.min_replicas is not None or c.max_replicas is not None}
 
 
 def _judged(

@@ -85,8 +85,8 @@ def with_surplus_pods(world: World, outcome: Outcome) -> Outcome:
     """`outcome` with the deletion of worker pods on nodes the plan no longer has (a resize took them away,
     resize.py), once the driver stopped their ranks."""
     status = outcome.status
-    if status.phase != JobPhase.RUNNING:
-        return outcome
+    if status.phase != JobPhase.RUNNING or world.plan is None:
+        return outcome  # surplus_pods needs the plan, read for jobs with Replace components (the ones resized)
     delete = surplus_pods(status_wire(status), status.ray_cluster, world.pods, world.plan)
     if delete is None:
         return outcome

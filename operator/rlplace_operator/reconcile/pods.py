@@ -52,6 +52,16 @@ def worker_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     ]
 
 
+def head_pods(pods: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The Ray head pods among `pods` not being deleted (as worker_pods for the workers)."""
+    return [
+        p
+        for p in pods
+        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"
+        and not p.get("metadata", {}).get("deletionTimestamp")
+    ]
+
+
 def status_of(wire: Mapping[str, Any]) -> RLJobStatus:
     """The status model of a status in wire form (None values: absent)."""
     return RLJobStatus.model_validate({k: v for k, v in wire.items() if v is not None})
@@ -248,7 +258,7 @@ def pod_problems(status: Mapping[str, Any], cluster: str | None, pods: Sequence[
         if not (p.get("metadata") or {}).get("deletionTimestamp")
         and (cluster is None or (p.get("metadata", {}).get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster)
     ]
-    heads = [p for p in own if (p["metadata"].get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"]
+    heads = head_pods(own)
     head = None
     if not heads:
         head = "the Ray head pod does not exist yet"

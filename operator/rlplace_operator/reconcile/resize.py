@@ -23,10 +23,10 @@ from typing import Any
 
 from placement_core.plan import OnLoss, Plan
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import KUBERAY_GROUP_LABEL, KUBERAY_NODE_TYPE_LABEL, RAY_CLUSTER_POD_LABEL
+from rlplace_operator.api.names import KUBERAY_GROUP_LABEL, RAY_CLUSTER_POD_LABEL
 from rlplace_operator.builders.raycluster import resized_workers
 from rlplace_operator.reconcile.actions import DropWorkers, Post, ResizeWorkers
-from rlplace_operator.reconcile.pods import planned_nodes, running_and_ready, worker_pods
+from rlplace_operator.reconcile.pods import head_pods, planned_nodes, running_and_ready, worker_pods
 
 #: What a starting rank's entry says until the pod problems of the next look say more.
 POD_TO_COME = "its worker pod is being made"
@@ -50,14 +50,9 @@ def resize_workers(
     cluster = before.get("rayCluster")
     if not cluster:
         return None
-    heads = [
-        p["metadata"]["name"]
-        for p in pods
-        if (p.get("metadata", {}).get("labels") or {}).get(KUBERAY_NODE_TYPE_LABEL) == "head"
-        and not p["metadata"].get("deletionTimestamp")
-    ]
+    heads = head_pods(pods)
     patch = None if set(nodes) <= planned_nodes(before) else resized_workers(child)
-    return ResizeWorkers(cluster, patch, heads[0] if heads else None, plan_digest(plan))
+    return ResizeWorkers(cluster, patch, heads[0]["metadata"]["name"] if heads else None, plan_digest(plan))
 
 
 def resized_components(
