@@ -8,6 +8,8 @@ real-4090-0), and a user patches its replicas while the reference driver runs.
   never leaves Running, attempt 1, the kept processes keep their PIDs.
 - 12 -> 4: the driver stops ranks 4-11 at its next step, then the operator deletes the a800 pod and the node is
   free again; every step is reported once and in order, and the invariant checker finds nothing wrong.
+- The closed loop (spec.elastic) on a synthetic job whose rollout is the bottleneck: it grows the rollout
+  1 -> 2 -> 4 replicas in place by writing the spec, and judges each change kept from the iterations after it.
 """
 
 from __future__ import annotations
@@ -126,3 +128,54 @@ def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
     assert seen == list(range(1, len(seen) + 1)), seen  # every step once and in order, through both changes
     assert Checker().check(ClusterState.read(k8s)) == []
     print(f"resize in place: 12 -> 4 rollout ranks, the a800 pod deleted {took:.0f} s after the patch")
+    assert seen == list(range(1, len(seen) + 1)), seen  # every step once and in order, through both changes
+    assert Checker().check(ClusterState.read(k8s)) == []
+    print(f"resize in place: 12 -> 4 rollout ranks, the a800 pod deleted {took:.0f} s after the patch")
+
+
+def test_the_elastic_loop_grows_the_bottleneck_rollout_and_keeps_its_promise(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kubeconfig: str,
+) -> None:
+    """spec.elastic on, a synthetic workload whose rollout is the bottleneck (4 s per iteration on one GPU, 4/g:
+    its work splits over its GPUs) beside a 0.3 s actor: the loop grows the rollout 1 -> 2 -> 4 replicas in place
+    (each predicted about half the iteration), judges each on the iterations reported after it (kept: the iteration
+    fell as promised), and stops at maxReplicas; the job never leaves Running, attempt 1, every step once."""
+    placement = [
+        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0"},
+    ]
+    components = [{"name": "rollout", "onLoss": "Replace", "minReplicas": 1, "maxReplicas": 4}]
+    body = replace_job(
+        run_jobs, "loop", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
+    )
+    body["spec"]["entrypoint"] = (
+        "python -m placement_core.launcher.demo --steps 400 --workload synthetic --law actor=0.3 --law rollout=4/g"
+    )
+    # The cooldown covers most of the progress window (the medians of the last 10 reports, one per 5 s at most).
+    body["spec"]["elastic"] = {"enabled": True, "minGain": 0.2, "cooldown": 40}
+    run_jobs.create(body)
+
+    def grown_and_kept(status: dict) -> bool:
+        resizes = status.get("resizes") or []
+        return [(r["previous"], r["replicas"], r["reason"]) for r in resizes] == [(1, 2, "Grow"), (2, 4, "Grow")] and (
+            resizes[-1].get("kept") is True
+        )
+
+    wait_for(lambda: run_jobs.status("loop").get("phase") == "Running", 300, "loop running", interval=1)
+    done = watch_running(run_jobs, "loop", grown_and_kept, 420, "the rollout grown 1 -> 2 -> 4 and both kept")
+    first, second = done["resizes"]
+    assert first["kept"] is True and first["observedAfterSeconds"] < first["observedIterationSeconds"] * 0.9, first
+    assert second["observedAfterSeconds"] < first["observedAfterSeconds"] * 0.9, done["resizes"]
+    assert done["attempts"] == 1 and rollout(done)["desired"] == 4, done
+    assert [c["replicas"] for c in run_jobs.get("loop")["spec"]["components"]] == [4]
+    assert len(events(run_jobs, "loop", "ReplicasChanged")) == 2
+    log = driver_log(kubeconfig, run_jobs.namespace, "loop")
+    seen = steps_seen(log)
+    assert seen == list(range(1, len(seen) + 1)), seen
+    print(
+        "elastic loop: iteration "
+        + " -> ".join(f"{r['observedIterationSeconds']:.2f}" for r in done["resizes"])
+        + f" -> {second['observedAfterSeconds']:.2f} s over rollout 1 -> 2 -> 4 replicas"
+    )
