@@ -248,8 +248,9 @@ def held_by_others(ledger: Ledger, world: AdmissionWorld, key: JobKey, nodes: It
     return {node: held[node] for node in nodes if node in held and held[node] != key}
 
 
-def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob) -> Decision:
-    """Admit `job` now or say where it waits; reserves the nodes of every job this pass admits.
+def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob, reserve: bool = True) -> Decision:
+    """Admit `job` now or say where it waits; reserves the nodes of every job this pass admits (`reserve` False:
+    only says what it would decide, as the elastic loop asks before it grows a running job).
 
     A job that already holds nodes (its RayCluster exists: an update, or resume after a restart) keeps them
     when its demand still fits them; otherwise it goes through the queue like any other. Waiting jobs whose
@@ -270,14 +271,15 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob) -> Decision:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)
             if not isinstance(kept, tuple):
-                ledger.reserve(job.key, kept)
+                if reserve:
+                    ledger.reserve(job.key, kept)
                 return kept
         # Only the jobs ahead of it decide where it goes (or its place): a burst of new jobs costs each one a
         # pass over the few still waiting ahead of it, not over the whole queue.
         ahead = [other for other in _waiting_queue(ledger, world, job.key) if other.order() < job.order()]
         decisions = decide([job, *ahead], pool)
         for key, decision in decisions.items():
-            if isinstance(decision, Admitted):
+            if reserve and isinstance(decision, Admitted):
                 ledger.reserve(key, decision)
         return decisions[job.key]
 

@@ -124,11 +124,17 @@ def running_replicas(status: RLJobStatus) -> dict[str, int]:
     return counts
 
 
-def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime) -> LoopStep:
+#: room(index, now, wanted): the most replicas from `now` to `wanted` spec.components[index] could run now
+#: (reconcile/world.py World.room).
+Room = Callable[[int, int, int], int]
+
+
+def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime, room: Room | None = None) -> LoopStep:
     """The elastic loop's decision for a running job (docs/elastic.md, "The loop"): nothing while a change is being
     applied (a count the job does not run yet, ranks starting or awaiting their report) or within the cooldown and
     SETTLE_ITERATIONS of the last change; then the last change judged (an Undo when it did not keep its promise);
-    else the bottleneck grown when that promises at least minGain, else an idle component shrunk."""
+    else the bottleneck grown when that promises at least minGain and `room` has room for it (None: any count),
+    else an idle component shrunk."""
     policy, progress = spec.elastic, status.progress
     if not policy.enabled or progress is None or progress.iteration_seconds <= 0:
         return LoopStep()
@@ -161,7 +167,7 @@ def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime) -> LoopSte
             return _judged(last, progress.iteration_seconds, settings, policy.min_gain)
     seconds = {c.name: c.seconds for c in progress.components}
     observed = progress.iteration_seconds
-    grown = _grow(settings, running, seconds, observed, progress.bottleneck, policy.min_gain)
+    grown = _grow(settings, running, seconds, observed, progress.bottleneck, policy.min_gain, room)
     return LoopStep(grown or _shrink(settings, running, seconds, observed, progress.bottleneck, policy.idle_share))
 
 
@@ -203,20 +209,30 @@ def _grow(
     observed: float,
     bottleneck: str | None,
     min_gain: float,
+    room: Room | None,
 ) -> ReplicasChange | None:
-    """The bottleneck at twice its replicas (at most its maximum), when its work split over them (its busy time
-    scaled by old/new replicas) promises an iteration at least `min_gain` shorter. Its time is taken off the
-    iteration's, never below the busiest other component's (components on their own GPUs run side by side)."""
+    """The bottleneck at twice its replicas (at most its maximum, and as many as there is room for now), when its
+    work split over them (its busy time scaled by old/new replicas) promises an iteration at least `min_gain`
+    shorter. Its time is taken off the iteration's, never below the busiest other component's (components on
+    their own GPUs run side by side). No room, no grow: a change that could not be placed would only be undone."""
     if bottleneck not in settings or bottleneck not in seconds:
         return None
     index, component = settings[bottleneck]
-    now = running[bottleneck]
+    now, busy = running[bottleneck], seconds[bottleneck]
+    others = max((s for name, s in seconds.items() if name != bottleneck), default=0.0)
+
+    def predicted_at(target: int) -> float:
+        return max(others, observed - busy * (1 - now / target))
+
     target = min(component.max_replicas or now, 2 * now)
+    # Room is asked for only when the grow would be worth it: each answer plans the job again.
+    if target <= now or 1 - predicted_at(target) / observed < min_gain:
+        return None
+    if room is not None:
+        target = room(index, now, target)
     if target <= now:
         return None
-    busy = seconds[bottleneck]
-    others = max((s for name, s in seconds.items() if name != bottleneck), default=0.0)
-    predicted = max(others, observed - busy * (1 - now / target))
+    predicted = predicted_at(target)
     gain = 1 - predicted / observed
     if gain < min_gain:
         return None

@@ -178,7 +178,7 @@ def with_elastic_loop(job: Job, world: World, outcome: Outcome) -> Outcome:
         spec = RLJobSpec.model_validate(job.spec)
     except ValueError:
         return outcome
-    step = elastic.loop_step(spec, status, world.now)
+    step = elastic.loop_step(spec, status, world.now, world.room)
     if step.change is None and step.judged is None:
         return outcome
     resizes = list(status.resizes)

@@ -10,19 +10,21 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import functools
 import itertools
 import re
 from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from typing import Any
 
 from placement_core.contract import plan_from_configmap
-from placement_core.errors import PlacementError
+from placement_core.errors import CapacityError, PlacementError
 from placement_core.observe.verify import BindingReport, find_report, find_report_after
 from placement_core.plan import Plan
 from rlplace_operator.admission import admitter
+from rlplace_operator.admission.demand import oversized, planned_demand
 from rlplace_operator.admission.ledger import Ledger
-from rlplace_operator.admission.queue import groups_with_nodes
-from rlplace_operator.admission.rules import Decision
+from rlplace_operator.admission.queue import admission_world, admit, groups_with_nodes, status_excluded
+from rlplace_operator.admission.rules import Admitted, Decision, QueuedJob, required_level
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import (
     SUBMITTER_CONTAINER,
@@ -31,7 +33,7 @@ from rlplace_operator.api.names import (
     raycluster_name,
     rayjob_name,
 )
-from rlplace_operator.api.rljob import PlacementMode
+from rlplace_operator.api.rljob import PlacementMode, RLJobSpec
 from rlplace_operator.api.status import JobPhase, holds_nodes
 from rlplace_operator.cluster.dra import with_claims_checked
 from rlplace_operator.cluster.selection import job_cluster
@@ -137,7 +139,7 @@ class Observer:
 
     def look(self, job: Job, queue: Decision | None = None, fresh: bool = False) -> World:
         """Everything `decide` reads for the job now."""
-        return self.with_workload(job, self.with_cluster(job, self.world(job, queue, fresh)))
+        return self.with_room(job, self.with_workload(job, self.with_cluster(job, self.world(job, queue, fresh))))
 
     def with_cluster(self, job: Job, world: World) -> World:
         """`world` with the job's cluster when its recommendation is due (planning/recommend.py), and a child made
@@ -181,6 +183,52 @@ class Observer:
         if state is not None and state.holds_quota and queue is not None:
             found = self.kube.get_localqueue(job.namespace, queue) is not None
         return dataclasses.replace(world, workload=state, queue_found=found)
+
+    def with_room(self, job: Job, world: World) -> World:
+        """`world` with the room a running job's elastic loop may grow into (World.room; asked only when the loop
+        would grow), when its loop is on and rlplace's queue admits it (a Workload's job is not resized in place)."""
+        if not (job.spec.get("elastic") or {}).get("enabled") or job.by_workload:
+            return world
+        if job.status.get("phase") != JobPhase.RUNNING:
+            return world
+        return dataclasses.replace(world, room=functools.partial(self._room, job))
+
+    def _room(self, job: Job, index: int, now: int, wanted: int) -> int:
+        """The most replicas from `now` to `wanted` of spec.components[index] admissible now (the count it runs is
+        taken as admissible: its nodes are its own); room is monotone in the count, so a bisection finds it."""
+        spec = job.spec
+        low, high = now, wanted
+        while low < high:
+            middle = (low + high + 1) // 2
+            components = [dict(c) for c in spec.get("components") or []]
+            components[index]["replicas"] = middle
+            if self._admissible(job, RLJobSpec.model_validate({**spec, "components": components})):
+                low = middle
+            else:
+                high = middle - 1
+        return low
+
+    def _admissible(self, job: Job, spec: RLJobSpec) -> bool:
+        """Whether `spec` (the job's, with other replicas) would be admitted now, as provisioning it would be."""
+        snapshot = self.snapshot
+        entries = [indexed(snapshot.nodegroups, name) for name in spec.node_groups]
+        if any(entry is None for entry in entries):
+            return False
+        groups = [self.ledger.group(name, entry) for name, entry in zip(spec.node_groups, entries, strict=True)]
+        unfit, too_small = oversized(spec, groups, snapshot.nodes)
+        if unfit is not None:
+            return False
+        excluded = {**too_small, **status_excluded(job.status, job.generation)}
+        try:
+            demand = planned_demand(
+                job.key, job.generation, spec, job.annotations, groups, snapshot.nodes, excluded, self.ledger
+            )
+        except (PlacementError, CapacityError):
+            return False
+        within = required_level(spec.required_topology_level)
+        queued = QueuedJob(job.key, spec.priority, job.created, demand.demand, demand.excluded, within)
+        decision = admit(self.ledger, admission_world(self.ledger, snapshot), queued, reserve=False)
+        return isinstance(decision, Admitted)
 
     def for_provision(self, job: Job, world: World) -> World:
         """`world` with what provisioning reads: the indexes, whether KubeRay is installed, and what the job's

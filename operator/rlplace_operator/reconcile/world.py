@@ -7,7 +7,7 @@ Wire-form dicts as the API returns them, and the operator's typed copies of what
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,6 +128,10 @@ class World:
     """The job's Workload as its admitter left it (a job admitted by a Workload, once rlplace made it)."""
     queue_found: bool = True
     """Whether the LocalQueue a job admitted by a Workload names exists (read with its Workload)."""
+    room: Callable[[int, int, int], int] | None = None
+    """For a running job whose elastic loop is on: room(index, now, wanted) is the most replicas from `now` (what
+    it runs) to `wanted` that spec.components[index] could run now, as rlplace's queue would admit them (jobs ahead
+    of it first; nothing is reserved by asking). None: not read (any count is taken as placeable)."""
     # -- read only for a job being provisioned (Observer.for_provision) --
     snapshot: Snapshot | None = None
     """The operator's indexes at this moment: NodeGroups, nodes, what other jobs hold."""

@@ -270,6 +270,29 @@ def test_the_loop_grows_the_bottleneck_when_it_promises_min_gain() -> None:
     assert loop_step(loop_spec(enabled=False), loop_status(), LOOP_NOW) == LoopStep()
 
 
+def test_the_loop_grows_only_as_far_as_there_is_room_and_asks_only_when_worth_it() -> None:
+    """room(index, now, wanted) says how many replicas the queue would give the component now: the loop grows to
+    that (promising what that count gives), not at all without room, and does not ask when no grow would pay."""
+    asked: list[tuple[int, int, int]] = []
+
+    def room_for(most: int):
+        def room(index: int, now: int, wanted: int) -> int:
+            asked.append((index, now, wanted))
+            return max(now, min(most, wanted))
+
+        return room
+
+    change = loop_step(loop_spec(), loop_status(), LOOP_NOW, room_for(3)).change
+    assert change is not None and (change.previous, change.replicas) == (2, 3)
+    # 1.8 s over 3 replicas instead of 2: 0.6 s off, 1.4 s.
+    assert change.predicted == pytest.approx(1.4)
+    assert asked == [(0, 2, 4)]
+    assert loop_step(loop_spec(), loop_status(), LOOP_NOW, room_for(2)).change is None  # no room: no grow
+    asked.clear()
+    assert loop_step(loop_spec(minGain=0.5), loop_status(), LOOP_NOW, room_for(8)).change is None
+    assert asked == []  # 45% at most: below minGain, room is not asked for
+
+
 def test_the_loop_shrinks_an_idle_component_and_waits_while_a_change_is_applied() -> None:
     idle = {"actor": 1.8, "rollout": 0.2, "reward": 0.1}  # the actor is the bottleneck now: rollout idles
     step = loop_step(loop_spec(), loop_status(rollout="4-7", seconds=idle), LOOP_NOW)

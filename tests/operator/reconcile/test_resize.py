@@ -20,11 +20,12 @@ from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION
 from rlplace_operator.builders.raycluster import dropped_workers
 from rlplace_operator.reconcile.actions import Apply, DropWorkers, Post, Relocate, ResizeWorkers, SetReplicas
 from rlplace_operator.reconcile.decide import decide, needs_look, reconcile
+from rlplace_operator.reconcile.observe import Observer
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.resize import plan_digest
 from rlplace_operator.reconcile.world import Job, World
 
-from recorded import NOW, cluster_snapshot, condition, new_job, ray_pods, rayjob
+from recorded import NOW, cluster_snapshot, condition, new_job, ray_pods, rayjob, rljob_entry
 
 CLUSTER = "split-abcde"
 ACTOR, ROLLOUT, ADDED = "a800-0", "a800-1", "a800-2"
@@ -269,3 +270,32 @@ def test_the_elastic_loop_writes_its_grow_to_the_spec_and_records_the_promise() 
         "(40% faster)"
     ]
     assert needs_look({"spec": job.spec, "status": dump(outcome.status)})
+
+
+def test_the_loop_is_told_the_room_the_queue_would_give_its_job_and_nothing_is_reserved_by_asking() -> None:
+    """The observer's room for a running elastic job is rlplace's queue's own answer on the recorded nodes: 4 -> 12
+    rollout replicas fit while a800-2 is free (8 on the node it holds, 4 on a800-2); once another job holds a800-2,
+    8 is the most; asking reserves nothing (the other job, queued behind it, still gets a800-2 after the first
+    question). A job waiting ahead of it would hold the grow back the same way (admit's queue order)."""
+    ledger = Ledger()
+    job, _, _ = running_job(4, ledger)
+    job = dataclasses.replace(job, spec={**job.spec, "elastic": {"enabled": True}})
+    blocker_job = new_job(
+        "blocker",
+        {"nodeGroups": ["a800"], "componentPlacement": [{"components": "actor", "placement": "0-7"}]},
+        created="2026-11-24T01:00:00Z",  # after the running job: behind it in the queue
+    )
+    rljobs = {j.key: [rljob_entry(j)] for j in (job, blocker_job)}
+    snapshot = dataclasses.replace(cluster_snapshot(nodes()), rljobs=rljobs)
+    observer = Observer(None, {}, ledger, snapshot=snapshot)  # type: ignore[arg-type]  (no API read)
+    room = observer.with_room(job, World(now=NOW)).room
+    assert room is not None
+    assert room(0, 4, 12) == 12
+    outcome = provision(blocker_job, World(now=NOW, child_known=False, snapshot=snapshot), ledger)
+    assert dump(outcome.status)["placement"]["components"][0]["nodes"] == [ADDED]
+    assert room(0, 4, 12) == 8
+    assert room(0, 8, 12) == 8
+    # Not asked for a job the loop does not drive, nor one not running.
+    assert observer.with_room(dataclasses.replace(job, spec=spec(4)), World(now=NOW)).room is None
+    pending = dataclasses.replace(job, status={**job.status, "phase": "Provisioning"})
+    assert observer.with_room(pending, World(now=NOW)).room is None
