@@ -7,7 +7,10 @@ each job reached each stage. Each benchmark imports it as a sibling module (benc
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import datetime as dt
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -28,6 +31,44 @@ from e2e_cluster import fake_node_manifest  # noqa: E402
 GROUP, VERSION = "rlplace.io", "v1alpha1"
 BENCH_LABEL = "rlplace.io/bench"
 METADATA_ONLY = "application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1"
+
+
+#: A step line of the reference driver (placement_core/launcher/steps.py): step, attempt, iteration seconds and
+#: the rest (how many replicas of each Replace component were live).
+STEP_LINE = re.compile(r"^step (\d+)/\d+ \(attempt (\d+)\):.*iteration ([0-9.]+) s(?:; (.*))?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Line:
+    """One line of a driver's log, with when the container runtime stamped it."""
+
+    at: dt.datetime
+    text: str
+
+
+def driver_lines(kubectl: list[str], namespace: str, job: str) -> list[Line]:
+    """The driver's log of the RLJob `job` (its submitter Job's pod), each line with its runtime timestamp."""
+    out = subprocess.run(
+        [*kubectl, "logs", "--timestamps", "-n", namespace, f"job/{job}"], capture_output=True, text=True
+    ).stdout
+    lines = []
+    for raw in out.splitlines():
+        stamp, _, text = raw.partition(" ")
+        try:
+            lines.append(Line(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")), text))
+        except ValueError:
+            continue
+    return lines
+
+
+def steps_of(lines: list[Line]) -> list[tuple[int, int, float, dt.datetime, str]]:
+    """(step, attempt, iteration seconds, when, the rest of the line) of every step line."""
+    found = []
+    for line in lines:
+        match = STEP_LINE.match(line.text)
+        if match:
+            found.append((int(match[1]), int(match[2]), float(match[3]), line.at, match[4] or ""))
+    return found
 
 
 def percentile(values: list[float], q: float) -> float:

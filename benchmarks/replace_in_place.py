@@ -42,7 +42,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from _harness import GROUP, REPO, VERSION, Operator, bench_cluster, wait_for
+from _harness import GROUP, REPO, VERSION, Line, Operator, bench_cluster, driver_lines, steps_of, wait_for
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
 ROLLOUT_NODES = ("real-4090-0", "real-a800-0")
@@ -51,14 +51,7 @@ LAYOUT = [
     {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
     {"components": "rollout", "nodeGroup": "real-a800,real-4090", "placement": "0-15"},
 ]
-STEP_LINE = re.compile(r"^step (\d+)/\d+ \(attempt (\d+)\):.*iteration ([0-9.]+) s(?:; (.*))?$")
 ROLLOUT_LIVE = re.compile(r"rollout (\d+)/(\d+) live")
-
-
-@dataclasses.dataclass
-class Line:
-    at: dt.datetime
-    text: str
 
 
 @dataclasses.dataclass
@@ -70,20 +63,6 @@ class Outcome:
     status: dict
     lines: list[Line]
     """The driver's log of every attempt the run saw, in order."""
-
-
-def driver_lines(kubectl: list[str], namespace: str, job: str) -> list[Line]:
-    out = subprocess.run(
-        [*kubectl, "logs", "--timestamps", "-n", namespace, f"job/{job}"], capture_output=True, text=True
-    ).stdout
-    lines = []
-    for raw in out.splitlines():
-        stamp, _, text = raw.partition(" ")
-        try:
-            lines.append(Line(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")), text))
-        except ValueError:
-            continue
-    return lines
 
 
 def job_body(namespace: str, name: str, steps: int, every: int, replace: bool) -> dict:
@@ -164,16 +143,6 @@ def one_run(
 
 def log_text(kubectl: list[str], namespace: str, job: str) -> str:
     return subprocess.run([*kubectl, "logs", "-n", namespace, f"job/{job}"], capture_output=True, text=True).stdout
-
-
-def steps_of(lines: list[Line]) -> list[tuple[int, int, float, dt.datetime, str]]:
-    """(step, attempt, iteration seconds, when, the rest of the line) of every step line."""
-    found = []
-    for line in lines:
-        match = STEP_LINE.match(line.text)
-        if match:
-            found.append((int(match[1]), int(match[2]), float(match[3]), line.at, match[4] or ""))
-    return found
 
 
 def mean(values: list[float]) -> str:

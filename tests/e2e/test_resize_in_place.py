@@ -14,6 +14,7 @@ real-4090-0), and a user patches its replicas while the reference driver runs.
 
 from __future__ import annotations
 
+import random
 import time
 
 import pytest
@@ -178,4 +179,55 @@ def test_the_elastic_loop_grows_the_bottleneck_rollout_and_keeps_its_promise(
         "elastic loop: iteration "
         + " -> ".join(f"{r['observedIterationSeconds']:.2f}" for r in done["resizes"])
         + f" -> {second['observedAfterSeconds']:.2f} s over rollout 1 -> 2 -> 4 replicas"
+    )
+
+
+def test_a_stream_of_50_random_resizes_leaves_every_rank_with_its_pod_and_every_pod_with_its_ranks(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
+    """Fifty patches of the rollout's replicas in quick succession (a random count of 1..12 every 0.2-1.5 s, seeded)
+    while the job runs: the operator and the driver follow each newest spec, never the spec of a patch overtaken
+    by the next. Looked at by the invariant checker throughout (a Running job's planned pods run Ready on its
+    planned nodes and nowhere else, within its 30 s of reaction), and once the stream ends: the job settles on
+    the last count, every rank verified, its pods exactly on the plan's nodes, attempt 1, every step once."""
+    placement = [
+        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
+        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
+    ]
+    components = [{"name": "rollout", "onLoss": "Replace", "replicas": 4, "minReplicas": 1, "maxReplicas": 12}]
+    body = replace_job(
+        run_jobs, "stream", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
+    )
+    body["spec"]["entrypoint"] = "python -m placement_core.launcher.demo --steps 600 --checkpoint-every 100"
+    run_jobs.create(body)
+    wait_for(lambda: verified_at_step_3(run_jobs.status("stream")), 300, "stream verified at step 3", interval=1)
+
+    seed = random.randrange(1_000_000)
+    rng, count, checker, found = random.Random(seed), 4, Checker(), []
+    for _ in range(50):
+        count = rng.choice([n for n in range(1, 13) if n != count])
+        patch_replicas(kubeconfig, run_jobs.namespace, "stream", count)
+        found += checker.check(ClusterState.read(k8s))
+        time.sleep(rng.uniform(0.2, 1.5))
+    streamed = time.monotonic()
+
+    def settled(status: dict) -> bool:
+        pods = run_jobs.core.list_namespaced_pod(run_jobs.namespace, label_selector="ray.io/node-type=worker").items
+        live = [p for p in pods if p.metadata.labels.get("ray.io/cluster") and not p.metadata.deletion_timestamp]
+        planned = {n for c in (status.get("placement") or {}).get("components") or [] for n in c["nodes"]}
+        found.extend(checker.check(ClusterState.read(k8s)))
+        return verified_rollout(count)(status) and {p.spec.node_name for p in live} == planned
+
+    done = watch_running(run_jobs, "stream", settled, 300, f"the rollout settled on {count} verified ranks")
+    assert done["attempts"] == 1 and rollout(done)["desired"] == count == rollout(done)["live"], done
+    time.sleep(5)
+    found += checker.check(ClusterState.read(k8s))
+    assert found == [], f"seed {seed}: {found}"
+    seen = steps_seen(driver_log(kubeconfig, run_jobs.namespace, "stream"))
+    assert seen == list(range(1, len(seen) + 1)), (seed, seen)
+    print(
+        f"50 random resizes (seed {seed}): settled on {count} rollout ranks {time.monotonic() - streamed:.0f} s after the last"
     )

@@ -93,6 +93,8 @@ REVERIFYING = "Reverifying"
 # a node the change added is Ready (Normal Event).
 RESIZED = "Resized"
 RANKS_STARTED = "RanksStarted"
+#: A running job's spec changed beyond replicas: its driver restarts on the new plan (Normal Event).
+SPEC_CHANGED = "SpecChanged"
 #: The elastic loop changed a component's replicas (Normal Event; its reason: Grow, Shrink or Undo in the message).
 REPLICAS_CHANGED = "ReplicasChanged"
 # Kueue admission (docs/kueue.md)

@@ -38,6 +38,9 @@ NODES_ANNOTATION = "rlplace.io/nodes"
 GPUS_ANNOTATION = "rlplace.io/gpus"
 #: On a RayJob: the job's attempt it runs (status.attempts when it was made); an older one is a stopped attempt's.
 ATTEMPT_ANNOTATION = "rlplace.io/attempt"
+#: On a RayJob: RLJobSpec.restart_digest of the spec it was made for. A running job's new spec that changes more
+#: than replicas (another digest) restarts it on the new plan; one that changes only replicas resizes it in place.
+SPEC_DIGEST_ANNOTATION = "rlplace.io/spec-digest"
 #: On a running job's head pod: the digest of the plan it should see (a resize in place changed the plan; a pod
 #: changed is a pod the kubelet syncs, which refreshes its ConfigMap volume).
 PLAN_DIGEST_ANNOTATION = "rlplace.io/plan-digest"

@@ -5,6 +5,8 @@ driver runs.
 from __future__ import annotations
 
 import enum
+import hashlib
+import json
 from typing import Annotated
 
 from pydantic import AfterValidator, Field, model_validator
@@ -554,6 +556,16 @@ class RLJobSpec(
     topology: Topology | None = None
     """The network level each NodeGroup's nodes of the job should share (one rack, one block), required or
     preferred. Unset: packed into the fewest racks and blocks where it can be, never waiting for it."""
+
+    def restart_digest(self) -> str:
+        """A digest of everything in the spec but what a running job changes in place (components' replicas and
+        their range, the elastic loop's policy): a running job whose new spec has another digest than the one its
+        RayJob was made for restarts on the new plan (docs/elastic.md)."""
+        wire = self.model_dump(mode="json", by_alias=True, exclude={"elastic"})
+        for component in wire.get("components") or []:
+            for key in ("replicas", "minReplicas", "maxReplicas"):
+                component.pop(key, None)
+        return hashlib.sha256(json.dumps(wire, sort_keys=True).encode()).hexdigest()[:16]
 
     @property
     def required_topology_level(self) -> str | None:

@@ -9,6 +9,7 @@ from rlplace_operator.api.names import (
     ATTEMPT_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
+    SPEC_DIGEST_ANNOTATION,
     SUBMITTER_CONTAINER,
     child_labels,
     rayjob_name,
@@ -83,7 +84,11 @@ def build_rayjob(job: str, spec: RLJobSpec, nodes: Sequence[WorkerNode], attempt
         "metadata": {
             "name": rayjob_name(job),
             "labels": child_labels(job),
-            "annotations": {**held_annotations(nodes), ATTEMPT_ANNOTATION: str(attempt)},
+            "annotations": {
+                **held_annotations(nodes),
+                ATTEMPT_ANNOTATION: str(attempt),
+                SPEC_DIGEST_ANNOTATION: spec.restart_digest(),
+            },
         },
         "spec": body,
     }

@@ -22,6 +22,7 @@ from rlplace_operator.admission.rules import Admitted, Waiting
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.conditions import Condition
+from rlplace_operator.api.names import SPEC_DIGEST_ANNOTATION
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.api.status import ComponentReplicas, JobPhase, Resize, RLJobStatus, holds_nodes
 from rlplace_operator.planning import elastic, recommend
@@ -50,6 +51,42 @@ def _driver_done(job: Job) -> bool:
     return status.get("phase") in (JobPhase.SUCCEEDED, JobPhase.FAILED)
 
 
+def _restart_for_new_spec(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
+    """A running job whose new spec changes more than replicas (another RLJobSpec.restart_digest than its RayJob's):
+    its RayJob is deleted, so that the job is planned again once it is gone and its new driver (resuming from
+    its checkpoint) runs the new plan. A change of replicas alone is resized in place by provisioning instead. Not
+    for a job a Workload admitted (a new spec is a new Workload) nor for a RayJob made before the annotation."""
+    rayjob = world.rayjob
+    if not job.entrypoint or job.by_workload or rayjob is None or not holds_nodes(status):
+        return None
+    if status.get("observedGeneration") == job.generation:
+        return None
+    made_for = ((rayjob.get("metadata") or {}).get("annotations") or {}).get(SPEC_DIGEST_ANNOTATION)
+    try:
+        digest = RLJobSpec.model_validate(job.spec).restart_digest()
+    except ValueError:
+        return None  # an invalid spec: provisioning refuses it and the job runs on
+    if made_for is None or made_for == digest:
+        return None
+    said = "the spec changed beyond replicas: the driver restarts on the new plan from its last checkpoint"
+    actions: list[Any] = [DeleteChildren()]
+    if not (rayjob.get("metadata") or {}).get("deletionTimestamp"):
+        actions.append(Post(False, cond.SPEC_CHANGED, said))
+    # Until the new plan's RayJob runs, nothing of the old one is reported as the job's (as for a re-placement).
+    stopping = {
+        **status,
+        "phase": JobPhase.PROVISIONING,
+        "message": said,
+        "rayCluster": None,
+        "binding": [],
+        "progress": None,
+        "driverStartTime": None,
+        "driverEndTime": None,
+        "conditions": [c for c in status.get("conditions") or [] if c.get("type") != cond.BINDING_VERIFIED],
+    }
+    return Outcome(tuple(actions), status_of(stopping), LOOK_AGAIN_SECONDS)
+
+
 def reconcile(job: Job, world: World) -> Outcome:
     """What to do about `job` in `world`, and the status that describes it (see the module docstring)."""
     status = dict(job.status)
@@ -64,6 +101,9 @@ def reconcile(job: Job, world: World) -> Outcome:
     moved = follow_replaced_nodes(job, world, status)
     if moved is not None:
         return moved
+    restart = _restart_for_new_spec(job, world, status)
+    if restart is not None:
+        return restart
     if not holds_nodes(status) or status.get("observedGeneration") != job.generation or job.profile_changed:
         return _waiting(job, world, status)
     child = world.rayjob if job.entrypoint else world.raycluster

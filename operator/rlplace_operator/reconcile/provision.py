@@ -464,6 +464,7 @@ def _children(
     if (
         in_place
         and spec.entrypoint
+        and world.rayjob is not None  # not a restart's new RayJob (decide.py: _restart_for_new_spec)
         and holds_nodes(draft.before)
         and draft.before.get("observedGeneration") != draft.generation
     ):

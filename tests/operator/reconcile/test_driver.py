@@ -78,7 +78,11 @@ def test_the_rayjobs_cluster_says_which_nodes_it_holds_and_whose_pods_it_has() -
     """KubeRay copies the RayJob's annotations to the RayCluster it makes (named after the RayJob with a suffix):
     admission reads the held nodes there, and finds the job's worker pods by the job label, not by cluster."""
     job = build_rayjob("train", spec(), NODES)
-    assert job["metadata"]["annotations"] == {"rlplace.io/nodes": "a800-0,4090-0", "rlplace.io/attempt": "1"}
+    assert job["metadata"]["annotations"] == {
+        "rlplace.io/nodes": "a800-0,4090-0",
+        "rlplace.io/attempt": "1",
+        "rlplace.io/spec-digest": spec().restart_digest(),
+    }
     for group in job["spec"]["rayClusterSpec"]["workerGroupSpecs"]:
         assert group["template"]["metadata"]["labels"] == {"rlplace.io/job": "train"}
 

@@ -16,7 +16,8 @@ from placement_core.observe.verify import BindingReport, ProcessCheck
 from placement_core.plan import Plan
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.api.base import dump
-from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION
+from rlplace_operator.api.names import NODES_ANNOTATION, PLAN_DIGEST_ANNOTATION, SPEC_DIGEST_ANNOTATION
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.raycluster import dropped_workers
 from rlplace_operator.reconcile.actions import Apply, DropWorkers, Post, Relocate, ResizeWorkers, SetReplicas
 from rlplace_operator.reconcile.decide import decide, needs_look, reconcile
@@ -299,3 +300,42 @@ def test_the_loop_is_told_the_room_the_queue_would_give_its_job_and_nothing_is_r
     assert observer.with_room(dataclasses.replace(job, spec=spec(4)), World(now=NOW)).room is None
     pending = dataclasses.replace(job, status={**job.status, "phase": "Provisioning"})
     assert observer.with_room(pending, World(now=NOW)).room is None
+
+
+def test_a_running_jobs_new_spec_that_changes_more_than_replicas_restarts_it_on_the_new_plan() -> None:
+    """The RayJob says which spec it was made for (rlplace.io/spec-digest, replicas left out): a new spec that
+    changes only replicas is planned and resized in place; one that moves the rollout's GPUs deletes the RayJob
+    (an Event, the job Provisioning with nothing of the old driver reported), and once it is gone the job is
+    planned again as a new RayJob for the new spec, not resized in place (its driver resumes from the checkpoint)."""
+    ledger = Ledger()
+    job, _, pods = running_job(4, ledger)
+    made = running_rayjob()
+    made["metadata"]["annotations"] = {SPEC_DIGEST_ANNOTATION: RLJobSpec.model_validate(job.spec).restart_digest()}
+    world = World(now=NOW, rayjob=made, pods=pods, snapshot=cluster_snapshot(nodes()))
+    grown = dataclasses.replace(job, spec=spec(8), generation=2)
+    assert [type(a).__name__ for a in reconcile(grown, world).actions] == ["Provision"]
+
+    moved_spec = spec(4)
+    moved_spec["componentPlacement"][1]["placement"] = "12-15"
+    moved = dataclasses.replace(job, spec=moved_spec, generation=2)
+    outcome = reconcile(moved, world)
+    assert [type(a).__name__ for a in outcome.actions] == ["DeleteChildren", "Post"]
+    assert posts(outcome, "SpecChanged") == [
+        "the spec changed beyond replicas: the driver restarts on the new plan from its last checkpoint"
+    ]
+    stopping = dump(outcome.status)
+    assert stopping["phase"] == "Provisioning" and not stopping.get("rayCluster") and not stopping.get("binding")
+    assert condition(stopping, "BindingVerified") is None
+    deleting = copy.deepcopy(made)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-24T01:00:01Z"
+    again = reconcile(dataclasses.replace(moved, status=stopping), dataclasses.replace(world, rayjob=deleting))
+    assert [type(a).__name__ for a in again.actions] == ["DeleteChildren"]  # no second Event
+
+    gone = World(now=NOW, pods=[], snapshot=cluster_snapshot(nodes()))
+    stopped = dataclasses.replace(moved, status=stopping)
+    assert [type(a).__name__ for a in reconcile(stopped, gone).actions] == ["Provision"]
+    planned = provision(stopped, gone, ledger)
+    assert not [a for a in planned.actions if isinstance(a, ResizeWorkers)]
+    annotations = objects(planned)["RayJob"]["metadata"]["annotations"]
+    assert annotations[SPEC_DIGEST_ANNOTATION] == RLJobSpec.model_validate(moved_spec).restart_digest()
+    assert annotations[SPEC_DIGEST_ANNOTATION] != made["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
