@@ -71,6 +71,16 @@ def steps_of(lines: list[Line]) -> list[tuple[int, int, float, dt.datetime, str]
     return found
 
 
+def with_real_nodes(api: client.ApiClient, kubeconfig: str) -> None:
+    """The local cluster's real nodes and their NodeGroups (examples/nodegroups-real.yaml), or exit saying so."""
+    if not client.CoreV1Api(api).list_node(label_selector="rlplace.io/real-node=true").items:
+        raise SystemExit("error: needs a cluster with the local real nodes (make cluster-up)")
+    kubectl = [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig]
+    subprocess.run(
+        [*kubectl, "apply", "-f", str(REPO / "examples/nodegroups-real.yaml")], check=True, capture_output=True
+    )
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")

@@ -37,7 +37,6 @@ import datetime as dt
 import re
 import shutil
 import statistics
-import subprocess
 import threading
 import uuid
 from pathlib import Path
@@ -45,7 +44,7 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from _harness import GROUP, REPO, VERSION, Line, bench_cluster, driver_lines, steps_of, wait_for
+from _harness import GROUP, REPO, VERSION, Line, bench_cluster, driver_lines, steps_of, wait_for, with_real_nodes
 from rlplace_fixtures import InClusterOperator, operator_image_on_real_nodes
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
@@ -266,12 +265,7 @@ def report(outcome: Outcome, static_seconds: float | None) -> float | None:
 
 def run(api: client.ApiClient, kubeconfig: str, steps: int, free_at: int, runs: list[str]) -> None:
     core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
-    if not core.list_node(label_selector="rlplace.io/real-node=true").items:
-        raise SystemExit("error: needs a cluster with the local real nodes (make cluster-up)")
-    subprocess.run(
-        [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", str(REPO / "examples/nodegroups-real.yaml")],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    with_real_nodes(api, kubeconfig)
     namespace = f"benchelastic-{uuid.uuid4().hex[:4]}"
     pair = f"{namespace}-pair"
     selector = {"matchExpressions": [{"key": "rlplace.io/real-gpu-type", "operator": "In", "values": ["a800", "4090"]}]}

@@ -42,7 +42,18 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-from _harness import GROUP, REPO, VERSION, Line, Operator, bench_cluster, driver_lines, steps_of, wait_for
+from _harness import (
+    GROUP,
+    REPO,
+    VERSION,
+    Line,
+    Operator,
+    bench_cluster,
+    driver_lines,
+    steps_of,
+    wait_for,
+    with_real_nodes,
+)
 
 CHECKPOINTS = Path("/var/tmp/rlplace-bench-checkpoints")
 ROLLOUT_NODES = ("real-4090-0", "real-a800-0")
@@ -187,12 +198,7 @@ RUNS = ("restart", "replace-pod", "replace-node")
 
 def run(api: client.ApiClient, kubeconfig: str, steps: int, every: int, seed: int, runs: list[str]) -> None:
     core = client.CoreV1Api(api)
-    if not core.list_node(label_selector="rlplace.io/real-node=true").items:
-        raise SystemExit("error: needs a cluster with the local real nodes (make cluster-up)")
-    subprocess.run(
-        [str(REPO / ".e2e/bin/kubectl"), "--kubeconfig", kubeconfig, "apply", "-f", str(REPO / "examples/nodegroups-real.yaml")],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    with_real_nodes(api, kubeconfig)
     rng = random.Random(seed)
     namespace = f"benchreplace-{uuid.uuid4().hex[:4]}"
     core.create_namespace({"metadata": {"name": namespace}})

@@ -65,23 +65,28 @@ def verified_rollout(count: int) -> object:
     return check
 
 
-def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
-    run_jobs: RunJobs,  # noqa: F811
-    rollout_pair: str,  # noqa: F811
-    kubeconfig: str,
-    k8s: client.ApiClient,
-) -> None:
+def four_rollout_ranks(run_jobs: RunJobs, name: str, rollout_pair: str, steps: int) -> dict:  # noqa: F811
+    """The actor on the CPU node, the rollout's four ranks on real-4090-0 (placement 0-3 of the pair, 1..12)."""
     placement = [
         {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
         {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
     ]
     components = [{"name": "rollout", "onLoss": "Replace", "replicas": 4, "minReplicas": 1, "maxReplicas": 12}]
     body = replace_job(
-        run_jobs, "grow", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
+        run_jobs, name, nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
     )
+    body["spec"]["entrypoint"] = f"python -m placement_core.launcher.demo --steps {steps} --checkpoint-every 100"
+    return body
+
+
+def test_rollout_grows_onto_another_node_and_shrinks_back_while_the_job_runs(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
     # Steps enough for both changes (each about half a minute) with the job still running; the test ends it.
-    body["spec"]["entrypoint"] = "python -m placement_core.launcher.demo --steps 400 --checkpoint-every 100"
-    run_jobs.create(body)
+    run_jobs.create(four_rollout_ranks(run_jobs, "grow", rollout_pair, steps=400))
     first = wait_for(lambda: verified_at_step_3(run_jobs.status("grow")), 300, "grow verified at step 3", interval=1)
     (held,) = rollout_nodes(first)
     assert held != GROWN_ON, first
@@ -193,16 +198,7 @@ def test_a_stream_of_50_random_resizes_leaves_every_rank_with_its_pod_and_every_
     by the next. Looked at by the invariant checker throughout (a Running job's planned pods run Ready on its
     planned nodes and nowhere else, within its 30 s of reaction), and once the stream ends: the job settles on
     the last count, every rank verified, its pods exactly on the plan's nodes, attempt 1, every step once."""
-    placement = [
-        {"components": "actor", "nodeGroup": "real-cpu", "placement": "0"},
-        {"components": "rollout", "nodeGroup": rollout_pair, "placement": "0-3"},
-    ]
-    components = [{"name": "rollout", "onLoss": "Replace", "replicas": 4, "minReplicas": 1, "maxReplicas": 12}]
-    body = replace_job(
-        run_jobs, "stream", nodeGroups=["real-cpu", rollout_pair], componentPlacement=placement, components=components
-    )
-    body["spec"]["entrypoint"] = "python -m placement_core.launcher.demo --steps 600 --checkpoint-every 100"
-    run_jobs.create(body)
+    run_jobs.create(four_rollout_ranks(run_jobs, "stream", rollout_pair, steps=600))
     wait_for(lambda: verified_at_step_3(run_jobs.status("stream")), 300, "stream verified at step 3", interval=1)
 
     seed = random.randrange(1_000_000)

@@ -293,7 +293,8 @@ class Resize(CamelModel):
     replicas: int
     """Replicas after."""
     reason: str
-    """Grow (the bottleneck), Shrink (an idle component) or Undo (a change that did not keep its promise)."""
+    """Grow (the bottleneck), Shrink (an idle component), Undo (a change that did not keep its promise) or Yield
+    (replicas above the minimum given up to a job of higher priority waiting for their NodeGroup)."""
     observed_iteration_seconds: float
     """The median iteration time reported before the change."""
     predicted_iteration_seconds: float

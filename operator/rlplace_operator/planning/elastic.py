@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from placement_core.errors import PlacementError
@@ -96,7 +96,7 @@ class ReplicasChange:
     previous: int
     replicas: int
     reason: str
-    """Grow, Shrink or Undo."""
+    """Grow, Shrink, Undo or Yield."""
     predicted: float
     """The iteration time it promises (seconds)."""
     why: str
@@ -129,12 +129,20 @@ def running_replicas(status: RLJobStatus) -> dict[str, int]:
 Room = Callable[[int, int, int], int]
 
 
-def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime, room: Room | None = None) -> LoopStep:
+def loop_step(
+    spec: RLJobSpec,
+    status: RLJobStatus,
+    now: dt.datetime,
+    room: Room | None = None,
+    waiting_above: Mapping[str, str] | None = None,
+) -> LoopStep:
     """The elastic loop's decision for a running job (docs/elastic.md, "The loop"): nothing while a change is being
     applied (a count the job does not run yet, ranks starting or awaiting their report) or within the cooldown and
     SETTLE_ITERATIONS of the last change; then the last change judged (an Undo when it did not keep its promise);
     else the bottleneck grown when that promises at least minGain and `room` has room for it (None: any count),
-    else an idle component shrunk."""
+    else an idle component shrunk. Before the cooldown and the judging: a component above its minimum yields its
+    extra replicas (down to its minimum) when a job of higher priority waits for one of its NodeGroups
+    (`waiting_above`: NodeGroup -> that job), so the queue can give it the GPUs without stopping this one."""
     policy, progress = spec.elastic, status.progress
     if not policy.enabled or progress is None or progress.iteration_seconds <= 0:
         return LoopStep()
@@ -160,6 +168,10 @@ def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime, room: Room
         return LoopStep()
     if any(c.starting or c.unverified for c in status.components):
         return LoopStep()
+    yielded = _yield(spec, settings, running, progress.iteration_seconds, waiting_above or {})
+    if yielded is not None:
+        judged = last.model_copy(update={"kept": True}) if last is not None and last.kept is None else None
+        return LoopStep(yielded, judged)  # the last change is not judged on iterations its yield will change
     if last is not None:
         if since < policy.cooldown or progress.iteration < last.iteration + SETTLE_ITERATIONS:
             return LoopStep()
@@ -167,7 +179,10 @@ def loop_step(spec: RLJobSpec, status: RLJobStatus, now: dt.datetime, room: Room
             return _judged(last, progress.iteration_seconds, settings, policy.min_gain)
     seconds = {c.name: c.seconds for c in progress.components}
     observed = progress.iteration_seconds
-    grown = _grow(settings, running, seconds, observed, progress.bottleneck, policy.min_gain, room)
+    waited_for = {n for n in settings if any(g in (waiting_above or {}) for g in _groups_of(spec, n))}
+    # Not grown while a job of higher priority waits for its GPUs (rlplace's queue would not give them anyway).
+    bottleneck = progress.bottleneck if progress.bottleneck not in waited_for else None
+    grown = _grow(settings, running, seconds, observed, bottleneck, policy.min_gain, room)
     return LoopStep(grown or _shrink(settings, running, seconds, observed, progress.bottleneck, policy.idle_share))
 
 
@@ -186,7 +201,7 @@ def _judged(
     elif last.reason == "Grow":
         kept = observed <= last.observed_iteration_seconds * (1 - min_gain / 2)
     else:
-        kept = last.reason == "Undo" or observed <= last.observed_iteration_seconds * (1 + SHRINK_TOLERANCE)
+        kept = last.reason in ("Undo", "Yield") or observed <= last.observed_iteration_seconds * (1 + SHRINK_TOLERANCE)
     judged = last.model_copy(update={"kept": kept, "observed_after_seconds": round(observed, 4)})
     if kept or last.component not in settings:
         return LoopStep(None, judged)
@@ -200,6 +215,33 @@ def _judged(
         last.component, index, last.replicas, last.previous, "Undo", last.observed_iteration_seconds, why
     )
     return LoopStep(undo, judged)
+
+
+def _groups_of(spec: RLJobSpec, name: str) -> list[str]:
+    """The NodeGroups the component's own placement entry counts over."""
+    for entry in spec.component_placement:
+        if name in entry.components.split(","):
+            return entry.node_group.split(",") if entry.node_group else list(spec.node_groups)
+    return []
+
+
+def _yield(
+    spec: RLJobSpec,
+    settings: dict[str, tuple[int, ComponentSettings]],
+    running: dict[str, int],
+    observed: float,
+    waiting_above: Mapping[str, str],
+) -> ReplicasChange | None:
+    """The first ranged component above its minimum on a NodeGroup a job of higher priority waits for, down to its
+    minimum: its extra replicas are the ones the job may give up without stopping."""
+    for name, (index, component) in settings.items():
+        now, low = running[name], component.min_replicas or 1
+        waiter = next((waiting_above[g] for g in _groups_of(spec, name) if g in waiting_above), None)
+        if waiter is None or now <= low:
+            continue
+        why = f"component '{name}' {now} -> {low} replicas: {waiter} waits for its GPUs"
+        return ReplicasChange(name, index, now, low, "Yield", round(observed, 4), why)
+    return None
 
 
 def _grow(

@@ -218,7 +218,7 @@ def with_elastic_loop(job: Job, world: World, outcome: Outcome) -> Outcome:
         spec = RLJobSpec.model_validate(job.spec)
     except ValueError:
         return outcome
-    step = elastic.loop_step(spec, status, world.now, world.room)
+    step = elastic.loop_step(spec, status, world.now, world.room, world.waiting_above)
     if step.change is None and step.judged is None:
         return outcome
     resizes = list(status.resizes)

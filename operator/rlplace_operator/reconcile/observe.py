@@ -191,7 +191,22 @@ class Observer:
             return world
         if job.status.get("phase") != JobPhase.RUNNING:
             return world
-        return dataclasses.replace(world, room=functools.partial(self._room, job))
+        return dataclasses.replace(world, room=functools.partial(self._room, job), waiting_above=self._above(job))
+
+    def _above(self, job: Job) -> dict[str, str]:
+        """NodeGroup -> a job queued by rlplace's queue for it with a higher priority than `job`'s."""
+        priority = int(job.spec.get("priority") or 0)
+        found: dict[str, str] = {}
+        snapshot = self.snapshot
+        for key in snapshot.rljobs:
+            entry = indexed(snapshot.rljobs, key)
+            if entry is None or int(entry.get("priority") or 0) <= priority:
+                continue
+            if (entry.get("status") or {}).get("phase") != JobPhase.QUEUED or admitter.queue_name(entry["labels"]):
+                continue
+            for group in entry.get("nodeGroups") or []:
+                found.setdefault(group, f"job {key[0]}/{key[1]} of priority {entry.get('priority')}")
+        return found
 
     def _room(self, job: Job, index: int, now: int, wanted: int) -> int:
         """The most replicas from `now` to `wanted` of spec.components[index] admissible now (the count it runs is

@@ -336,6 +336,26 @@ def test_the_loop_judges_its_last_change_after_the_cooldown_and_undoes_a_broken_
     )
 
 
+def test_a_component_above_its_minimum_yields_its_extra_replicas_to_a_job_of_higher_priority_waiting() -> None:
+    """A job of higher priority queued for the rollout's NodeGroup: the rollout goes down to its minimum at once
+    (within the cooldown, its last grow not judged on iterations the yield changes: recorded as kept); at its
+    minimum nothing, not even a grow; a yield is never undone."""
+    waiting = {"a800": "job ns/urgent of priority 10"}
+    grown = [resized("Grow", 2.0, 1.1)]
+    step = loop_step(loop_spec(), loop_status("4-7", iteration=11, resizes=grown), LOOP_NOW, None, waiting)
+    change = step.change
+    assert change is not None and (change.previous, change.replicas, change.reason) == (4, 1, "Yield")
+    assert change.why == "component 'rollout' 4 -> 1 replicas: job ns/urgent of priority 10 waits for its GPUs"
+    assert step.judged is not None and step.judged.kept is True
+    # At its minimum: nothing (not grown either while the job waits); the waiting job on another group: as usual.
+    assert loop_step(loop_spec(), loop_status("4"), LOOP_NOW, None, waiting).change is None
+    elsewhere = loop_step(loop_spec(), loop_status("4-7"), LOOP_NOW, None, {"4090": "job ns/urgent"}).change
+    assert elsewhere is not None and elsewhere.reason == "Grow"
+    yielded = [{**resized("Yield", 2.0, 2.0), "previous": 4, "replicas": 1}]
+    later = loop_step(loop_spec(), loop_status("4", iteration=20, resizes=yielded, iteration_seconds=3.5), LOOP_NOW)
+    assert later.change is None and later.judged is not None and later.judged.kept is True  # 3.5 s, yet kept
+
+
 def test_a_grow_that_found_no_room_is_undone_after_the_cooldown() -> None:
     """The loop set 4 replicas; the job still runs 2 (provisioning refused the 4: no free GPUs) a cooldown later."""
     spec = loop_spec()

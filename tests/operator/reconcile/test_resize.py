@@ -339,3 +339,21 @@ def test_a_running_jobs_new_spec_that_changes_more_than_replicas_restarts_it_on_
     annotations = objects(planned)["RayJob"]["metadata"]["annotations"]
     assert annotations[SPEC_DIGEST_ANNOTATION] == RLJobSpec.model_validate(moved_spec).restart_digest()
     assert annotations[SPEC_DIGEST_ANNOTATION] != made["metadata"]["annotations"][SPEC_DIGEST_ANNOTATION]
+
+
+def test_the_loop_is_told_which_of_its_groups_a_job_of_higher_priority_waits_for() -> None:
+    """waiting_above: NodeGroup -> a job rlplace's queue holds Queued with a higher priority than the running job's;
+    not one of equal or lower priority, not one a Workload admits (Kueue preempts by its own rules)."""
+    ledger = Ledger()
+    job, _, _ = running_job(4, ledger)
+    job = dataclasses.replace(job, spec={**job.spec, "elastic": {"enabled": True}})
+
+    def queued(name: str, priority: int, labels: dict | None = None) -> Job:
+        waiting = new_job(name, {"nodeGroups": ["a800"], "priority": priority, "componentPlacement": []}, labels)
+        return dataclasses.replace(waiting, status={"phase": "Queued"})
+
+    others = [queued("urgent", 5), queued("later", 0), queued("kueued", 9, {"kueue.x-k8s.io/queue-name": "q"})]
+    rljobs = {j.key: [rljob_entry(j)] for j in (job, *others)}
+    snapshot = dataclasses.replace(cluster_snapshot(nodes()), rljobs=rljobs)
+    world = Observer(None, {}, ledger, snapshot=snapshot).with_room(job, World(now=NOW))  # type: ignore[arg-type]
+    assert world.waiting_above == {"a800": "job ns/urgent of priority 5"}
