@@ -10,6 +10,9 @@ real-4090-0), and a user patches its replicas while the reference driver runs.
   free again; every step is reported once and in order, and the invariant checker finds nothing wrong.
 - The closed loop (spec.elastic) on a synthetic job whose rollout is the bottleneck: it grows the rollout
   1 -> 2 -> 4 replicas in place by writing the spec, and judges each change kept from the iterations after it.
+- Fifty random patches in quick succession, under the invariant checker: the job settles on the last count.
+- A job of higher priority queued for the grown job's extra node: the loop yields those replicas, the queue gives
+  it the node, and the elastic job runs on.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from test_replace_in_place import (  # noqa: F401  (rollout_pair: a fixture)
     verified_at_step_3,
     watch_running,
 )
-from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
+from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
 from e2e_cluster import wait_for
 from invariants import Checker, ClusterState
@@ -227,3 +230,45 @@ def test_a_stream_of_50_random_resizes_leaves_every_rank_with_its_pod_and_every_
     print(
         f"50 random resizes (seed {seed}): settled on {count} rollout ranks {time.monotonic() - streamed:.0f} s after the last"
     )
+
+
+def test_a_job_of_higher_priority_takes_an_elastic_jobs_extra_replicas_without_stopping_it(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kubeconfig: str,
+) -> None:
+    """An elastic job runs twelve rollout ranks over both real GPU nodes (minimum four, on real-4090-0); a job of
+    priority 10 asks for real-a800-0 (its own NodeGroup over that node) and is queued: the loop yields the rollout
+    down to four ranks, the driver stops ranks 4-11, the a800 pod goes, and the queue gives the node to the waiting
+    job, which runs; the elastic job never leaves Running, attempt 1, every step once."""
+    body = four_rollout_ranks(run_jobs, "giver", rollout_pair, steps=600)
+    body["spec"]["components"][0].update(replicas=12, minReplicas=4)
+    body["spec"]["elastic"] = {"enabled": True}
+    run_jobs.create(body)
+    wait_for(lambda: verified_rollout(12)(run_jobs.status("giver")), 300, "giver's 12 ranks verified", interval=1)
+    urgent = example("rljob-replace-run.yaml")
+    urgent["metadata"]["name"] = "urgent"
+    urgent["spec"] = {
+        "nodeGroups": ["real-a800"],
+        "componentPlacement": [{"components": "actor", "placement": "0-7"}],
+        "priority": 10,
+        "ray": urgent["spec"]["ray"],
+    }
+    started = time.monotonic()
+    run_jobs.create(urgent)
+
+    def yielded(status: dict) -> bool:
+        return any(r["reason"] == "Yield" for r in status.get("resizes") or []) and verified_rollout(4)(status)
+
+    done = watch_running(run_jobs, "giver", yielded, 240, "giver's rollout yielded down to 4 verified ranks")
+    wait_for(lambda: run_jobs.status("urgent").get("phase") == "Running", 240, "the urgent job running")
+    took = time.monotonic() - started
+    (yield_,) = [r for r in done["resizes"] if r["reason"] == "Yield"]
+    assert (yield_["previous"], yield_["replicas"], yield_["kept"]) == (12, 4, True), done["resizes"]
+    assert run_jobs.status("urgent")["placement"]["components"][0]["nodes"] == [GROWN_ON]
+    assert run_jobs.status("giver")["phase"] == "Running" and run_jobs.status("giver")["attempts"] == 1
+    said = events(run_jobs, "giver", "ReplicasChanged")
+    assert any("Yield: component 'rollout' 12 -> 4 replicas: job " in e and "of priority 10" in e for e in said), said
+    seen = steps_seen(driver_log(kubeconfig, run_jobs.namespace, "giver"))
+    assert seen == list(range(1, len(seen) + 1)), seen
+    print(f"yield: the priority-10 job ran on the elastic job's extra node {took:.0f} s after it was created")

@@ -194,18 +194,30 @@ class Observer:
         return dataclasses.replace(world, room=functools.partial(self._room, job), waiting_above=self._above(job))
 
     def _above(self, job: Job) -> dict[str, str]:
-        """NodeGroup -> a job queued by rlplace's queue for it with a higher priority than `job`'s."""
+        """The job's NodeGroups that share a node with a NodeGroup a job of higher priority is queued for by
+        rlplace's queue -> that job (groups are selections of nodes: two names may hold the same node)."""
         priority = int(job.spec.get("priority") or 0)
-        found: dict[str, str] = {}
         snapshot = self.snapshot
+        members: dict[str, set[str]] = {}
+
+        def nodes_of(group: str) -> set[str]:
+            if group not in members:
+                entry = indexed(snapshot.nodegroups, group)
+                nodes = self.ledger.group(group, entry).status.nodes if entry is not None else []
+                members[group] = {n.name for n in nodes}
+            return members[group]
+
+        found: dict[str, str] = {}
         for key in snapshot.rljobs:
             entry = indexed(snapshot.rljobs, key)
             if entry is None or int(entry.get("priority") or 0) <= priority:
                 continue
             if (entry.get("status") or {}).get("phase") != JobPhase.QUEUED or admitter.queue_name(entry["labels"]):
                 continue
-            for group in entry.get("nodeGroups") or []:
-                found.setdefault(group, f"job {key[0]}/{key[1]} of priority {entry.get('priority')}")
+            wanted = set().union(*(nodes_of(g) for g in entry.get("nodeGroups") or []))
+            for group in job.spec.get("nodeGroups") or []:
+                if nodes_of(group) & wanted:
+                    found.setdefault(group, f"job {key[0]}/{key[1]} of priority {entry.get('priority')}")
         return found
 
     def _room(self, job: Job, index: int, now: int, wanted: int) -> int:

@@ -133,8 +133,8 @@ class World:
     it runs) to `wanted` that spec.components[index] could run now, as rlplace's queue would admit them (jobs ahead
     of it first; nothing is reserved by asking). None: not read (any count is taken as placeable)."""
     waiting_above: Mapping[str, str] = field(default_factory=dict)
-    """For a running job whose elastic loop is on: NodeGroup -> a job of higher priority queued for it by rlplace's
-    queue (said as `job NAMESPACE/NAME of priority P`)."""
+    """For a running job whose elastic loop is on: each of its NodeGroups that shares a node with a NodeGroup a job
+    of higher priority is queued for by rlplace's queue -> that job (`job NAMESPACE/NAME of priority P`)."""
     # -- read only for a job being provisioned (Observer.for_provision) --
     snapshot: Snapshot | None = None
     """The operator's indexes at this moment: NodeGroups, nodes, what other jobs hold."""

@@ -342,8 +342,9 @@ def test_a_running_jobs_new_spec_that_changes_more_than_replicas_restarts_it_on_
 
 
 def test_the_loop_is_told_which_of_its_groups_a_job_of_higher_priority_waits_for() -> None:
-    """waiting_above: NodeGroup -> a job rlplace's queue holds Queued with a higher priority than the running job's;
-    not one of equal or lower priority, not one a Workload admits (Kueue preempts by its own rules)."""
+    """waiting_above: the job's NodeGroup -> a job rlplace's queue holds Queued with a higher priority, for a group
+    that shares a node with it (here the same one); not one of equal or lower priority, not one a Workload admits
+    (Kueue preempts by its own rules), not one waiting for other nodes."""
     ledger = Ledger()
     job, _, _ = running_job(4, ledger)
     job = dataclasses.replace(job, spec={**job.spec, "elastic": {"enabled": True}})
@@ -353,7 +354,13 @@ def test_the_loop_is_told_which_of_its_groups_a_job_of_higher_priority_waits_for
         return dataclasses.replace(waiting, status={"phase": "Queued"})
 
     others = [queued("urgent", 5), queued("later", 0), queued("kueued", 9, {"kueue.x-k8s.io/queue-name": "q"})]
+    elsewhere = new_job("elsewhere", {"nodeGroups": ["4090"], "priority": 7, "componentPlacement": []})
+    others.append(dataclasses.replace(elsewhere, status={"phase": "Queued"}))
     rljobs = {j.key: [rljob_entry(j)] for j in (job, *others)}
     snapshot = dataclasses.replace(cluster_snapshot(nodes()), rljobs=rljobs)
     world = Observer(None, {}, ledger, snapshot=snapshot).with_room(job, World(now=NOW))  # type: ignore[arg-type]
     assert world.waiting_above == {"a800": "job ns/urgent of priority 5"}
+    only_elsewhere = {j.key: [rljob_entry(j)] for j in (job, others[-1])}
+    snapshot = dataclasses.replace(cluster_snapshot(nodes()), rljobs=only_elsewhere)
+    world = Observer(None, {}, ledger, snapshot=snapshot).with_room(job, World(now=NOW))  # type: ignore[arg-type]
+    assert world.waiting_above == {}
