@@ -400,14 +400,18 @@ def dropped_workers(cluster: Mapping[str, Any], drops: Mapping[str, tuple[str, s
     (a shrink, docs/elastic.md): `drops` is pod -> (its worker group, its node). Each group runs that many fewer
     replicas, no longer on those nodes, and names the pods in `scaleStrategy.workersToDelete`, so that KubeRay
     deletes exactly them (with fewer replicas alone it deletes pods of its own choosing, the ones kept included);
-    the held-nodes annotation drops the nodes. A node's hostname label is taken to be its name (KubeRay's pods
+    the held-nodes annotation drops the nodes (a repeated drop, its nodes no longer held, changes no count). A node's
+    hostname label is taken to be its name (KubeRay's pods
     name their node; a node whose label differs keeps a value in the affinity that no pod is made for)."""
     groups = copy.deepcopy((cluster.get("spec") or {}).get("workerGroupSpecs") or [])
+    held = set(_held_nodes(cluster))
     for group in groups:
         gone = {pod: node for pod, (name, node) in drops.items() if name == group.get("groupName")}
         if not gone:
             continue
-        count = int(group.get("replicas") or 0) - len(gone)
+        # Only nodes the cluster still holds lower the count: the same drop applied twice (a pass that saw the pod
+        # before KubeRay deleted it) must not take a second, kept pod with it.
+        count = int(group.get("replicas") or 0) - len({node for node in gone.values() if node in held})
         group["replicas"] = max(count, 0)
         group["minReplicas"] = min(int(group.get("minReplicas") or 0), group["replicas"])
         group["scaleStrategy"] = {"workersToDelete": sorted(gone)}

@@ -230,6 +230,11 @@ def test_shrinking_frees_the_node_at_once_and_takes_its_pod_out_once_the_driver_
     assert terms["nodeSelectorTerms"][0]["matchExpressions"][0]["values"] == [ACTOR, ROLLOUT]
     assert patch["metadata"]["annotations"][NODES_ANNOTATION] == f"{ACTOR},{ROLLOUT}"
     assert group["replicas"] == 3  # the RayCluster read is not changed in place
+    # The same drop again, on the cluster as the first patch left it (a pass that still saw the pod before KubeRay
+    # deleted it): no second replica goes, or KubeRay would delete a kept pod of its own choosing.
+    once = {**grown_cluster, "metadata": {**grown_cluster["metadata"], **patch["metadata"]}, "spec": patch["spec"]}
+    (again,) = dropped_workers(once, drop.drops)["spec"]["workerGroupSpecs"]
+    assert (again["replicas"], again["minReplicas"]) == (2, 2)
 
 
 @pytest.mark.parametrize("phase", ["Provisioning", "Queued"])
