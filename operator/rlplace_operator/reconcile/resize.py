@@ -26,7 +26,7 @@ from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import KUBERAY_GROUP_LABEL, RAY_CLUSTER_POD_LABEL
 from rlplace_operator.builders.raycluster import resized_workers
 from rlplace_operator.reconcile.actions import DropWorkers, Post, ResizeWorkers
-from rlplace_operator.reconcile.pods import head_pods, planned_nodes, running_and_ready, worker_pods
+from rlplace_operator.reconcile.pods import head_pods, planned_nodes, worker_pods
 
 #: What a starting rank's entry says until the pod problems of the next look say more.
 POD_TO_COME = "its worker pod is being made"
@@ -135,8 +135,11 @@ def surplus_pods(
 ) -> DropWorkers | None:
     """The worker pods of the job's Ray cluster on nodes its plan no longer has, to take out of it now: once the
     driver's binding report counts no more processes of any component than the plan has (it stopped the ranks
-    taken away). Only pods Running and Ready: a pod not Ready on a node the plan left is a lost node's (a Replace
-    move deletes it, and its worker group keeps its count: the pod is made again on the node moved to)."""
+    taken away). Ready or not: a grow's pod that a shrink overtook before it started never becomes Ready (its
+    entry script refuses a node the plan no longer has). A Replace move's lost pod is not one: its node stays in
+    the plan until the move, which deletes the pod and swaps the node in the RayCluster's held nodes, and
+    dropped_workers lowers no count for a node the RayCluster no longer holds (the worker group keeps its count:
+    the pod is made again on the node moved to)."""
     if plan is None or not cluster:
         return None
     nodes = planned_nodes(status)
@@ -146,7 +149,6 @@ def surplus_pods(
         if (p["metadata"].get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster
         and (p.get("spec") or {}).get("nodeName")
         and p["spec"]["nodeName"] not in nodes
-        and running_and_ready(p) is None
     }
     if not surplus or draining(status):
         return None  # none, or the driver still runs ranks the plan took away: their step finishes first
