@@ -45,6 +45,11 @@ BINDING_REPORT_PREFIX = "rlplace-binding-report: "
 #: RANK}` on one line, then a new binding report covering every live rank: the operator takes the first report
 #: after those ranks' lines as the one that verifies them.
 REPLACED_PREFIX = "rlplace-replaced: "
+#: When it applies a change of a component's replicas (docs/elastic.md), the driver prints this prefix and
+#: `{"component": NAME, "previous": N, "replicas": M}` on one line: ranks below min(N, M) ran on through it; a
+#: REPLACED_PREFIX line of the component printed before it may be of a rank the change stopped, so the operator
+#: counts only the ranks started after it.
+RESIZED_PREFIX = "rlplace-resized: "
 
 # -- restarts and resume (the driver's side; see docs/driver.md) ---------------------------------------------
 

@@ -39,7 +39,7 @@ from placement_core.launcher.replacing import (
     replace_lost_ranks,
 )
 from placement_core.launcher.resources import absent_nodes, check_resources
-from placement_core.observe.verify import BindingError, BindingReport, ProcessCheck, report_line
+from placement_core.observe.verify import BindingError, BindingReport, ProcessCheck, report_line, resized_line
 from placement_core.plan import OnLoss, Plan, ProcessPlan
 
 if TYPE_CHECKING:
@@ -426,6 +426,7 @@ class WorkerGroup:
             change = f"{_span(added)} starting" if added else f"{_span(removed)} stopped"
             self._note(
                 f"resized: component '{self.component}' {before} -> {len(processes)} replicas ({change})",
+                resized_line(self.component, before, len(processes)),
                 report=bool(removed),
             )
             self._print_notes()

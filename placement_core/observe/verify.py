@@ -32,6 +32,7 @@ from placement_core.contract import (
     HOST_GPUS_ENV,
     KUBE_NODE_ENV,
     REPLACED_PREFIX,
+    RESIZED_PREFIX,
     container_ordinals,
     dra_devices_seen,
 )
@@ -455,26 +456,60 @@ def replaced_line(component: str, rank: int) -> str:
     return REPLACED_PREFIX + json.dumps({"component": component, "rank": rank}, separators=(",", ":"))
 
 
+def resized_line(component: str, previous: int, replicas: int) -> str:
+    """The line a driver prints when it applies a change of the component's replicas (contract.RESIZED_PREFIX)."""
+    said = {"component": component, "previous": previous, "replicas": replicas}
+    return RESIZED_PREFIX + json.dumps(said, separators=(",", ":"))
+
+
+def _said(line: str, prefix: str) -> dict | None:
+    """The JSON object after `prefix` on the line, or None (no prefix, or a line cut short by the log limit)."""
+    start = line.find(prefix)
+    if start < 0:
+        return None
+    try:
+        said = json.loads(line[start + len(prefix) :])
+    except ValueError:
+        return None
+    return said if isinstance(said, dict) else None
+
+
 def find_report_after(log: str, replaced: Mapping[str, Collection[int]]) -> BindingReport | None:
-    """The first binding report printed after the driver said it started every one of the `replaced` ranks again
-    (component -> ranks; `replaced_line`), or None while it has not: the report that covers them."""
-    waiting = {(component, rank) for component, ranks in replaced.items() for rank in ranks}
-    for line in log.splitlines():
-        if waiting:
-            start = line.find(REPLACED_PREFIX)
-            if start >= 0:
-                try:
-                    said = json.loads(line[start + len(REPLACED_PREFIX) :])
-                    waiting.discard((str(said["component"]), int(said["rank"])))
-                except (ValueError, KeyError, TypeError):
-                    pass  # a line cut short by the log limit
+    """The first binding report that covers every one of the `replaced` ranks (component -> ranks) printed after
+    the driver started each of them (`replaced_line`; a rank its component's last resize kept counts as started
+    at that resize, `resized_line`, and a rank's start before that resize does not count: the resize may have
+    stopped it), or None while there is none: the report that verifies them."""
+    lines = log.splitlines()
+    resized: dict[str, tuple[int, int]] = {}  # component -> (its last resize line, the ranks it kept)
+    for index, line in enumerate(lines):
+        said = _said(line, RESIZED_PREFIX)
+        try:
+            if said is not None:
+                resized[str(said["component"])] = (index, min(int(said["previous"]), int(said["replicas"])))
+        except (KeyError, TypeError, ValueError):
             continue
+    wanted = {(component, rank) for component, ranks in replaced.items() for rank in ranks}
+    started = {(c, r): resized[c][0] for c, r in wanted if c in resized and r < resized[c][1]}
+    for index, line in enumerate(lines):
+        said = _said(line, REPLACED_PREFIX)
+        try:
+            key = (str(said["component"]), int(said["rank"])) if said is not None else None
+        except (KeyError, TypeError, ValueError):
+            continue
+        if key in wanted and index > resized.get(key[0], (-1, 0))[0]:
+            started[key] = index
+    if set(started) != wanted:
+        return None
+    for line in lines[max(started.values(), default=-1) + 1 :]:
         start = line.find(BINDING_REPORT_PREFIX)
-        if start >= 0:
-            try:
-                return BindingReport.from_json(line[start + len(BINDING_REPORT_PREFIX) :])
-            except ValueError:
-                continue
+        if start < 0:
+            continue
+        try:
+            report = BindingReport.from_json(line[start + len(BINDING_REPORT_PREFIX) :])
+        except ValueError:
+            continue
+        if wanted <= {(check.component, check.rank) for check in report.checks}:
+            return report
     return None
 
 

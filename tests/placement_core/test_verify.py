@@ -23,6 +23,7 @@ from placement_core.observe.verify import (
     libcuda_mapped,
     replaced_line,
     report_line,
+    resized_line,
     select_devices,
 )
 from placement_core.plan import Plan, build_plan
@@ -253,3 +254,24 @@ def test_the_report_after_the_replaced_ranks_lines_is_the_one_that_verifies_them
     assert found is not None and found.to_json() == later.to_json()
     assert find_report_after(log, {"rollout": [0, 1]}) is None  # rank 0 was not replaced yet
     assert find_report_after(report_line(first), {"rollout": [1]}) is None
+
+
+def test_a_rank_started_before_the_drivers_last_resize_waits_for_a_start_after_it() -> None:
+    """The operator awaits rollout ranks 2-3: the driver started them once (rank lines and a report covering them),
+    then a resize 4 -> 2 stopped them, then 2 -> 4 started them again. Only the report after the new starts
+    verifies them; ranks the last resize kept (0-1) count as started at it; a report that does not cover every
+    awaited rank (printed before they joined) is not the one."""
+    config = {"cluster": {"num_nodes": 1, "accelerators_per_node": 4, "component_placement": {"rollout": "0-3"}}}
+    plan = build_plan(component_placement(config))
+    checks = [(ProcessCheck(c.name, p.rank, p.node_name, ()), p) for c, p in plan.processes()]
+    four, two = BindingReport.of(checks), BindingReport.of(checks[:2])
+    stale = [replaced_line("rollout", 2), replaced_line("rollout", 3), report_line(four)]
+    shrunk = [resized_line("rollout", 4, 2), report_line(two)]
+    log = "\n".join([*stale, *shrunk])
+    assert find_report_after(log, {"rollout": [2, 3]}) is None  # before: the first report after the stale lines
+    regrown = [resized_line("rollout", 2, 4), report_line(two), replaced_line("rollout", 2)]
+    log = "\n".join([*stale, *shrunk, *regrown])
+    assert find_report_after(log, {"rollout": [2, 3]}) is None  # rank 3 not started again yet
+    log = "\n".join([*stale, *shrunk, *regrown, replaced_line("rollout", 3), report_line(two), report_line(four)])
+    found = find_report_after(log, {"rollout": [1, 2, 3]})
+    assert found is not None and found.to_json() == four.to_json()

@@ -66,6 +66,9 @@ def resized_components(
     was = {c.get("name"): c for c in before.get("components") or []}
     # The counts the job ran with: status.placement's, the plan it was last given.
     ran = {c.get("name"): int(c.get("processes") or 0) for c in (before.get("placement") or {}).get("components") or []}
+    # The processes the driver's last binding report counted: a change overtaken before the driver acted on it (a
+    # quick second patch) leaves ranks below the old count that it never ran; they wait for its report too.
+    reported = {b.get("name"): int(b.get("processes") or 0) for b in before.get("binding") or []}
     components: list[dict[str, Any]] = []
     events: list[Post] = []
     for component in plan.components:
@@ -81,7 +84,10 @@ def resized_components(
         for process in added:
             if process.node_name not in held:
                 by_node.setdefault(process.node_name, []).append(process.rank)
-        unverified = sorted({r for r in entry.get("unverified") or [] if r < count} | {p.rank for p in added})
+        checked = min(old, reported.get(component.name, old))
+        unverified = sorted(
+            {r for r in entry.get("unverified") or [] if r < count} | {p.rank for p in component.processes[checked:]}
+        )
         starting = [
             {"node": node, "ranks": ranks, "since": since, "why": POD_TO_COME} for node, ranks in by_node.items()
         ]
