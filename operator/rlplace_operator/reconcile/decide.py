@@ -237,6 +237,8 @@ def with_elastic_loop(job: Job, world: World, outcome: Outcome) -> Outcome:
                 reason=change.reason,
                 observed_iteration_seconds=progress.iteration_seconds,
                 predicted_iteration_seconds=change.predicted,
+                # A yield promises nothing: it is kept as it is made, never judged or undone.
+                kept=True if change.reason == "Yield" else None,
             )
         )
         actions += [SetReplicas(change.index, change.component, change.replicas)]

@@ -371,3 +371,31 @@ def test_the_loop_is_told_which_of_its_groups_a_job_of_higher_priority_waits_for
     snapshot = dataclasses.replace(cluster_snapshot(nodes()), rljobs=only_elsewhere)
     world = Observer(None, {}, ledger, snapshot=snapshot).with_room(job, World(now=NOW))  # type: ignore[arg-type]
     assert world.waiting_above == {}
+
+
+def test_a_yield_is_written_to_the_spec_and_recorded_kept_as_it_is_made() -> None:
+    """A job of higher priority waits for the rollout's NodeGroup: the pass writes the rollout's minimum (4) to the
+    spec and records the Yield kept at once (it promises nothing; the loop never judges or undoes it)."""
+    ledger = Ledger()
+    job, plan, pods = running_job(12, ledger)
+    job.spec["elastic"] = {"enabled": True}
+    job.spec["components"][0]["minReplicas"] = 4
+    status = dict(job.status)
+    status["progress"] = {
+        "iteration": 12,
+        "iterationSeconds": 2.5,
+        "components": [{"name": "actor", "seconds": 0.5}, {"name": "rollout", "seconds": 2.0}],
+        "bottleneck": "rollout",
+        "updatedAt": "2026-11-24T00:59:59Z",
+    }
+    job = dataclasses.replace(job, status=status)
+    found = {n["metadata"]["name"]: n for n in nodes()}
+    world = World(now=NOW, rayjob=running_rayjob(), pods=pods, plan=plan, nodes=found)
+    outcome = decide(job, dataclasses.replace(world, waiting_above={"a800": "job ns/urgent of priority 10"}))
+    (change,) = [a for a in outcome.actions if isinstance(a, SetReplicas)]  # type: ignore[attr-defined]
+    assert (change.component, change.replicas) == ("rollout", 4)
+    (resize,) = dump(outcome.status)["resizes"]
+    assert (resize["previous"], resize["replicas"], resize["reason"], resize["kept"]) == (12, 4, "Yield", True)
+    assert posts(outcome, "ReplicasChanged") == [
+        "Yield: component 'rollout' 12 -> 4 replicas: job ns/urgent of priority 10 waits for its GPUs"
+    ]
