@@ -250,6 +250,18 @@ def test_a_resize_of_a_job_not_running_is_its_next_plan_not_a_change_in_place(ph
     assert all("starting" not in c for c in dump(outcome.status).get("components") or [])
 
 
+def reporting(job: Job) -> Job:
+    """The running job with the driver's step times reported: the rollout (2.0 s of 2.5 s) the bottleneck."""
+    progress = {
+        "iteration": 12,
+        "iterationSeconds": 2.5,
+        "components": [{"name": "actor", "seconds": 0.5}, {"name": "rollout", "seconds": 2.0}],
+        "bottleneck": "rollout",
+        "updatedAt": "2026-11-24T00:59:59Z",
+    }
+    return dataclasses.replace(job, status={**job.status, "progress": progress})
+
+
 def test_the_elastic_loop_writes_its_grow_to_the_spec_and_records_the_promise() -> None:
     """spec.elastic on: the rollout (4 replicas) is the bottleneck of the reported step times, so the pass records a
     Grow to 8 (its work split over twice the replicas promises 1.5 s instead of 2.5 s) and writes it to the spec;
@@ -257,15 +269,7 @@ def test_the_elastic_loop_writes_its_grow_to_the_spec_and_records_the_promise() 
     ledger = Ledger()
     job, plan, pods = running_job(4, ledger)
     job.spec["elastic"] = {"enabled": True, "cooldown": 0}
-    status = dict(job.status)
-    status["progress"] = {
-        "iteration": 12,
-        "iterationSeconds": 2.5,
-        "components": [{"name": "actor", "seconds": 0.5}, {"name": "rollout", "seconds": 2.0}],
-        "bottleneck": "rollout",
-        "updatedAt": "2026-11-24T00:59:59Z",
-    }
-    job = dataclasses.replace(job, status=status)
+    job = reporting(job)
     found = {n["metadata"]["name"]: n for n in nodes()}
     outcome = decide(job, World(now=NOW, rayjob=running_rayjob(), pods=pods, plan=plan, nodes=found))
     (change,) = [a for a in outcome.actions if isinstance(a, SetReplicas)]  # type: ignore[attr-defined]
@@ -380,15 +384,7 @@ def test_a_yield_is_written_to_the_spec_and_recorded_kept_as_it_is_made() -> Non
     job, plan, pods = running_job(12, ledger)
     job.spec["elastic"] = {"enabled": True}
     job.spec["components"][0]["minReplicas"] = 4
-    status = dict(job.status)
-    status["progress"] = {
-        "iteration": 12,
-        "iterationSeconds": 2.5,
-        "components": [{"name": "actor", "seconds": 0.5}, {"name": "rollout", "seconds": 2.0}],
-        "bottleneck": "rollout",
-        "updatedAt": "2026-11-24T00:59:59Z",
-    }
-    job = dataclasses.replace(job, status=status)
+    job = reporting(job)
     found = {n["metadata"]["name"]: n for n in nodes()}
     world = World(now=NOW, rayjob=running_rayjob(), pods=pods, plan=plan, nodes=found)
     outcome = decide(job, dataclasses.replace(world, waiting_above={"a800": "job ns/urgent of priority 10"}))
