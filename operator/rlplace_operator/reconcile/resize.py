@@ -26,7 +26,7 @@ from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import KUBERAY_GROUP_LABEL, RAY_CLUSTER_POD_LABEL
 from rlplace_operator.builders.raycluster import resized_workers
 from rlplace_operator.reconcile.actions import DropWorkers, Post, ResizeWorkers
-from rlplace_operator.reconcile.pods import head_pods, planned_nodes, worker_pods
+from rlplace_operator.reconcile.pods import head_pods, planned_nodes, running_and_ready, worker_pods
 
 #: What a starting rank's entry says until the pod problems of the next look say more.
 POD_TO_COME = "its worker pod is being made"
@@ -136,16 +136,21 @@ def draining(status: Mapping[str, Any]) -> bool:
     )
 
 
+def _restarted(pod: Mapping[str, Any]) -> bool:
+    """Whether a container of the pod restarted (it crash-loops)."""
+    return any(int(c.get("restartCount") or 0) > 0 for c in (pod.get("status") or {}).get("containerStatuses") or [])
+
+
 def surplus_pods(
     status: Mapping[str, Any], cluster: str | None, pods: Sequence[Mapping[str, Any]], plan: Plan | None
 ) -> DropWorkers | None:
     """The worker pods of the job's Ray cluster on nodes its plan no longer has, to take out of it now: once the
     driver's binding report counts no more processes of any component than the plan has (it stopped the ranks
-    taken away). Ready or not: a grow's pod that a shrink overtook before it started never becomes Ready (its
-    entry script refuses a node the plan no longer has). A Replace move's lost pod is not one: its node stays in
-    the plan until the move, which deletes the pod and swaps the node in the RayCluster's held nodes, and
-    dropped_workers lowers no count for a node the RayCluster no longer holds (the worker group keeps its count:
-    the pod is made again on the node moved to)."""
+    taken away). Pods Running and Ready, and pods that crash-loop (a container restarted): a grow's pod that a shrink
+    overtook before it started never becomes Ready (its entry script refuses a node the plan no longer has). Not a
+    pod that is only not Ready yet: right after a Replace move the status this pass reads may still name the lost
+    node, and the pod KubeRay just made on the node moved to would look surplus (dropping it lowers the group's
+    count and the ranks have no pod)."""
     if plan is None or not cluster:
         return None
     nodes = planned_nodes(status)
@@ -155,6 +160,7 @@ def surplus_pods(
         if (p["metadata"].get("labels") or {}).get(RAY_CLUSTER_POD_LABEL) == cluster
         and (p.get("spec") or {}).get("nodeName")
         and p["spec"]["nodeName"] not in nodes
+        and (running_and_ready(p) is None or _restarted(p))
     }
     if not surplus or draining(status):
         return None  # none, or the driver still runs ranks the plan took away: their step finishes first
