@@ -14,7 +14,7 @@ is the Provision action (provision.py).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from rlplace_operator.admission import admitter
@@ -37,7 +37,7 @@ from rlplace_operator.reconcile.actions import (
 )
 from rlplace_operator.reconcile.driver import with_driver
 from rlplace_operator.reconcile.observe import recommendation_due
-from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, status_of, with_cluster
+from rlplace_operator.reconcile.pods import LOOK_AGAIN_SECONDS, planned_nodes, status_of, with_cluster
 from rlplace_operator.reconcile.replicas import for_new_attempt, replicas_pending
 from rlplace_operator.reconcile.resize import draining, surplus_pods
 from rlplace_operator.reconcile.restarts import attempt_of, follow_eviction, follow_replaced_nodes, stale_attempt
@@ -298,12 +298,16 @@ def decide(job: Job, world: World) -> Outcome:
     return with_queue_word(job, world, outcome)
 
 
-def needs_look(entry: Mapping[str, Any]) -> bool:
-    """Jobs the timer looks at (by their index entry): Queued ones, Provisioning ones, running drivers not verified
-    yet, jobs whose Workload eviction is being carried out or who have not told their Workload yet, running jobs
-    whose recommendation is due or whose elastic loop is on, and running jobs whose replicas are being replaced,
-    started or stopped."""
+def needs_look(entry: Mapping[str, Any], held: Collection[str] = ()) -> bool:
+    """Jobs the timer looks at (by their index entry and the nodes their RayCluster holds): Queued ones,
+    Provisioning ones, running drivers not verified yet, jobs whose Workload eviction is being carried out or who
+    have not told their Workload yet, running jobs whose recommendation is due or whose elastic loop is on, running
+    jobs whose replicas are being replaced, started or stopped, and running jobs whose RayCluster still holds a node
+    their placement left (a shrink's pod to take out: it goes once it crash-loops, and a restart of a pod's container
+    changes nothing the job's handlers are told of)."""
     status = entry["status"]
+    if status.get("phase") == JobPhase.RUNNING and set(held) - planned_nodes(status):
+        return True
     phase = status.get("phase")
     if phase in (JobPhase.QUEUED, JobPhase.PROVISIONING) or recommendation_due(entry["spec"], status):
         return True

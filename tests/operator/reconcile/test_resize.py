@@ -218,6 +218,10 @@ def test_shrinking_frees_the_node_at_once_and_takes_its_pod_out_once_the_driver_
     overtaken = looked(dataclasses.replace(job, status=status), small, not_ready)
     (drop,) = [a for a in overtaken.actions if isinstance(a, DropWorkers)]  # type: ignore[attr-defined]
     assert dict(drop.drops) == {pod["metadata"]["name"]: ("a800", ADDED)}
+    # Nothing in the status says a pod is left to take out (the driver reported, no rank is pending), and a
+    # container's restart tells the job's handlers nothing: the timer looks while the RayCluster holds the node.
+    entry = {"spec": {}, "status": dump(overtaken.status)}
+    assert needs_look(entry, {ACTOR, ROLLOUT, ADDED}) and not needs_look(entry, {ACTOR, ROLLOUT})
 
     # On the RayCluster as it runs (the three nodes' worker group): one replica fewer, that pod named, the node out.
     group = {
