@@ -12,6 +12,7 @@ import enum
 import json
 import time
 from collections.abc import Iterator, Mapping
+from typing import Any
 
 import kopf
 from kubernetes import client, config
@@ -373,6 +374,23 @@ class Kube:
             WORKLOAD_GROUP, WORKLOAD_VERSION, namespace, WORKLOAD_PLURAL, label_selector=f"{JOB_LABEL}={job}"
         )
         return list(listed.get("items") or [])
+
+    def patch_workload(self, namespace: str, name: str, patch: list[dict[str, Any]]) -> None:
+        """Apply a JSON patch to a Workload's spec and metadata (gone or changed meanwhile: its `test` ops fail with
+        422, and the job's next look sees it as it is)."""
+        try:
+            self.custom.patch_namespaced_custom_object(
+                WORKLOAD_GROUP,
+                WORKLOAD_VERSION,
+                namespace,
+                WORKLOAD_PLURAL,
+                name,
+                patch,
+                _content_type="application/json-patch+json",
+            )
+        except ApiException as err:
+            if err.status not in (404, 422):
+                raise
 
     def delete_workload(self, namespace: str, name: str) -> None:
         try:

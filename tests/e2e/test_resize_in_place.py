@@ -23,9 +23,14 @@ import time
 
 import pytest
 from kubernetes import client
-from test_replace_in_place import (  # noqa: F401  (rollout_pair: a fixture)
+from test_kueue_e2e import KUEUE, QUEUE_LABEL, cluster_queue, granted_hosts, kueue_queues, workloads  # noqa: F401
+from test_replace_in_place import (  # noqa: F401  (rollout_pair, kueue_pair: fixtures)
+    PAIR_LABEL,
+    PAIR_QUEUE,
     driver_log,
     events,
+    kueue_pair,
+    pair_gpus_used,
     pids,
     replace_job,
     rollout,
@@ -274,3 +279,67 @@ def test_a_job_of_higher_priority_takes_an_elastic_jobs_extra_replicas_without_s
     seen = steps_seen(driver_log(kubeconfig, run_jobs.namespace, "giver"))
     assert seen == list(range(1, len(seen) + 1)), seen
     print(f"yield: the priority-10 job ran on the elastic job's extra node {took:.0f} s after it was created")
+
+
+def test_under_kueue_growth_waits_for_quota_as_a_workload_slice_and_a_shrink_gives_the_quota_back(
+    run_jobs: RunJobs,  # noqa: F811
+    rollout_pair: str,  # noqa: F811
+    kueue_pair: str,  # noqa: F811
+    kubeconfig: str,
+    k8s: client.ApiClient,
+) -> None:
+    """A job Kueue admitted (LocalQueue pair: one node's 8 GPUs of the two real GPU nodes) runs four rollout ranks
+    with a range: its Workload is elastic. Patched to 12 ranks (a second node), it asks Kueue for a Workload slice
+    and runs on as it is, saying it waits for Kueue's quota; the ClusterQueue raised to 16 GPUs, Kueue admits the
+    slice on both nodes (keeping the first), finishes the replaced Workload (rlplace deletes it) and the rollout
+    grows in place. Back to 4, the slice's count goes down and Kueue counts 8 GPUs again; attempt 1 throughout,
+    every step once."""
+    body = four_rollout_ranks(run_jobs, "kgrow", rollout_pair, steps=600)
+    body["metadata"]["labels"] = {QUEUE_LABEL: kueue_pair}
+    body["spec"]["pods"] = {"workers": {"tolerations": [{"key": PAIR_LABEL, "operator": "Exists"}]}}
+    run_jobs.create(body)
+    first = wait_for(lambda: verified_at_step_3(run_jobs.status("kgrow")), 300, "kgrow verified at step 3", interval=1)
+    (held,) = rollout_nodes(first)
+    assert held != GROWN_ON, first  # Kueue's first grant: the NodeGroup's first node (the one a grow keeps first)
+    (admitted,) = workloads(run_jobs, "kgrow")
+    assert admitted["metadata"]["annotations"]["kueue.x-k8s.io/elastic-job"] == "true", admitted["metadata"]
+
+    patch_replicas(kubeconfig, run_jobs.namespace, "kgrow", 12)
+
+    def waits_for_quota(status: dict) -> bool:
+        placed = next((c for c in status.get("conditions") or [] if c["type"] == "Placed"), {})
+        return placed.get("reason") == "WaitingForKueue" and "Workload slice" in placed.get("message", "")
+
+    waiting = watch_running(run_jobs, "kgrow", waits_for_quota, 60, "the growth waiting for Kueue's quota")
+    assert rollout_nodes(waiting) == [held] and waiting["attempts"] == 1 and pair_gpus_used(run_jobs) == 8
+    (slice_,) = [w for w in workloads(run_jobs, "kgrow") if w["metadata"]["name"] != admitted["metadata"]["name"]]
+    replaces = slice_["metadata"]["annotations"]["kueue.x-k8s.io/workload-slice-replacement-for"]
+    assert replaces == f"{run_jobs.namespace}/{admitted['metadata']['name']}", slice_["metadata"]
+
+    started = time.monotonic()
+    cluster_queue(kubeconfig, PAIR_QUEUE, {"e2e-real-cpu": 0, "e2e-pair": 16})
+    grown = watch_running(run_jobs, "kgrow", verified_rollout(12), 240, "rollout grown to 12 ranks under Kueue")
+    took = time.monotonic() - started
+    assert sorted(rollout_nodes(grown)) == sorted(["real-4090-0", "real-a800-0"]) and grown["attempts"] == 1, grown
+    assert grown["kueue"]["workload"] == slice_["metadata"]["name"], grown["kueue"]
+    wait_for(lambda: len(workloads(run_jobs, "kgrow")) == 1, 30, "the replaced Workload deleted")
+    (now,) = workloads(run_jobs, "kgrow")
+    assert sorted(granted_hosts(now)[rollout_pair]) == sorted(["real-4090-0", "real-a800-0"])
+    assert pair_gpus_used(run_jobs) == 16
+
+    patch_replicas(kubeconfig, run_jobs.namespace, "kgrow", 4)
+
+    def shrunk(status: dict) -> bool:
+        pods = run_jobs.core.list_namespaced_pod(run_jobs.namespace, label_selector="ray.io/node-type=worker").items
+        on_added = [p for p in pods if p.spec.node_name == GROWN_ON and p.metadata.labels.get("ray.io/cluster")]
+        return verified_rollout(4)(status) and rollout_nodes(status) == [held] and not on_added
+
+    small = watch_running(run_jobs, "kgrow", shrunk, 180, "rollout back to 4 ranks under Kueue")
+    (now,) = workloads(run_jobs, "kgrow")
+    counts = {p["name"]: p["count"] for p in now["spec"]["podSets"]}
+    assert counts[rollout_pair] == 1 and small["attempts"] == 1, (counts, small)
+    wait_for(lambda: pair_gpus_used(run_jobs) == 8, 30, "Kueue counting one node's GPUs again")
+    seen = steps_seen(driver_log(kubeconfig, run_jobs.namespace, "kgrow"))
+    assert seen == list(range(1, len(seen) + 1)), seen
+    assert Checker().check(ClusterState.read(k8s)) == []
+    print(f"under Kueue: the slice admitted and 4 -> 12 rollout ranks verified {took:.0f} s after the quota was raised")

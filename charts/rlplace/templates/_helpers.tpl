@@ -45,10 +45,11 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
   resources: [rayjobs]
   verbs: [get, list, watch, create, patch, delete]
 # A job labelled kueue.x-k8s.io/queue-name is admitted by Kueue through a Workload rlplace makes for it; rlplace
-# writes its PodsReady and Finished conditions and, after an eviction, releases its quota (docs/kueue.md).
+# writes its PodsReady and Finished conditions and, after an eviction, releases its quota (docs/kueue.md). A
+# running job that shrinks in place lowers its elastic Workload's counts (patch; docs/elastic.md).
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads]
-  verbs: [get, list, watch, create, delete]
+  verbs: [get, list, watch, create, delete, patch]
 - apiGroups: [kueue.x-k8s.io]
   resources: [workloads/status]
   verbs: [get, update, patch]

@@ -21,6 +21,7 @@ from rlplace_operator.admission.kueue import (  # noqa: F401  (the reconcile's n
     AssignmentError,
     Eviction,
     Granted,
+    Grows,
     Mark,
     QueueObjects,
     Refusal,

@@ -18,6 +18,7 @@ Every Kueue decision is here; pure: the objects observed in, typed decisions out
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -25,12 +26,27 @@ from typing import Any
 
 from rlplace_operator.admission.ledger import PlannedDemand
 from rlplace_operator.api import conditions as cond
-from rlplace_operator.api.names import HOSTNAME_LABEL, PRIORITY_CLASS_LABEL, QUEUE_LABEL
+from rlplace_operator.api.names import (
+    ELASTIC_JOB_ANNOTATION,
+    HOSTNAME_LABEL,
+    PRIORITY_CLASS_LABEL,
+    QUEUE_LABEL,
+    SLICE_REPLACEMENT_ANNOTATION,
+)
 from rlplace_operator.api.rljob import DEFAULT_PREEMPTION_GRACE_SECONDS, RLJobSpec, TopologyMode
 from rlplace_operator.api.status import JobPhase
-from rlplace_operator.builders.workload import PodSet, Priority, build_workload, pod_set_name, workload_name
+from rlplace_operator.builders.workload import (
+    PodSet,
+    Priority,
+    asked_pod_sets,
+    build_workload,
+    lowered_counts,
+    pod_set_name,
+    pod_sets_digest,
+)
 from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource
 from rlplace_operator.cluster.snapshot import indexed
+from rlplace_operator.planning.elastic import elastic_components
 
 #: Kueue's limit on a Workload's PodSets: at most this many NodeGroups in a job admitted by Kueue.
 MAX_POD_SETS = 18
@@ -43,6 +59,8 @@ FINISHED = "Finished"
 REQUEUED = "Requeued"
 #: Evicted's reason when someone set the Workload's spec.active to false: the job is suspended, not requeued.
 DEACTIVATED = "Deactivated"
+#: The reason of Finished on a slice Kueue replaced by the one that grew it.
+SLICE_REPLACED = "WorkloadSliceReplaced"
 
 
 def queue_name(labels: Mapping[str, str]) -> str | None:
@@ -259,16 +277,71 @@ class Granted:
 
 
 @dataclass(frozen=True)
-class Admission:
-    """What Kueue admission decided for a job now, and the Workload objects to make or delete for it."""
+class Grows:
+    """A running job's growth waits for Kueue to admit its Workload slice: the job runs on as it is meanwhile."""
 
-    verdict: Granted | Waits | Refusal
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Admission:
+    """What Kueue admission decided for a job now, and the Workload objects to make, change or delete for it."""
+
+    verdict: Granted | Waits | Refusal | Grows
     create: Mapping[str, Any] | None = None
     """The job's Workload to create (not adopted yet: the reconcile makes the job its owner)."""
-    delete: tuple[str, ...] = ()
-    """The job's Workloads of an earlier demand."""
+    keep: frozenset[str] | None = None
+    """The job's Workloads to keep: its others (of an earlier demand, a slice Kueue replaced) go. None: all stay."""
+    lower: tuple[str, list[dict[str, Any]]] | None = None
+    """(Workload, JSON patch): the admitted elastic Workload's lower counts (a running job shrank in place)."""
     status: Mapping[str, Any] = field(default_factory=dict)
     """The RLJob status fields that say how the admitter sees the job (wire form)."""
+
+
+def elastic_workload(spec: RLJobSpec) -> bool:
+    """Whether the job's Workload is elastic (Kueue admits its growth as a slice and takes lower counts): it has
+    resizable components and asks for no topology level (Kueue places elastic slices unconstrained only)."""
+    return bool(elastic_components(spec)) and spec.topology is None
+
+
+def _running_slice(workloads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+    """The job's admitted elastic Workload that a change of its replicas resizes (not evicted, not finished)."""
+    for body in workloads:
+        annotations = body["metadata"].get("annotations") or {}
+        state = WorkloadState.of(body)
+        if (
+            annotations.get(ELASTIC_JOB_ANNOTATION) == "true"
+            and state.admitted
+            and not (state.evicted or state.finished)
+        ):
+            return body
+    return None
+
+
+def _replaced(workload: Mapping[str, Any]) -> bool:
+    """Whether Kueue finished the Workload as a slice another one replaced."""
+    finished = _condition(workload.get("status") or {}, FINISHED) or {}
+    return finished.get("status") == "True" and finished.get("reason") == SLICE_REPLACED
+
+
+def _counts(workload: Mapping[str, Any]) -> dict[str, int]:
+    return {p["name"]: int(p.get("count") or 0) for p in (workload.get("spec") or {}).get("podSets") or []}
+
+
+def _resized(current: Mapping[str, Any], found: Sequence[PodSet]) -> str | None:
+    """ "grow" or "shrink" when `found` asks for the same PodSets as the admitted `current` but for other counts
+    (its digest with current's counts is current's), else None (another demand: a new Workload)."""
+    counts = _counts(current)
+    if [pod_set_name(p.group) for p in found] != list(counts):
+        return None
+    as_current = [dataclasses.replace(p, count=counts[pod_set_name(p.group)]) for p in found]
+    if pod_sets_digest(as_current) != asked_pod_sets(current):
+        return None
+    wanted = {pod_set_name(p.group): p.count for p in found}
+    if any(wanted[name] > counts[name] for name in counts):
+        return "grow"
+    return "shrink" if wanted != counts else None
 
 
 def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | None:
@@ -355,11 +428,15 @@ def admission(
     objects: QueueObjects,
     previous_admitted: Mapping[str, Any] | None,
     dra_groups: Sequence[str] = (),
+    running: bool = False,
 ) -> Admission:
     """Kueue's admission of the job now: the nodes it granted (per NodeGroup, in rank order), or why it waits.
 
     The job's Workload is made on the first look; a new demand (a new spec) makes a new Workload and deletes the
-    job's others. `dra_groups`: the job's NodeGroups whose GPUs come from DRA (not admitted through a Workload)."""
+    job's others. `dra_groups`: the job's NodeGroups whose GPUs come from DRA (not admitted through a Workload).
+    `running`: the job runs and its replicas change in place (docs/elastic.md): the same PodSets with more pods are
+    a Workload slice that replaces its admitted elastic Workload once Kueue admits it, fewer pods lower the admitted
+    Workload's counts."""
     queue = queue_name(labels)
     assert queue is not None
     if dra_groups:
@@ -374,10 +451,12 @@ def admission(
     found = pod_sets(spec, groups, demand, node_index)
     if isinstance(found, Refusal):
         return Admission(found)
-    wanted = workload_name(name, found)
-    body = next((w for w in objects.workloads if w["metadata"]["name"] == wanted), None)
+    wanted = pod_sets_digest(found)
+    body = next((w for w in objects.workloads if asked_pod_sets(w) == wanted and not _replaced(w)), None)
     create: Mapping[str, Any] | None = None
-    delete: tuple[str, ...] = ()
+    keep: frozenset[str] | None = None
+    lower: tuple[str, list[dict[str, Any]]] | None = None
+    current = _running_slice(objects.workloads) if running else None
     checked = cluster_queue_problem(objects, namespace, queue)
     if body is None:
         cluster_queue, problem = checked
@@ -390,14 +469,34 @@ def admission(
                 message = f"WorkloadPriorityClass {priority_class} not found"
                 return Admission(Refusal(cond.PRIORITY_CLASS_NOT_FOUND, message, permanent=False))
             priority = Priority(priority_class, int(objects.priority_class.get("value") or 0))
-        delete = tuple(w["metadata"]["name"] for w in objects.workloads if w["metadata"]["name"] != wanted)
-        create = body = build_workload(name, queue, found, priority)
+        resize = _resized(current, found) if current is not None else None
+        if current is not None and resize == "shrink":
+            # Fewer pods of the same PodSets: the admitted Workload takes the lower counts (Kueue frees the quota).
+            body = current
+            lower = (current["metadata"]["name"], lowered_counts(current, found))
+            keep = frozenset({current["metadata"]["name"]})
+        elif current is not None and resize == "grow":
+            # More pods: a slice that replaces the admitted Workload once Kueue admits it (the job runs on as it
+            # is meanwhile); a slice asked for before and no longer wanted goes.
+            replaces = f"{namespace}/{current['metadata']['name']}"
+            create = body = build_workload(name, queue, found, priority, elastic=True, replaces=replaces)
+            keep = frozenset({current["metadata"]["name"], body["metadata"]["name"]})
+        else:
+            create = body = build_workload(name, queue, found, priority, elastic=elastic_workload(spec))
+            keep = frozenset({body["metadata"]["name"]})
     state = WorkloadState.of(body)
     kueue: dict[str, Any] = {
         "workload": state.name,
         **({"clusterQueue": state.cluster_queue} if state.cluster_queue else {}),
     }
     evicting = state.evicted and state.holds_quota
+    replaces = (body["metadata"].get("annotations") or {}).get(SLICE_REPLACEMENT_ANNOTATION)
+    if current is not None and replaces and not state.admitted:
+        cluster_queue, problem = checked
+        said = problem or state.pending_message or "Kueue has not looked at it yet"
+        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
+        message = f"growing waits for Kueue to admit Workload slice {state.name} ({where}): {said}"
+        return Admission(Grows(cond.WAITING_FOR_KUEUE, message), create, keep)
     if not state.admitted or evicting:
         cluster_queue, problem = checked
         said = problem or state.pending_message or "Kueue has not looked at it yet"
@@ -409,18 +508,20 @@ def admission(
             f"Kueue ({where}): {said}",
             f"waiting for Kueue to admit Workload {state.name} ({where}): {said}",
         )
-        return Admission(waits, create, delete, {"kueue": kueue})
+        return Admission(waits, create, keep, None, {"kueue": kueue})
     try:
         hosts = state.hosts()
     except AssignmentError as err:
-        return Admission(Refusal(cond.KUEUE_UNSUPPORTED, str(err), permanent=False), create, delete, {"kueue": kueue})
+        refusal = Refusal(cond.KUEUE_UNSUPPORTED, str(err), permanent=False)
+        return Admission(refusal, create, keep, None, {"kueue": kueue})
     failed = sorted(set(state.unhealthy_nodes) & {host for granted in hosts.values() for host in granted})
     if failed:
         # A grant that still names a failed node (a restart after its loss, Kueue finding no other node yet): pods
         # made now would wait on a node that cannot run them. The job waits for Kueue's replacement instead.
         nodes = ", ".join(failed)
         said = f"Kueue to replace failed node {nodes} in Workload {state.name} (no other node of its flavor is free)"
-        return Admission(Waits(cond.WAITING_FOR_KUEUE, said, f"waiting for {said}"), create, delete, {"kueue": kueue})
+        waits = Waits(cond.WAITING_FOR_KUEUE, said, f"waiting for {said}")
+        return Admission(waits, create, keep, None, {"kueue": kueue})
     cluster, flavors = [], {}
     for pod_set in found:
         granted = set(hosts.get(pod_set_name(pod_set.group), ()))
@@ -435,7 +536,9 @@ def admission(
     said = ", ".join(f"{g} from {f}" for g, f in flavors.items())
     message = f"admitted by Kueue (ClusterQueue {state.cluster_queue}): {said}"
     kueue = {"workload": state.name, "clusterQueue": state.cluster_queue, "flavors": flavors}
-    return Admission(Granted(tuple(cluster), flavors, message), create, delete, {"kueue": kueue})
+    # Admitted: the job's other Workloads (a slice Kueue replaced, a slice no longer wanted) go.
+    keep = keep if keep is not None else frozenset({state.name})
+    return Admission(Granted(tuple(cluster), flavors, message), create, keep, lower, {"kueue": kueue})
 
 
 # -- a running job: what its Workload says, and what the Workload is told -----------------------------------------

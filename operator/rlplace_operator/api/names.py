@@ -128,3 +128,11 @@ PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 #: On rlplace's Ray pods of a Kueue job: Topology-Aware Scheduling counts them inside their Workload, not again as
 #: pods outside it.
 UNCONSTRAINED_TOPOLOGY_ANNOTATION = "kueue.x-k8s.io/podset-unconstrained-topology"
+#: On the Workload of a job with resizable components: Kueue admits its growth as a new Workload slice and takes a
+#: lower PodSet count of the admitted one (its ElasticJobsViaWorkloadSlices feature).
+ELASTIC_JOB_ANNOTATION = "kueue.x-k8s.io/elastic-job"
+#: On a Workload slice: the namespace/name of the admitted slice it replaces once Kueue admits it.
+SLICE_REPLACEMENT_ANNOTATION = "kueue.x-k8s.io/workload-slice-replacement-for"
+#: On rlplace's Workloads: the digest of the PodSets they ask for (a shrink lowers the counts of the admitted one in
+#: place, so its name no longer says it).
+POD_SETS_ANNOTATION = "rlplace.io/pod-sets"

@@ -12,8 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlplace_operator.api.names import (
+    ELASTIC_JOB_ANNOTATION,
+    POD_SETS_ANNOTATION,
     PRIORITY_CLASS_LABEL,
     QUEUE_LABEL,
+    SLICE_REPLACEMENT_ANNOTATION,
     UNCONSTRAINED_TOPOLOGY_ANNOTATION,
     WORKLOAD_GROUP,
     WORKLOAD_VERSION,
@@ -83,11 +86,35 @@ def pod_set_name(group: str) -> str:
     return f"{group.replace('.', '-')[:54].strip('-')}-{digest}"
 
 
+def pod_sets_digest(pod_sets: Sequence[PodSet]) -> str:
+    """What the PodSets ask for, in 8 hex digits."""
+    return hashlib.sha256(json.dumps([p.wire() for p in pod_sets], sort_keys=True).encode()).hexdigest()[:8]
+
+
 def workload_name(job: str, pod_sets: Sequence[PodSet]) -> str:
     """The Workload of a job's demand: a new demand (a new spec) is a new Workload (PodSets cannot change while
-    Kueue holds a reservation for them)."""
-    digest = hashlib.sha256(json.dumps([p.wire() for p in pod_sets], sort_keys=True).encode()).hexdigest()[:8]
-    return f"{job[:244]}-{digest}"
+    Kueue holds a reservation for them; an elastic Workload's counts may only go down)."""
+    return f"{job[:244]}-{pod_sets_digest(pod_sets)}"
+
+
+def asked_pod_sets(workload: Mapping[str, Any]) -> str:
+    """The digest of the PodSets a Workload of rlplace's asks for now (a shrink lowers its counts in place)."""
+    annotations = (workload.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(POD_SETS_ANNOTATION) or workload["metadata"]["name"][-8:]
+
+
+def lowered_counts(workload: Mapping[str, Any], pod_sets: Sequence[PodSet]) -> list[dict[str, Any]]:
+    """The JSON patch that lowers an admitted elastic Workload's PodSet counts to those of `pod_sets` (the same
+    PodSets in the same order, fewer pods: Kueue frees the quota at once) and records what it asks for now."""
+    patch: list[dict[str, Any]] = [
+        {"op": "test", "path": f"/spec/podSets/{i}/name", "value": p.wire()["name"]} for i, p in enumerate(pod_sets)
+    ]
+    patch += [{"op": "replace", "path": f"/spec/podSets/{i}/count", "value": p.count} for i, p in enumerate(pod_sets)]
+    if not (workload.get("metadata") or {}).get("annotations"):
+        patch.append({"op": "add", "path": "/metadata/annotations", "value": {}})
+    key = POD_SETS_ANNOTATION.replace("~", "~0").replace("/", "~1")
+    patch.append({"op": "add", "path": f"/metadata/annotations/{key}", "value": pod_sets_digest(pod_sets)})
+    return patch
 
 
 @dataclass(frozen=True)
@@ -99,17 +126,29 @@ class Priority:
 
 
 def build_workload(
-    job: str, queue: str, pod_sets: Sequence[PodSet], priority: Priority | None = None
+    job: str,
+    queue: str,
+    pod_sets: Sequence[PodSet],
+    priority: Priority | None = None,
+    elastic: bool = False,
+    replaces: str | None = None,
 ) -> dict[str, Any]:
-    """The job's Workload (the caller adopts it: the RLJob owns it, and deleting the job deletes it)."""
+    """The job's Workload (the caller adopts it: the RLJob owns it, and deleting the job deletes it). `elastic`: a
+    Workload whose counts may change while it is admitted; `replaces`: the namespace/name of the admitted slice this
+    one grows (Kueue admits the growth only and finishes that one)."""
     spec: dict[str, Any] = {"queueName": queue, "podSets": [p.wire() for p in pod_sets]}
     if priority is not None:
         spec["priorityClassRef"] = {"group": WORKLOAD_GROUP, "kind": "WorkloadPriorityClass", "name": priority.name}
         spec["priority"] = priority.value
+    annotations = {POD_SETS_ANNOTATION: pod_sets_digest(pod_sets)}
+    if elastic or replaces is not None:
+        annotations[ELASTIC_JOB_ANNOTATION] = "true"
+    if replaces is not None:
+        annotations[SLICE_REPLACEMENT_ANNOTATION] = replaces
     return {
         "apiVersion": f"{WORKLOAD_GROUP}/{WORKLOAD_VERSION}",
         "kind": "Workload",
-        "metadata": {"name": workload_name(job, pod_sets), "labels": child_labels(job)},
+        "metadata": {"name": workload_name(job, pod_sets), "labels": child_labels(job), "annotations": annotations},
         "spec": spec,
     }
 

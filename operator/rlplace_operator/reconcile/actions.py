@@ -79,6 +79,15 @@ class MarkWorkload:
 
 
 @dataclass(frozen=True)
+class LowerWorkload:
+    """Lower the PodSet counts of the job's admitted elastic Workload (a running job shrank in place): a JSON patch
+    (builders/workload.lowered_counts) that Kueue's webhook lets through for counts that go down only."""
+
+    workload: str
+    patch: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
 class ReleaseWorkload:
     """Give the evicted Workload's quota back (every pod of the job is gone): `requeue` unless it was
     deactivated."""
@@ -163,6 +172,7 @@ Action = (
     | Post
     | RequestCheckpoint
     | MarkWorkload
+    | LowerWorkload
     | ReleaseWorkload
 )
 

@@ -35,6 +35,7 @@ from rlplace_operator.reconcile.actions import (
     DeleteChildren,
     DeleteStale,
     DropWorkers,
+    LowerWorkload,
     MarkWorkload,
     MoveWorker,
     Outcome,
@@ -113,12 +114,15 @@ def write_workload(kube: Kube, namespace: str, name: str, change: Callable[[Mapp
 
 
 def make_children(kube: Kube, job: Job, outcome: Outcome) -> None:
-    """The outcome's Apply, DeleteStale and MoveWorker actions, in order: the children it makes or changes."""
+    """The outcome's Apply, DeleteStale, LowerWorkload, MoveWorker and ResizeWorkers actions, in order: the children
+    it makes or changes."""
     for action in outcome.actions:
         if isinstance(action, Apply):
             apply_objects(kube, action)
         elif isinstance(action, DeleteStale):
             delete_stale(kube, job, action)
+        elif isinstance(action, LowerWorkload):
+            kube.patch_workload(job.namespace, action.workload, action.patch)
         elif isinstance(action, MoveWorker):
             move_worker(kube, job, action)
         elif isinstance(action, ResizeWorkers):

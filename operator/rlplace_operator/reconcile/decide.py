@@ -54,10 +54,10 @@ def _driver_done(job: Job) -> bool:
 def _restart_for_new_spec(job: Job, world: World, status: dict[str, Any]) -> Outcome | None:
     """A running job whose new spec changes more than replicas (another RLJobSpec.restart_digest than its RayJob's):
     its RayJob is deleted, so that the job is planned again once it is gone and its new driver (resuming from
-    its checkpoint) runs the new plan. A change of replicas alone is resized in place by provisioning instead. Not
-    for a job a Workload admitted (a new spec is a new Workload) nor for a RayJob made before the annotation."""
+    its checkpoint) runs the new plan. A change of replicas alone is resized in place by provisioning instead (for a
+    job Kueue admitted, through its Workload's slices). Not for a RayJob made before the annotation."""
     rayjob = world.rayjob
-    if not job.entrypoint or job.by_workload or rayjob is None or not holds_nodes(status):
+    if not job.entrypoint or rayjob is None or not holds_nodes(status):
         return None
     if status.get("observedGeneration") == job.generation:
         return None

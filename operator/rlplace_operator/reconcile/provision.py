@@ -54,6 +54,7 @@ from rlplace_operator.reconcile.actions import (
     Apply,
     DeleteChildren,
     DeleteStale,
+    LowerWorkload,
     Outcome,
     Post,
     ReleaseNodes,
@@ -334,6 +335,9 @@ def _admitted_plan(
         raise draft.wait(cond.PLACED, cond.NODES_DIFFER, f"the free nodes {admitted_by} do not fit the placement")
     if gpus:
         planned = _pinned(draft, job, planned, groups, snapshot, gpus)
+    if job.by_workload:
+        # A shrink in place keeps the hosts Kueue granted in the Workload; the job holds only those it runs on.
+        ledger.hold(job.key, frozenset(w.name for w in planned.workers))
     processes = sum(c.processes for c in planned.summary.components)
     draft.condition(cond.PLACED, True, cond.PLACEMENT_APPLIED, f"{processes} processes on {len(planned.workers)} nodes")
     if not job.by_workload and draft.condition(
@@ -368,14 +372,20 @@ def _workload_admission(
         world.queue_objects,
         previous,
         dra_groups,
+        running=draft.before.get("phase") == JobPhase.RUNNING and holds_nodes(draft.before),
     )
     if said.create is not None:
         actions.append(Apply((said.create,), job.body()))
-        actions.append(DeleteStale(WORKLOAD_KIND, frozenset({said.create["metadata"]["name"]})))
+    if said.keep is not None:
+        actions.append(DeleteStale(WORKLOAD_KIND, said.keep))
+    if said.lower is not None:
+        actions.append(LowerWorkload(*said.lower))
     draft.set(**said.status)
     verdict = said.verdict
     if isinstance(verdict, admitter.Refusal):
         raise (draft.fail if verdict.permanent else draft.wait)(cond.ADMITTED, verdict.reason, verdict.message)
+    if isinstance(verdict, admitter.Grows):
+        raise draft.wait(cond.PLACED, verdict.reason, verdict.message)  # it runs on as it is meanwhile
     if isinstance(verdict, admitter.Waits):
         draft.waits(verdict.reason, cond.WAITING_FOR_KUEUE, verdict.waiting_for, verdict.message)
         return None
@@ -460,10 +470,8 @@ def _children(
     actions.append(Apply((configmap, *templates), owner))
     actions.append(DeleteStale(CLAIM_TEMPLATE_KIND, frozenset(t["metadata"]["name"] for t in templates)))
     actions.append(Apply((child,), owner))
-    in_place = not job.by_workload  # under Kueue the Workload says what runs: growing it needs Workload slices
     if (
-        in_place
-        and spec.entrypoint
+        spec.entrypoint
         and world.rayjob is not None  # not a restart's new RayJob (decide.py: _restart_for_new_spec)
         and holds_nodes(draft.before)
         and draft.before.get("observedGeneration") != draft.generation
@@ -524,7 +532,7 @@ def _describe(
             recommendation=None,
             replacements=None,
         )
-        if holds_nodes(draft.before) and draft.before.get("phase") == JobPhase.RUNNING and not job.by_workload:
+        if holds_nodes(draft.before) and draft.before.get("phase") == JobPhase.RUNNING:
             # Its Replace components' replicas changed in place: which ranks were added, and an Event each.
             components, events = resized_components(draft.before, planned.plan, cond.now())
             if components is not None:

@@ -406,3 +406,121 @@ def test_a_yield_is_written_to_the_spec_and_recorded_kept_as_it_is_made() -> Non
     assert posts(outcome, "ReplicasChanged") == [
         "Yield: component 'rollout' 12 -> 4 replicas: job ns/urgent of priority 10 waits for its GPUs"
     ]
+
+
+def kueue_admitted(body: dict, hosts: list[str], finished: str | None = None) -> dict:
+    """`body` (a Workload rlplace made) as Kueue leaves it once admitted on `hosts`, or finished for `finished`."""
+    body = copy.deepcopy(body)
+    body["metadata"]["namespace"] = "ns"
+    conditions = [
+        {"type": "QuotaReserved", "status": "True", "reason": "QuotaReserved"},
+        {"type": "Admitted", "status": "True", "reason": "Admitted"},
+    ]
+    if finished is not None:
+        conditions.append({"type": "Finished", "status": "True", "reason": finished})
+    assignment = {
+        "levels": ["kubernetes.io/hostname"],
+        "slices": [
+            {
+                "domainCount": len(hosts),
+                "valuesPerLevel": [{"individual": {"roots": hosts}}],
+                "podCounts": {"universal": 1},
+            }
+        ],
+    }
+    flavors = {"cpu": "a800", "memory": "a800", "nvidia.com/gpu": "a800"}
+    body["status"] = {
+        "conditions": conditions,
+        "admission": {
+            "clusterQueue": "rl-cluster-queue",
+            "podSetAssignments": [
+                {"name": "a800", "count": len(hosts), "flavors": flavors, "topologyAssignment": assignment}
+            ],
+        },
+    }
+    return body
+
+
+def test_under_kueue_a_grow_is_a_workload_slice_and_a_shrink_lowers_the_admitted_workloads_counts() -> None:
+    """A job Kueue admitted whose rollout has a range: its Workload is elastic; growing onto a third node asks Kueue
+    for a Workload slice that replaces the admitted one, and the job runs on as it is until Kueue admits it; then it
+    grows in place on the hosts of the slice, whose replaced Workload goes; shrinking back lowers the admitted
+    slice's PodSet count (Kueue frees the quota) and the job holds its two nodes only."""
+    from test_provision import queue_objects
+
+    from rlplace_operator.api.names import ELASTIC_JOB_ANNOTATION, QUEUE_LABEL, SLICE_REPLACEMENT_ANNOTATION
+    from rlplace_operator.reconcile.actions import DeleteStale, LowerWorkload
+
+    labels = {QUEUE_LABEL: "rl"}
+    snapshot = cluster_snapshot(nodes())
+    first = provision(
+        new_job("split", spec(4), labels=labels),
+        World(now=NOW, child_known=False, snapshot=snapshot, queue_objects=queue_objects()),
+        Ledger(),
+    )
+    made = objects(first)["Workload"]
+    assert (
+        made["metadata"]["annotations"][ELASTIC_JOB_ANNOTATION] == "true" and made["spec"]["podSets"][0]["count"] == 2
+    )
+    admitted = kueue_admitted(made, [ACTOR, ROLLOUT])
+    ledger = Ledger()
+    job = new_job("split", spec(4), labels=labels)
+    started = provision(
+        job,
+        World(now=NOW, child_known=False, snapshot=snapshot, queue_objects=queue_objects(workloads=(admitted,))),
+        ledger,
+    )
+    status = dump(started.status) | {"phase": "Running", "rayCluster": CLUSTER, "attempts": 1}
+    job = dataclasses.replace(job, status=status)
+    pods = ray_pods(CLUSTER, (ACTOR, ROLLOUT))
+
+    def grown_to(replicas: int, *workloads: dict) -> tuple[object, Job]:
+        changed = dataclasses.replace(job, spec=spec(replicas), generation=job.generation + 1)
+        world = World(
+            now=NOW,
+            rayjob=running_rayjob(),
+            pods=pods,
+            snapshot=snapshot,
+            queue_objects=queue_objects(workloads=workloads),
+        )
+        outcome = provision(changed, world, ledger)
+        return outcome, dataclasses.replace(changed, status=dump(outcome.status))
+
+    # 12 replicas need a third node: a slice that replaces the admitted Workload; the job runs on, saying why.
+    waiting, _ = grown_to(12, admitted)
+    (slice_,) = [o for a in waiting.actions if isinstance(a, Apply) for o in a.objects]  # type: ignore[attr-defined]
+    annotations = slice_["metadata"]["annotations"]
+    assert annotations[SLICE_REPLACEMENT_ANNOTATION] == f"ns/{admitted['metadata']['name']}"
+    assert annotations[ELASTIC_JOB_ANNOTATION] == "true" and slice_["spec"]["podSets"][0]["count"] == 3
+    assert (
+        DeleteStale("Workload", frozenset({admitted["metadata"]["name"], slice_["metadata"]["name"]}))
+        in waiting.actions
+    )
+    said = dump(waiting.status)
+    assert said["phase"] == "Running" and said["kueue"]["workload"] == admitted["metadata"]["name"]
+    placed = condition(said, "Placed")
+    assert placed["reason"] == "WaitingForKueue" and f"Workload slice {slice_['metadata']['name']}" in placed["message"]
+    assert not [a for a in waiting.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+
+    # Kueue admits the slice (the hosts of the replaced one and a third) and finishes the replaced one.
+    replaced = kueue_admitted(admitted, [ACTOR, ROLLOUT], finished="WorkloadSliceReplaced")
+    grown_slice = kueue_admitted(slice_, [ACTOR, ROLLOUT, ADDED])
+    grown, job = grown_to(12, replaced, grown_slice)
+    assert DeleteStale("Workload", frozenset({grown_slice["metadata"]["name"]})) in grown.actions
+    (resize,) = [a for a in grown.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    assert (
+        resize.patch is not None
+        and resize.patch["metadata"]["annotations"][NODES_ANNOTATION] == f"{ACTOR},{ROLLOUT},{ADDED}"
+    )
+    said = dump(grown.status)
+    assert said["phase"] == "Running" and said["kueue"]["workload"] == grown_slice["metadata"]["name"]
+    assert rollout_of(said)["desired"] == 12 and ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT, ADDED})
+    assert posts(grown, "Resized")
+
+    # Back to 4: the admitted slice's count goes down to 2 (a JSON patch Kueue's webhook lets through), nothing new.
+    shrunk, _ = grown_to(4, replaced, grown_slice)
+    (lower,) = [a for a in shrunk.actions if isinstance(a, LowerWorkload)]  # type: ignore[attr-defined]
+    assert lower.workload == grown_slice["metadata"]["name"]
+    assert {"op": "replace", "path": "/spec/podSets/0/count", "value": 2} in lower.patch
+    assert not [a for a in shrunk.actions if isinstance(a, Apply) and a.objects[0]["kind"] == "Workload"]  # type: ignore[attr-defined]
+    assert dump(shrunk.status)["phase"] == "Running" and ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT})
