@@ -501,6 +501,13 @@ def test_under_kueue_a_grow_is_a_workload_slice_and_a_shrink_lowers_the_admitted
     placed = condition(said, "Placed")
     assert placed["reason"] == "WaitingForKueue" and f"Workload slice {slice_['metadata']['name']}" in placed["message"]
     assert not [a for a in waiting.actions if isinstance(a, ResizeWorkers)]  # type: ignore[attr-defined]
+    # Undone before Kueue admitted it (the loop's grow that found no room, or the user's second thought): the
+    # pending slice goes, the admitted Workload stays as it is.
+    undone, _ = grown_to(4, admitted, slice_)
+    assert DeleteStale("Workload", frozenset({admitted["metadata"]["name"]})) in undone.actions
+    assert not [a for a in undone.actions if isinstance(a, LowerWorkload)]  # type: ignore[attr-defined]
+    made = [o["kind"] for a in undone.actions if isinstance(a, Apply) for o in a.objects]  # type: ignore[attr-defined]
+    assert "Workload" not in made
 
     # Kueue admits the slice (the hosts of the replaced one and a third) and finishes the replaced one.
     replaced = kueue_admitted(admitted, [ACTOR, ROLLOUT], finished="WorkloadSliceReplaced")
