@@ -536,6 +536,8 @@ def admission(
     said = ", ".join(f"{g} from {f}" for g, f in flavors.items())
     message = f"admitted by Kueue (ClusterQueue {state.cluster_queue}): {said}"
     kueue = {"workload": state.name, "clusterQueue": state.cluster_queue, "flavors": flavors}
+    if state.pods_ready:
+        kueue["podsReady"] = True  # told before (a running job planned again): nothing more to tell it
     # Admitted: the job's other Workloads (a slice Kueue replaced, a slice no longer wanted) go.
     keep = keep if keep is not None else frozenset({state.name})
     return Admission(Granted(tuple(cluster), flavors, message), create, keep, lower, {"kueue": kueue})

@@ -524,8 +524,11 @@ def test_under_kueue_a_grow_is_a_workload_slice_and_a_shrink_lowers_the_admitted
     assert rollout_of(said)["desired"] == 12 and ledger.reserved[job.key] == frozenset({ACTOR, ROLLOUT, ADDED})
     assert posts(grown, "Resized")
 
-    # Back to 4: the admitted slice's count goes down to 2 (a JSON patch Kueue's webhook lets through), nothing new.
+    # Back to 4: the admitted slice's count goes down to 2 (a JSON patch Kueue's webhook lets through), nothing new;
+    # the slice was told PodsReady once the grown job ran, and the status says so (nothing more to tell it).
+    grown_slice["status"]["conditions"].append({"type": "PodsReady", "status": "True", "reason": "Started"})
     shrunk, _ = grown_to(4, replaced, grown_slice)
+    assert dump(shrunk.status)["kueue"]["podsReady"] is True
     (lower,) = [a for a in shrunk.actions if isinstance(a, LowerWorkload)]  # type: ignore[attr-defined]
     assert lower.workload == grown_slice["metadata"]["name"]
     assert {"op": "replace", "path": "/spec/podSets/0/count", "value": 2} in lower.patch
