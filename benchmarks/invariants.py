@@ -17,7 +17,8 @@ The rules (docs/status-truth.md):
 - silent: a job not Running, finished or Suspended has a condition naming what it waits for, written within 60 s
   of its creation or its spec's change.
 - lie: a Running job's planned pods all run, Ready, on its planned nodes, and run nowhere else (once the operator
-  had 30 s to see a change; a node whose Replace ranks status.components names as lost is excused); a job placed (Provisioning or Running) names nothing it waits for and no queue
+  had 30 s to see a change: of its pods, or of its spec, which may move what is planned; a node whose Replace
+  ranks status.components names as lost is excused); a job placed (Provisioning or Running) names nothing it waits for and no queue
   position; a phase moves back only with a condition that says why; the attempt never goes down.
 - driver-twice, progress: one driver per attempt (one RayJob whose driver KubeRay submitted); the reported
   iteration never goes down within one attempt.
@@ -355,7 +356,10 @@ class Checker:
             seen.lying_since = None
         elif seen.lying_since is None:
             seen.lying_since = state.now
-        if lies and state.now - seen.lying_since >= self.reaction:
+        # The operator's reaction counts from the disagreement or from the last spec change, whichever came later:
+        # a spec changed every few seconds (replicas patched in a stream) moves the target each time.
+        since = max(seen.lying_since, seen.changed_at) if lies and seen.changed_at else seen.lying_since
+        if lies and since is not None and state.now - since >= self.reaction:
             found += lies
         if phase in ("Provisioning", "Running") and (status.get("waitingFor") or status.get("queuePosition")):
             found.append(f"lie: RLJob {name} is {phase} but still says it waits for {status.get('waitingFor')!r}")

@@ -136,6 +136,22 @@ def test_a_running_job_without_its_pods_is_a_lie_once_the_operator_had_time_to_s
     assert checker.check(state) == []
 
 
+def test_a_spec_change_gives_the_operator_its_reaction_time_again() -> None:
+    """A stream of replicas patches: each new spec may move what is planned, so a disagreement that began before
+    the last change is named only once the operator had its 30 s after that change."""
+    state = healthy()
+    state.pods = [pod("a-head", "n0", "head"), pod("a-worker", "n1", "worker")]
+    checker = Checker()
+    assert checker.check(state) == []
+    state.now = NOW + dt.timedelta(seconds=25)
+    state.rljobs[0]["metadata"]["generation"] = 2  # patched 25 s into the disagreement
+    assert checker.check(state) == []
+    state.now = NOW + dt.timedelta(seconds=40)  # 40 s of disagreement, 15 s since the change
+    assert checker.check(state) == []
+    state.now = NOW + dt.timedelta(seconds=56)
+    assert "lie: RLJob ns/a's worker pods run on n1, not in status.placement" in checker.check(state)
+
+
 def test_a_running_job_that_says_its_replace_ranks_are_lost_is_no_lie() -> None:
     state = healthy()
     state.pods = [pod("a-head", "n0", "head")]
