@@ -358,8 +358,7 @@ class Checker:
             seen.lying_since = state.now
         # The operator's reaction counts from the disagreement or from the last spec change, whichever came later:
         # a spec changed every few seconds (replicas patched in a stream) moves the target each time.
-        since = max(seen.lying_since, seen.changed_at) if lies and seen.changed_at else seen.lying_since
-        if lies and since is not None and state.now - since >= self.reaction:
+        if lies and state.now - max(seen.lying_since, seen.changed_at or seen.lying_since) >= self.reaction:
             found += lies
         if phase in ("Provisioning", "Running") and (status.get("waitingFor") or status.get("queuePosition")):
             found.append(f"lie: RLJob {name} is {phase} but still says it waits for {status.get('waitingFor')!r}")

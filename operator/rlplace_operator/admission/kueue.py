@@ -490,19 +490,16 @@ def admission(
         **({"clusterQueue": state.cluster_queue} if state.cluster_queue else {}),
     }
     evicting = state.evicted and state.holds_quota
-    replaces = (body["metadata"].get("annotations") or {}).get(SLICE_REPLACEMENT_ANNOTATION)
-    if current is not None and replaces and not state.admitted:
-        cluster_queue, problem = checked
-        said = problem or state.pending_message or "Kueue has not looked at it yet"
-        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
-        message = f"growing waits for Kueue to admit Workload slice {state.name} ({where}): {said}"
-        return Admission(Grows(cond.WAITING_FOR_KUEUE, message), create, keep)
     if not state.admitted or evicting:
         cluster_queue, problem = checked
         said = problem or state.pending_message or "Kueue has not looked at it yet"
+        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
+        slice_of_running = SLICE_REPLACEMENT_ANNOTATION in (body["metadata"].get("annotations") or {})
+        if current is not None and slice_of_running and not state.admitted:
+            message = f"growing waits for Kueue to admit Workload slice {state.name} ({where}): {said}"
+            return Admission(Grows(cond.WAITING_FOR_KUEUE, message), create, keep)
         if evicting:
             said = f"its eviction to end ({state.evicted_reason}: {state.evicted_message})"
-        where = f"ClusterQueue {cluster_queue}" if cluster_queue else f"LocalQueue {queue}"
         waits = _waits(
             previous_admitted,
             f"Kueue ({where}): {said}",

@@ -189,9 +189,10 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     looks: list[tuple[Job, Decision | None]] = []
     for key in list(snapshot.rljobs):
         entry = indexed(snapshot.rljobs, key)
+        if entry is None or entry["nodeGroups"][:1] != [name]:
+            continue
         holding = indexed(snapshot.rayclusters, key)
-        held = holding.nodes if holding is not None else ()
-        if entry is None or entry["nodeGroups"][:1] != [name] or not needs_look(entry, held):
+        if not needs_look(entry, holding.nodes if holding is not None else ()):
             continue
         planned = key in ledger.demands  # a job whose demand this process knows can wait without re-planning
         looks.append((job_of(key, entry), decisions.get(key) if planned else None))
