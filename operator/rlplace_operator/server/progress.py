@@ -46,6 +46,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import urllib3
 from aiohttp import web
 from kubernetes.client.exceptions import ApiException
 
@@ -301,6 +302,14 @@ class KubeIdentify:
 
     def __call__(self, token: str) -> Caller:
         try:
+            return self._identify(token)
+        except urllib3.exceptions.HTTPError as err:
+            # The API server is away (restarting, overloaded): the operator's problem, and one the driver's next
+            # report may not meet. Not the token's answer, so not cached as one.
+            raise Refused(503, f"the API server could not be reached ({type(err).__name__})") from None
+
+    def _identify(self, token: str) -> Caller:
+        try:
             status = self.kube.review_token(token, PROGRESS_AUDIENCE)
         except ApiException as err:
             if err.status in (401, 403):
@@ -461,7 +470,11 @@ class ProgressService:
                 f"pod {caller.pod} is of Ray cluster {caller.cluster}, which RLJob {'/'.join(key)} no longer runs on",
             )
         try:
-            report = posted_report(await request.read())
+            body = await request.read()
+        except ConnectionResetError:  # the driver's connection went while it sent (its pod stopping, say)
+            return self._refuse(400, "the report's body was cut off: the connection was lost")
+        try:
+            report = posted_report(body)
         except ValueError as err:
             return self._refuse(400, str(err))
         self.accept(key, report, caller.cluster)

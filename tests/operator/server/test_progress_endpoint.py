@@ -549,6 +549,42 @@ def test_without_the_tokenreview_grant_the_answer_says_what_to_grant() -> None:
     assert isinstance(refused, Refused) and refused.status == 503 and "create` on tokenreviews" in str(refused)
 
 
+def test_an_api_server_out_of_reach_is_the_operators_503_not_a_crash() -> None:
+    """Seen in a full run's operator log (the API server restarting under a test): the TokenReview's connection
+    error escaped the handler, aiohttp answered 500 and logged a traceback."""
+    from kubernetes import client as k8s
+
+    from rlplace_operator.kube import Kube
+    from rlplace_operator.server.progress import KubeIdentify
+
+    configuration = k8s.Configuration()
+    configuration.host = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    configuration.retries = 0
+    with pytest.raises(Refused) as refused:
+        KubeIdentify(Kube(k8s.ApiClient(configuration)))("good")
+    assert refused.value.status == 503 and "the API server could not be reached" in str(refused.value)
+
+
+def test_a_report_whose_connection_is_lost_while_it_is_read_is_refused_quietly() -> None:
+    class CutOff:
+        def __init__(self) -> None:
+            self.match_info = {"namespace": "ns", "name": "a"}
+            self.headers = {"Authorization": "Bearer token-a"}
+
+        async def read(self) -> bytes:
+            raise ConnectionResetError("Connection lost")
+
+    async def main() -> web.Response:
+        service = ProgressService(identify, lambda *_: ProgressWrite.WRITTEN, interval=0.1)
+        try:
+            return await service.handle(CutOff())  # type: ignore[arg-type]
+        finally:
+            service.close()
+
+    answer = asyncio.run(main())
+    assert answer.status == 400 and "connection was lost" in answer.text
+
+
 # -- the operator's start-up serves both ------------------------------------------------------------------------
 
 
