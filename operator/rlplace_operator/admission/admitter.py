@@ -1,6 +1,6 @@
 """Which admitter decides for a job, and what it says: the one door of admission for the reconcile.
 
-A job whose labels name a LocalQueue is admitted by Kueue through a Workload (kueue.py); every other job by
+A job whose labels name a LocalQueue is admitted by Kueue through a Workload (kueue/); every other job by
 rlplace's own queue (queue.py, rules.py). The reconcile asks here, never naming the admitter: what to observe for
 the job, whether a Workload holds its admission, and what that Workload's state means for a running job (an
 eviction to carry out, nodes replaced under it, a condition it must be told).

@@ -1,6 +1,6 @@
 """The Kueue Workload rlplace makes for a job that names a LocalQueue (docs/kueue.md), and what its Ray children
 carry so that no Kueue integration takes them for jobs of their own. What the Workload asks for (its PodSets) and
-what to do with what Kueue answers is decided in admission/kueue.py."""
+what to do with what Kueue answers is decided in admission/kueue/."""
 
 from __future__ import annotations
 
