@@ -35,6 +35,7 @@ from rlplace_operator.api.names import (
     RAYCLUSTER_PLURAL,
     RAYJOB_PLURAL,
     RLJOB_PLURAL,
+    TOPOLOGY_PLURAL,
     WORKLOAD_GROUP,
     WORKLOAD_PLURAL,
     WORKLOAD_VERSION,
@@ -330,6 +331,10 @@ class Kube:
 
     def get_workload_priority_class(self, name: str) -> dict | None:
         return self._get_queue_object(PRIORITY_CLASS_PLURAL, name)
+
+    def get_kueue_topology(self, name: str) -> dict | None:
+        """Kueue's Topology `name`; None when it does not exist (or Kueue is not installed)."""
+        return self._get_queue_object(TOPOLOGY_PLURAL, name)
 
     def create_claim_template(self, namespace: str, body: dict) -> None:
         """Create a worker pod's ResourceClaimTemplate (one of that name is the same pin: templates are

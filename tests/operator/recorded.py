@@ -209,10 +209,11 @@ def cluster_snapshot(
     holdings: dict | None = None,
     pods: dict | None = None,
     device_classes: set[str] | None = None,
+    kueue_topologies: dict[str, dict] | None = None,
 ) -> Snapshot:
     """A Snapshot as the operator's indexes hold it: each NodeGroup's status computed by the real controller's
-    function (cluster.selection.nodegroup_wire_status) from the nodes and the DeviceClasses (by default the local
-    cluster's: the chart makes gpu.example.com)."""
+    function (cluster.selection.nodegroup_wire_status) from the nodes, the DeviceClasses (by default the local
+    cluster's: the chart makes gpu.example.com) and the Kueue Topologies by name (none by default)."""
     nodes = local_nodes() if nodes is None else nodes
     groups = local_groups() if groups is None else groups
     index = {n["metadata"]["name"]: [NodeInfo.from_body(n)] for n in nodes}
@@ -226,7 +227,9 @@ def cluster_snapshot(
     nodegroups = {}
     for name, spec in groups.items():
         classes = {DRA_DRIVER} if device_classes is None else device_classes
-        status = nodegroup_wire_status(NodeGroupSpec.model_validate(spec), infos, 1, classes, {})
+        parsed = NodeGroupSpec.model_validate(spec)
+        named = parsed.topology.kueue_topology if parsed.topology is not None else None
+        status = nodegroup_wire_status(parsed, infos, 1, classes, {}, (kueue_topologies or {}).get(named or ""))
         nodegroups[name] = [(spec, status)]
     return Snapshot(index, nodegroups, rljobs or {}, holdings or {}, pods or {})
 

@@ -23,7 +23,6 @@ from rlplace_operator.admission.rules import (
     busy_nodes,
     decide,
     fit,
-    required_level,
 )
 from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import Device
@@ -93,6 +92,8 @@ class AdmissionWorld:
     #: Ready nodes of the groups -> their network domains (rules.Pool.domains), from their topology labels; only
     #: nodes that have one.
     domains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Group -> its network levels, widest first (rules.Pool.levels: the NodeGroup's status.topology.levels).
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -220,7 +221,7 @@ def _waiting_queue(ledger: Ledger, world: AdmissionWorld, skip: JobKey | None) -
         known = ledger.demands.get(key)
         demand, excluded = (known[1].demand, tainted_now(known[1], world)) if known else (None, {})
         excluded = {**excluded, **status_excluded(entry["status"], entry.get("generation"))}
-        within = required_level(known[1].spec.required_topology_level) if known else None
+        within = known[1].spec.required_topology_level if known else None
         queue.append(QueuedJob(key, entry["priority"], entry["created"], demand, excluded, within))
     return queue
 
@@ -231,7 +232,7 @@ def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
     with ledger.lock:
         held, held_gpus = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains)
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains, world.levels)
         decisions = decide(_waiting_queue(ledger, world, None), pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
@@ -266,7 +267,7 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob, reserve: bool =
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
         # Its own GPUs count as free for it, as its own nodes do (a re-placement's new pods replace its old ones).
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains)
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains, world.levels)
         if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)
@@ -319,9 +320,11 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
     tainted_in: dict[str, set[str]] = {}
     dra_nodes: dict[str, DraNode] = {}
     domains: dict[str, tuple[str, ...]] = {}
+    levels: dict[str, tuple[str, ...]] = {}
     for name in snapshot.nodegroups:
         group = ledger.group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
+        levels[name] = group.levels
         dra = group.spec.dra_driver
         for node in groups[name]:
             info = indexed(snapshot.nodes, node)
@@ -330,8 +333,10 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
                 tainted_in.setdefault(node, set()).add(name)
             if dra is not None and info is not None:
                 dra_nodes[node] = dra_node(info.devices(dra.driver), dra.driver, snapshot.claims)
-            if info is not None and any(info.network_path):
-                domains[node] = info.network_path
+            # A node in two groups of other levels has its first group's domains (groups rarely share nodes).
+            path = info.network_path(levels[name]) if info is not None and node not in domains else ()
+            if any(path):
+                domains[node] = path
         resource = unit_resource(group.spec)
         if resource:
             resources.add(resource)
@@ -346,4 +351,5 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
         frozen,
         dra_nodes=dra_nodes,
         domains=domains,
+        levels=levels,
     )

@@ -60,9 +60,9 @@ class QueuedJob:
     """None while the operator has not planned the job yet (just after a restart)."""
     excluded: Mapping[str, str] = field(default_factory=dict)
     """Nodes this job's workers cannot run on, and why (a taint they do not tolerate: selection.py)."""
-    within: int | None = None
-    """spec.topology Required: the level (an index of TOPOLOGY_LEVELS, the pool's domain paths) one domain of
-    which must hold each of its groups' nodes; None: packed where it can be, never waiting for it."""
+    within: str | None = None
+    """spec.topology Required: the level (a node label key among its groups' levels) one domain of which must hold
+    each of its groups' nodes; None: packed where it can be, never waiting for it."""
 
     def order(self) -> tuple[int, str, JobKey]:
         return (-self.priority, self.created, self.key)
@@ -78,8 +78,20 @@ class Pool:
     free_gpus: Mapping[str, tuple[int, ...]] = field(default_factory=dict)
     """Nodes of DRA groups -> their free GPUs (host GPU numbers, ascending); a node not here has none free."""
     domains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
-    """Node -> its network domains, widest first (block, rack: api.names.TOPOLOGY_LEVELS); a node not here, or
-    with an empty label, is in no domain of that level. Admission packs a job's nodes into the fewest of them."""
+    """Node -> its network domains, widest first (its group's `levels`); a node not here, or with an empty label,
+    is in no domain of that level. Admission packs a job's nodes into the fewest of them."""
+    levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    """Group -> its network levels, widest first (the node label keys of `domains`); a group not here has the
+    default ones (api.names.TOPOLOGY_LEVELS)."""
+
+    def level_index(self, group: str, level: str | None) -> int | None:
+        """Where `level` is in the group's domain paths (None: no level required). A level the group does not
+        have is one past its last: no node is in a domain of it, so a job requiring it is never admitted there
+        (provisioning refuses such a job before it queues: `unknown_level`)."""
+        if level is None:
+            return None
+        levels = self.levels.get(group, TOPOLOGY_LEVELS)
+        return levels.index(level) if level in levels else len(levels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,9 +144,36 @@ class Waiting:
 Decision = Admitted | Waiting
 
 
-def required_level(level: str | None) -> int | None:
-    """QueuedJob.within for the level a job requires (a label key of TOPOLOGY_LEVELS; None: none required)."""
-    return None if level is None else TOPOLOGY_LEVELS.index(level)
+def unmeetable(job: QueuedJob, pool: Pool) -> str | None:
+    """Why the job's required level could not hold it even with every ready node of its groups free (None: it
+    could): a level one of its groups does not have, or whose largest domain has fewer nodes than the job uses
+    there. Such a job never enters the queue, where as its head it would claim a domain it can never fill."""
+    if job.within is None or job.demand is None:
+        return None
+    for demand in job.demand:
+        levels = pool.levels.get(demand.group, TOPOLOGY_LEVELS)
+        if job.within not in levels:
+            listed = ", ".join(levels) or "none"
+            return (
+                f"spec.topology.level {job.within} is not a level of NodeGroup {demand.group} (its levels: {listed};"
+                " the NodeGroup's spec.topology declares them)"
+            )
+        depth = levels.index(job.within) + 1
+        sizes: dict[tuple[str, ...], int] = {}
+        for node in pool.groups.get(demand.group, ()):
+            path = pool.domains.get(node, ())[:depth]
+            if node not in job.excluded and len(path) == depth and path[-1]:
+                sizes[path] = sizes.get(path, 0) + 1
+        needs = len(demand.used)
+        largest = max(sizes.items(), key=lambda item: (item[1], item[0]), default=None)
+        if largest is None or largest[1] < needs:
+            where = (
+                f"its largest, {'/'.join(largest[0])}, has {largest[1]} ready node{'s' if largest[1] != 1 else ''}"
+                if largest
+                else "no ready node of the group carries that label"
+            )
+            return f"spec.topology requires the job's {needs} nodes of {demand.group} in one {job.within}: {where}"
+    return None
 
 
 #: Notes a waiting reason quotes at most (it is a status field and a printer column).
@@ -144,7 +183,7 @@ MAX_NOTES = 2
 def _notes(job: QueuedJob, pool: Pool, shortfall: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
     """Why the short groups' excluded nodes cannot take the job (and the level that must hold them)."""
     nodes = dict.fromkeys(n for group, _ in shortfall for n in pool.groups.get(group, ()) if n in job.excluded)
-    within = () if job.within is None else (f"all of a group's nodes in one {TOPOLOGY_LEVELS[job.within]}",)
+    within = () if job.within is None else (f"all of a group's nodes in one {job.within}",)
     return (*within, *(job.excluded[n] for n in nodes))
 
 
@@ -259,7 +298,8 @@ def fit(
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         # Two positions of one job on one node never happen: a node is one position of the job's cluster.
-        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains, job.within)
+        within = pool.level_index(demand.group, job.within)
+        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains, within)
         missing = sum(1 for position in demand.used if chosen[position] is None)
         if missing:
             shortfall.append((demand.group, missing))
@@ -286,7 +326,7 @@ def _claim(job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str
     gpus: dict[str, tuple[int, ...]] = {}
     for demand in job.demand:
         ranked = pool.groups.get(demand.group, ())
-        chosen = _packed(demand, ranked, taken, free, pool.domains, job.within)
+        chosen = _packed(demand, ranked, taken, free, pool.domains, pool.level_index(demand.group, job.within))
         if demand.gpus is not None and any(chosen[position] is None for position in demand.used):
             # No node has all the GPUs it waits for yet: it keeps the free ones of its earliest nodes, so jobs
             # behind it cannot take GPUs as they are freed one by one (its claim grows until it fits).

@@ -77,6 +77,9 @@ NO_READY_NODES = "NoReadyNodes"
 DEVICE_CLASS_NOT_FOUND = "DeviceClassNotFound"
 #: A job's worker or head asks more CPU or memory than any node of its group has: no retry helps.
 REQUEST_TOO_LARGE = "RequestTooLarge"
+#: spec.topology requires a level one of the job's NodeGroups does not have, or whose largest domain is smaller than
+#: the job's nodes there (docs/admission.md, "Racks and blocks"): it waits outside the queue until that changes.
+TOPOLOGY_UNSATISFIABLE = "TopologyUnsatisfiable"
 #: The job's planned Ray pods are not all Running and Ready on their planned nodes (whatever KubeRay's state).
 PODS_NOT_READY = "PodsNotReady"
 # Replace components (docs/replace.md): RayClusterReady False while lost ranks are replaced and the job runs on;

@@ -19,6 +19,9 @@ HOSTNAME_LABEL = "kubernetes.io/hostname"
 #: The node labels of network topology, widest first (Kueue's and the Kubernetes community's convention): nodes
 #: labelled with them need no declaration; the hostname level below them is the node itself (docs/admission.md).
 TOPOLOGY_LEVELS = ("network.topology.kubernetes.io/block", "network.topology.kubernetes.io/rack")
+#: NVIDIA's GPU feature discovery label on nodes of one multi-node NVLink domain (GB200 NVL72: `<cluster>.<clique>`);
+#: a NodeGroup lists it as a level like any other (docs/admission.md, "Racks and blocks").
+NVLINK_CLIQUE_LABEL = "nvidia.com/gpu.clique"
 #: KubeRay's pod label with the Ray node type (head, worker).
 KUBERAY_NODE_TYPE_LABEL = "ray.io/node-type"
 #: KubeRay's pod label with the worker group a worker pod belongs to.
@@ -121,6 +124,8 @@ WORKLOAD_PLURAL = "workloads"
 LOCALQUEUE_PLURAL = "localqueues"
 CLUSTERQUEUE_PLURAL = "clusterqueues"
 PRIORITY_CLASS_PLURAL = "workloadpriorityclasses"
+#: Kueue's Topology: the node label of each network level, widest first (a NodeGroup may name one).
+TOPOLOGY_PLURAL = "topologies"
 #: The RLJob label that sends it through Kueue (the LocalQueue in the job's namespace), as on any Kueue job.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: The RLJob label naming its WorkloadPriorityClass.

@@ -7,11 +7,12 @@ from __future__ import annotations
 import enum
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from placement_core.cluster import ACCELERATOR, ROBOT_TYPES
 from rlplace_operator.api.base import CamelModel, cel
 from rlplace_operator.api.conditions import Condition
+from rlplace_operator.api.podspec import LABEL_KEY_PATTERN
 
 
 class LabelSelectorRequirement(
@@ -97,6 +98,31 @@ class Dra(CamelModel):
     """The attribute the claims pin devices by: uuid (default) or index."""
 
 
+TOPOLOGY_SOURCE_MESSAGE = "topology names its levels or a Kueue Topology (kueueTopology), one of the two"
+
+
+class NodeGroupTopology(
+    CamelModel,
+    json_schema_extra=cel("has(self.levels) != has(self.kueueTopology)", TOPOLOGY_SOURCE_MESSAGE),
+):
+    """The network levels of the group's nodes, widest first (docs/admission.md, "Racks and blocks")."""
+
+    levels: list[Annotated[str, Field(max_length=317, pattern=LABEL_KEY_PATTERN)]] | None = Field(
+        None, min_length=1, max_length=8
+    )
+    """Node label keys, widest first, e.g. [network.topology.kubernetes.io/block, nvidia.com/gpu.clique]. The node
+    itself (kubernetes.io/hostname) is always the narrowest level and need not be listed."""
+    kueue_topology: str | None = Field(None, min_length=1, max_length=253)
+    """The name of a Kueue Topology whose levels to read (Kueue's topology-aware scheduling then packs by the same
+    labels): declared once, in Kueue."""
+
+    @model_validator(mode="after")
+    def _one_of_the_two(self) -> NodeGroupTopology:
+        if (self.levels is None) == (self.kueue_topology is None):
+            raise ValueError(TOPOLOGY_SOURCE_MESSAGE)
+        return self
+
+
 class NodeGroupSpec(
     CamelModel,
     json_schema_extra=cel(
@@ -140,6 +166,9 @@ class NodeGroupSpec(
     One node never has both (the two would hand out the same GPUs)."""
     dra: Dra | None = None
     """The DRA driver and pin attribute (with gpuAllocation: dra)."""
+    topology: NodeGroupTopology | None = None
+    """The network levels admission packs a job's nodes by. Default: network.topology.kubernetes.io/block and
+    /rack, so nodes labelled with them need no declaration; nodes without the labels form one domain."""
 
     @property
     def dra_driver(self) -> Dra | None:
@@ -164,6 +193,29 @@ class NodeStatus(CamelModel):
     the driver, or device-plugin GPUs beside DRA ones)."""
 
 
+class DomainStatus(CamelModel):
+    """One domain of the narrowest declared level, e.g. a rack."""
+
+    path: str
+    """Its labels' values, widest level first, joined by `/` (`b1/r3`); empty for the nodes in no domain."""
+    nodes: int
+    """Matched nodes in it."""
+    ready_nodes: int
+    """Of those, the Ready and schedulable ones."""
+
+
+class TopologyStatus(CamelModel):
+    """The network levels admission uses for the group, and its nodes per domain."""
+
+    levels: list[str] = []
+    """Node label keys, widest first (spec.topology, its Kueue Topology, or the default block and rack)."""
+    domains: list[DomainStatus] = []
+    """Nodes per domain of the narrowest level, in rank order (only when some node carries a level's label)."""
+    problem: str | None = None
+    """What is wrong with the levels: a Kueue Topology that does not exist, nodes lacking a level's label
+    (they count as in no domain of it, so a job requiring that level never gets them)."""
+
+
 class NodeGroupStatus(CamelModel):
     """What the operator observed: the matched nodes in rank order."""
 
@@ -184,6 +236,8 @@ class NodeGroupStatus(CamelModel):
     problem: str | None = None
     """Why no job can run on the group although its nodes are Ready (gpuAllocation dra: the DeviceClass its claims
     name does not exist); its jobs wait, saying so, until it is gone."""
+    topology: TopologyStatus | None = None
+    """The network levels and the nodes per domain (docs/admission.md, "Racks and blocks")."""
     conditions: list[Condition] = []
     """Ready: True when at least one node is ready."""
     observed_generation: int | None = None

@@ -30,6 +30,10 @@ QUANTITY_PATTERN = r"^[0-9]+(\.[0-9]+)?(m|k|[KMGTPE]i?)?$"
 # Written without a group after a bracket, so the field reference's Markdown never reads `](` as a link.
 DNS_LABEL_PATTERN = r"^[a-z0-9]$|^[a-z0-9][-a-z0-9]*[a-z0-9]$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]$|^[a-z0-9][-a-z0-9.]*[a-z0-9]$"
+#: A label key: an optional DNS-subdomain prefix and `/`, then a name of letters, digits, `-`, `_` and `.`.
+LABEL_KEY_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 
 def _exactly_one(fields: tuple[str, ...]) -> str:

@@ -15,8 +15,14 @@ from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.observed import Apply
 from placement_core.plan import OnLoss
 from rlplace_operator.api.base import CamelModel, cel
-from rlplace_operator.api.names import TOPOLOGY_LEVELS
-from rlplace_operator.api.podspec import PLAN_MOUNT_PATH, SHM_MOUNT_PATH, PodSettings, Volume, mount_path_allowed
+from rlplace_operator.api.podspec import (
+    LABEL_KEY_PATTERN,
+    PLAN_MOUNT_PATH,
+    SHM_MOUNT_PATH,
+    PodSettings,
+    Volume,
+    mount_path_allowed,
+)
 
 #: Component key of `cluster.component_placement`: names separated by commas (`actor,rollout`).
 COMPONENTS_PATTERN = r"^\s*[A-Za-z0-9_.-]+(\s*,\s*[A-Za-z0-9_.-]+)*\s*$"
@@ -437,18 +443,13 @@ class TopologyMode(enum.StrEnum):
     PREFERRED = "Preferred"
 
 
-class TopologyLevel(enum.StrEnum):
-    """A network level of the nodes' labels (api.names.TOPOLOGY_LEVELS), widest first."""
-
-    BLOCK = TOPOLOGY_LEVELS[0]
-    RACK = TOPOLOGY_LEVELS[1]
-
-
 class Topology(CamelModel):
     """Where a job's nodes of each NodeGroup may be in the network (docs/admission.md, "Racks and blocks")."""
 
-    level: TopologyLevel
-    """The level whose one domain should hold each of the job's NodeGroups' nodes."""
+    level: str = Field(max_length=317, pattern=LABEL_KEY_PATTERN)
+    """The level whose one domain should hold each of the job's NodeGroups' nodes: a node label key among each
+    NodeGroup's levels (by default network.topology.kubernetes.io/block or /rack; a job naming another level
+    waits, saying so)."""
     mode: TopologyMode = TopologyMode.PREFERRED
     """Required: the job waits until one domain of the level has its nodes free (its condition says which level
     and how many it lacks). Preferred: one domain when one has them, else the fewest (as without the field). Under

@@ -13,8 +13,15 @@ from typing import Any
 from placement_core.cluster import ACCELERATOR, NO_ACCEL, NV_GPU, Cluster, EnvConfig, Node, NodeGroup
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
-from rlplace_operator.api.names import NODE_RANK_LABEL, TOPOLOGY_LEVELS
-from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec, NodeGroupStatus, NodeStatus
+from rlplace_operator.api.names import HOSTNAME_LABEL, NODE_RANK_LABEL, TOPOLOGY_LEVELS
+from rlplace_operator.api.nodegroup import (
+    DomainStatus,
+    LabelSelector,
+    NodeGroupSpec,
+    NodeGroupStatus,
+    NodeStatus,
+    TopologyStatus,
+)
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.cluster.dra import Device, NodeSlice, node_devices
 from rlplace_operator.cluster.taints import Taint, refusal, untolerated
@@ -51,10 +58,9 @@ class NodeInfo:
             taints=tuple(Taint.from_body(t) for t in spec.get("taints") or []),
         )
 
-    @property
-    def network_path(self) -> tuple[str, ...]:
-        """Its network domains, widest first (api.names.TOPOLOGY_LEVELS: block, rack), "" where unlabelled."""
-        return tuple(self.labels.get(level, "") for level in TOPOLOGY_LEVELS)
+    def network_path(self, levels: Sequence[str] = TOPOLOGY_LEVELS) -> tuple[str, ...]:
+        """Its network domains, widest first (a group's levels: `topology_levels`), "" where unlabelled."""
+        return tuple(self.labels.get(level, "") for level in levels)
 
     def count(self, resource: str) -> int:
         """Whole units of an extended resource (`"8"` -> 8); absent or malformed counts as 0."""
@@ -129,18 +135,70 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
     return True
 
 
-def _rank_key(node: NodeInfo) -> tuple[int, int, tuple[str, ...], str]:
+def topology_levels(
+    spec: NodeGroupSpec, kueue_topology: Mapping[str, Any] | None
+) -> tuple[tuple[str, ...], str | None]:
+    """The group's network levels, widest first, and what is wrong with them (None: nothing).
+
+    spec.topology.levels, else the levels of the Kueue Topology it names (`kueue_topology`: that object as read,
+    None when it does not exist), else block and rack. The hostname level is dropped: a node is always a domain of
+    its own, and a whole-node job never puts two of its nodes on one host."""
+    declared = spec.topology
+    if declared is None:
+        return TOPOLOGY_LEVELS, None
+    if declared.levels is not None:
+        return tuple(level for level in declared.levels if level != HOSTNAME_LABEL), None
+    if kueue_topology is None:
+        return (), (
+            f"Kueue Topology {declared.kueue_topology} does not exist (spec.topology.kueueTopology): the group's "
+            "nodes count as one domain until it does"
+        )
+    listed = ((kueue_topology.get("spec") or {}).get("levels")) or []
+    labels = (str(level.get("nodeLabel") or "") for level in listed if isinstance(level, Mapping))
+    return tuple(label for label in labels if label and label != HOSTNAME_LABEL), None
+
+
+def _rank_key(node: NodeInfo, levels: Sequence[str]) -> tuple[int, int, tuple[str, ...], str]:
     rank = node.labels.get(NODE_RANK_LABEL, "")
     if rank.isdigit():
         return (0, int(rank), (), node.name)
     # The nodes of one block, and of one rack in it, are consecutive: a job's node ranks follow the network.
-    return (1, 0, node.network_path, node.name)
+    return (1, 0, node.network_path(levels), node.name)
 
 
-def group_nodes(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> list[NodeInfo]:
+def group_nodes(
+    spec: NodeGroupSpec, nodes: Sequence[NodeInfo], levels: Sequence[str] = TOPOLOGY_LEVELS
+) -> list[NodeInfo]:
     """The nodes the selector matches, in the group's rank order: the node-rank label, then the network domains
-    (block, rack), then the name."""
-    return sorted((n for n in nodes if selector_matches(spec.node_selector, n.labels)), key=_rank_key)
+    (`levels`, widest first), then the name."""
+    matched = (n for n in nodes if selector_matches(spec.node_selector, n.labels))
+    return sorted(matched, key=lambda node: _rank_key(node, levels))
+
+
+#: Nodes a topology problem names at most.
+MAX_NAMED_NODES = 3
+
+
+def topology_status(levels: tuple[str, ...], problem: str | None, nodes: Sequence[NodeInfo]) -> TopologyStatus:
+    """The levels, the nodes per domain of the narrowest one (in rank order), and nodes that lack a level's label
+    where others of the group carry it (they count as in no domain of that level)."""
+    paths = [node.network_path(levels) for node in nodes]
+    counts: dict[str, list[int]] = {}  # domain -> [nodes, ready nodes], in rank order
+    if any(any(path) for path in paths):
+        for node, path in zip(nodes, paths, strict=True):
+            count = counts.setdefault("/".join(path), [0, 0])
+            count[0] += 1
+            count[1] += node.ready
+    domains = [DomainStatus(path=path, nodes=total, ready_nodes=ready) for path, (total, ready) in counts.items()]
+    for index, level in enumerate(levels):
+        unlabelled = [node.name for node, path in zip(nodes, paths, strict=True) if not path[index]]
+        if problem is None and unlabelled and len(unlabelled) < len(nodes):
+            named = ", ".join(unlabelled[:MAX_NAMED_NODES]) + (", ..." if len(unlabelled) > MAX_NAMED_NODES else "")
+            problem = (
+                f"{len(unlabelled)} of {len(nodes)} nodes have no {level} label ({named}): they are in no domain of "
+                "that level, so a job requiring it never gets them"
+            )
+    return TopologyStatus(levels=list(levels), domains=domains, problem=problem)
 
 
 def hardware_type(spec: NodeGroupSpec, nodes: Sequence[NodeInfo]) -> str | None:
@@ -202,15 +260,20 @@ def nodegroup_status(
     nodes: Sequence[NodeInfo],
     generation: int | None,
     device_classes: Collection[str] | None = None,
+    kueue_topology: Mapping[str, Any] | None = None,
 ) -> NodeGroupStatus:
-    """The status a NodeGroup should have for the current nodes (conditions are added by the handler)."""
-    matched = group_nodes(spec, nodes)
+    """The status a NodeGroup should have for the current nodes (conditions are added by the handler;
+    `kueue_topology`: the Kueue Topology spec.topology names, as read, None when it does not exist)."""
+    levels, problem = topology_levels(spec, kueue_topology)
+    matched = group_nodes(spec, nodes, levels)
     kind = hardware_type(spec, matched)
     entries = []
     for i, n in enumerate(matched):
-        problem = dra_problem(spec, n)
+        unusable = dra_problem(spec, n)
         units = n.units(spec) if kind else 0
-        entries.append(NodeStatus(name=n.name, rank=i, units=units, ready=n.ready and problem is None, problem=problem))
+        entries.append(
+            NodeStatus(name=n.name, rank=i, units=units, ready=n.ready and unusable is None, problem=unusable)
+        )
     accelerator, memory = accelerator_of(spec, matched) if kind == ACCELERATOR else (None, None)
     return NodeGroupStatus(
         nodes=entries,
@@ -221,6 +284,7 @@ def nodegroup_status(
         ready_nodes=sum(e.ready for e in entries),
         total_units=sum(e.units for e in entries if e.ready),
         problem=group_problem(spec, device_classes),
+        topology=topology_status(levels, problem, matched),
         observed_generation=generation,
     )
 
@@ -231,10 +295,11 @@ def nodegroup_wire_status(
     generation: int | None,
     device_classes: Collection[str] | None,
     before: Mapping[str, Any],
+    kueue_topology: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
     """The NodeGroup's whole status on the wire, its Ready condition included: True when a node is ready and no
     group problem keeps jobs off it (`before`: the status as it is, whose conditions keep their transition times)."""
-    observed = nodegroup_status(spec, nodes, generation, device_classes)
+    observed = nodegroup_status(spec, nodes, generation, device_classes, kueue_topology)
     ready = observed.ready_nodes > 0 and observed.problem is None
     wanted = dump(observed)
     problems = [n.problem for n in observed.nodes if n.problem]
@@ -254,6 +319,12 @@ class JobGroup:
     name: str
     spec: NodeGroupSpec
     status: NodeGroupStatus
+
+    @property
+    def levels(self) -> tuple[str, ...]:
+        """Its network levels, widest first, as its status says (the default ones before it was observed)."""
+        topology = self.status.topology
+        return TOPOLOGY_LEVELS if topology is None else tuple(topology.levels)
 
 
 def ready_nodes(group: JobGroup, node_index: Mapping[str, Any]) -> list[str]:

@@ -7,6 +7,7 @@ waits (kopf's finalizer stays) until no running job uses it, as Kubernetes prote
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +27,22 @@ from rlplace_operator.kube import Kube
 RESYNC_SECONDS = 2.0
 #: How often the deletion of a NodeGroup in use checks again whether its jobs stopped.
 IN_USE_RECHECK_SECONDS = 10.0
+#: How long a Kueue Topology a NodeGroup names is used as read before it is read again (the resync runs every 2 s
+#: per group; a Topology's levels change about never, and a change is seen within this).
+KUEUE_TOPOLOGY_TTL_SECONDS = 30.0
+
+
+def kueue_topology(spec: NodeGroupSpec, memo: kopf.Memo) -> dict | None:
+    """The Kueue Topology the group's spec.topology names, as read (None: it names none, or it does not exist)."""
+    name = spec.topology.kueue_topology if spec.topology is not None else None
+    if name is None:
+        return None
+    cache: dict[str, tuple[float, dict | None]] = memo.setdefault("kueue_topologies", {})
+    known = cache.get(name)
+    now = time.monotonic()
+    if known is None or now - known[0] > KUEUE_TOPOLOGY_TTL_SECONDS:
+        known = cache[name] = (now, memo.kube.get_kueue_topology(name))
+    return known[1]
 
 
 def running_jobs_of(group: str, rljob_index: kopf.Index) -> list[tuple[str, str, dict]]:
@@ -110,7 +127,8 @@ def nodegroup_observe(
     # iterating the live index raised "dictionary changed size during iteration").
     node_index = with_slices(copy_index(node_index), copy_index(resourceslice_index))
     nodes = [n for name in node_index if (n := indexed(node_index, name)) is not None]
-    wanted = nodegroup_wire_status(group, nodes, meta.get("generation"), set(copy_index(deviceclass_index)), status)
+    classes = set(copy_index(deviceclass_index))
+    wanted = nodegroup_wire_status(group, nodes, meta.get("generation"), classes, status, kueue_topology(group, memo))
     changes = cond.merge_patch(dict(status), wanted)
     if changes:
         patch.status.update(changes)

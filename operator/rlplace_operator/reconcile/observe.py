@@ -24,7 +24,7 @@ from rlplace_operator.admission import admitter
 from rlplace_operator.admission.demand import oversized, planned_demand
 from rlplace_operator.admission.ledger import Ledger
 from rlplace_operator.admission.queue import admission_world, admit, groups_with_nodes, status_excluded
-from rlplace_operator.admission.rules import Admitted, Decision, QueuedJob, required_level
+from rlplace_operator.admission.rules import Admitted, Decision, QueuedJob
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.names import (
     SUBMITTER_CONTAINER,
@@ -252,7 +252,7 @@ class Observer:
             )
         except (PlacementError, CapacityError):
             return False
-        within = required_level(spec.required_topology_level)
+        within = spec.required_topology_level
         queued = QueuedJob(job.key, spec.priority, job.created, demand.demand, demand.excluded, within)
         decision = admit(self.ledger, admission_world(self.ledger, snapshot), queued, reserve=False)
         return isinstance(decision, Admitted)

@@ -32,7 +32,7 @@ from rlplace_operator.admission.queue import (
     held_by_others,
     status_excluded,
 )
-from rlplace_operator.admission.rules import QueuedJob, Waiting, required_level
+from rlplace_operator.admission.rules import Pool, QueuedJob, Waiting, unmeetable
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import dump
 from rlplace_operator.api.names import PROFILE_ANNOTATION
@@ -316,9 +316,13 @@ def _admitted_plan(
         ledger.hold(job.key, nodes)  # rlplace's own queue must not hand these nodes to another job
         admitted_by = "Kueue granted"
     else:
-        within = required_level(spec.required_topology_level)
+        within = spec.required_topology_level
         queued = QueuedJob(job.key, spec.priority, job.created, demand.demand, demand.excluded, within)
-        decision = admit(ledger, admission_world(ledger, snapshot), queued)
+        admission = admission_world(ledger, snapshot)
+        unmet = unmeetable(queued, Pool(admission.groups, domains=admission.domains, levels=admission.levels))
+        if unmet is not None:
+            raise draft.wait(cond.PLACED, cond.TOPOLOGY_UNSATISFIABLE, unmet)
+        decision = admit(ledger, admission, queued)
         if isinstance(decision, Waiting):
             message = f"waiting for {decision.reason} (position {decision.position} in the queue)"
             draft.waits(cond.QUEUED, cond.QUEUED, decision.reason, message, decision.position)

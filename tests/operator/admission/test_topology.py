@@ -4,20 +4,22 @@ racks and blocks, its node ranks consecutive per rack; nodes without topology la
 from __future__ import annotations
 
 import itertools
+from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from rlplace_operator.admission.ledger import Holding, Ledger
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide
-from rlplace_operator.api.names import NODES_ANNOTATION
-from rlplace_operator.api.nodegroup import LabelSelector
+from rlplace_operator.api.names import NODES_ANNOTATION, NVLINK_CLIQUE_LABEL, TOPOLOGY_LEVELS
+from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec
 from rlplace_operator.builders.workload import PodSet
 from rlplace_operator.reconcile.actions import Apply
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import World
 
-from recorded import NOW, cluster_snapshot, new_job
+from recorded import NOW, cluster_snapshot, new_job, rljob_entry
 
 #: Three racks in two blocks, the nodes named so that rank order (by name) interleaves the racks.
 RACKS = {
@@ -32,6 +34,7 @@ RACKS = {
     "gpu-08": ("b1", "r2"),
     "gpu-09": ("b2", "r3"),
 }
+BLOCK, RACK = TOPOLOGY_LEVELS
 GROUPS = {"gpu": sorted(RACKS)}
 
 
@@ -149,7 +152,9 @@ def test_a_job_that_requires_one_rack_waits_for_one_naming_the_level_and_what_it
     """Five nodes required in one rack (r2 has four free, r3 three: one is busy): it waits, short of one node,
     saying the level; as the head of the queue it claims r2's four, so a four-node job behind it takes the free
     nodes of r1 and r3, not r2 (which it would take whole otherwise)."""
-    five = QueuedJob(("ns", "five"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 5, frozenset(range(5))),), within=1)
+    five = QueuedJob(
+        ("ns", "five"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 5, frozenset(range(5))),), within=RACK
+    )
     later = job("four", 4, "2026-01-01T00:00:01Z")
     pool = Pool(GROUPS, {"gpu-09": "pod x"}, domains=RACKS)
     decisions = decide([five, later], pool)
@@ -162,13 +167,17 @@ def test_a_job_that_requires_one_rack_waits_for_one_naming_the_level_and_what_it
 
 
 def test_a_job_that_requires_one_block_runs_over_its_racks() -> None:
-    six = QueuedJob(("ns", "six"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 6, frozenset(range(6))),), within=0)
+    six = QueuedJob(
+        ("ns", "six"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 6, frozenset(range(6))),), within=BLOCK
+    )
     chosen = admitted_nodes(decide([six], Pool(GROUPS, domains=RACKS))[("ns", "six")])
     assert {RACKS[n][0] for n in chosen} == {"b1"}
 
 
 def test_a_required_level_no_node_is_labelled_with_is_never_met() -> None:
-    two = QueuedJob(("ns", "two"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 2, frozenset(range(2))),), within=1)
+    two = QueuedJob(
+        ("ns", "two"), 0, "2026-01-01T00:00:00Z", (GroupDemand("gpu", 2, frozenset(range(2))),), within=RACK
+    )
     waiting = decide([two], Pool(GROUPS))[("ns", "two")]
     assert waiting.reason.startswith("2 free nodes of gpu (all of a group's nodes in one network.topology"), waiting
 
@@ -183,19 +192,129 @@ def test_the_workloads_podsets_ask_kueue_for_the_jobs_level() -> None:
     assert preferred["topologyRequest"] == {"preferred": rack}
 
 
-def test_a_job_requiring_one_rack_that_no_rack_holds_is_queued_saying_so() -> None:
+def test_a_required_level_no_domain_holds_even_empty_is_refused_at_once_naming_the_largest() -> None:
+    """Two racks of three nodes, a job of four nodes requiring one rack: no rack could ever hold it, so it does not
+    queue (as the head it would claim a rack it can never fill): Pending, Placed False TopologyUnsatisfiable, naming
+    the largest rack. Preferred: admitted over both racks."""
     nodes = [labelled_node(f"h100-{i}", "b1", f"r{i % 2}") for i in range(6)]  # two racks of three
     group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}}
     snapshot = cluster_snapshot(nodes=nodes, groups={"h100": group})
     spec = {
         "nodeGroups": ["h100"],
         "componentPlacement": [{"components": "actor,rollout", "placement": "0-31"}],
-        "topology": {"level": "network.topology.kubernetes.io/rack", "mode": "Required"},
+        "topology": {"level": RACK, "mode": "Required"},
     }
-    outcome = provision(new_job("racked", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
-    assert outcome.status.phase == "Queued", outcome.status.message  # type: ignore[attr-defined]
-    said = outcome.status.waiting_for  # type: ignore[attr-defined]
-    assert said == "1 free node of h100 (all of a group's nodes in one network.topology.kubernetes.io/rack)", said
+    ledger = Ledger()
+    outcome = provision(new_job("racked", spec), World(now=NOW, child_known=False, snapshot=snapshot), ledger)
+    assert outcome.status.phase == "Pending", outcome.status.message  # type: ignore[attr-defined]
+    placed = condition(outcome, "Placed")
+    assert (placed.status, placed.reason) == ("False", "TopologyUnsatisfiable")
+    assert (
+        placed.message
+        == f"spec.topology requires the job's 4 nodes of h100 in one {RACK}: its largest, b1/r1, has 3 ready nodes"
+    )
+    assert not ledger.reserved and not [a for a in outcome.actions if isinstance(a, Apply)]
     spec["topology"]["mode"] = "Preferred"  # type: ignore[index]
     preferred = provision(new_job("racked", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
-    assert preferred.status.phase != "Queued", preferred.status.message  # type: ignore[attr-defined]
+    assert preferred.status.phase not in ("Queued", "Pending"), preferred.status.message  # type: ignore[attr-defined]
+
+
+def clique_node(name: str, clique: str | None) -> dict:
+    """A GB200-like node: one NVLink domain per clique label (NVIDIA's GPU feature discovery), no rack labels."""
+    body = labelled_node(name, "", "")
+    labels = {k: v for k, v in body["metadata"]["labels"].items() if not k.startswith("network.topology")}
+    body["metadata"]["labels"] = labels | ({NVLINK_CLIQUE_LABEL: clique} if clique else {})
+    return body
+
+
+def test_a_level_the_group_does_not_declare_is_named_and_a_declared_nvlink_level_packs_the_job() -> None:
+    """The NVLink clique label is a level once the NodeGroup lists it (spec.topology.levels); before that a job
+    requiring it is refused with the group's levels named. Cliques of 2 (c1) and 3 (c2) nodes in rank order c1 c2
+    c1 c2 c2: a job of three nodes requiring one clique gets c2's three. The NodeGroup's status lists the levels
+    and the nodes per clique."""
+    cliques = ["c1", "c2", "c1", "c2", "c2"]
+    nodes = [clique_node(f"gb-{i}", clique) for i, clique in enumerate(cliques)]
+    selector = {"matchLabels": {"rlplace.io/gpu-type": "h100"}}
+    spec = {
+        "nodeGroups": ["gb"],
+        "componentPlacement": [{"components": "actor,rollout", "placement": "0-23"}],
+        "topology": {"level": NVLINK_CLIQUE_LABEL, "mode": "Required"},
+    }
+    undeclared = cluster_snapshot(nodes=nodes, groups={"gb": {"nodeSelector": selector}})
+    refused = provision(new_job("nvl", spec), World(now=NOW, child_known=False, snapshot=undeclared), Ledger())
+    assert condition(refused, "Placed").message == (
+        f"spec.topology.level {NVLINK_CLIQUE_LABEL} is not a level of NodeGroup gb (its levels: {BLOCK}, {RACK}; "
+        "the NodeGroup's spec.topology declares them)"
+    )
+    declared = {"nodeSelector": selector, "topology": {"levels": [NVLINK_CLIQUE_LABEL, "kubernetes.io/hostname"]}}
+    snapshot = cluster_snapshot(nodes=nodes, groups={"gb": declared})
+    ((_, status),) = snapshot.nodegroups["gb"]
+    assert status["topology"]["levels"] == [NVLINK_CLIQUE_LABEL]  # the hostname level is the node itself
+    assert status["topology"]["domains"] == [
+        {"path": "c1", "nodes": 2, "readyNodes": 2},
+        {"path": "c2", "nodes": 3, "readyNodes": 3},
+    ]
+    outcome = provision(new_job("nvl", spec), World(now=NOW, child_known=False, snapshot=snapshot), Ledger())
+    assert pinned_nodes(outcome) == ["gb-1", "gb-3", "gb-4"]
+
+
+def test_levels_read_from_the_kueue_topology_a_group_names_and_what_is_wrong_with_them_named() -> None:
+    """spec.topology.kueueTopology: the levels of Kueue's Topology (declared once, in Kueue), hostname dropped; a
+    Topology that does not exist, and nodes lacking a level's label, are named in the status."""
+    nodes = [labelled_node(f"h100-{i}", "b1", f"r{i % 2}") for i in range(4)]
+    del nodes[3]["metadata"]["labels"][RACK]
+    group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}, "topology": {"kueueTopology": "dc"}}
+    kueue = {"dc": {"spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}}}
+    ((_, status),) = cluster_snapshot(nodes=nodes, groups={"h100": group}, kueue_topologies=kueue).nodegroups["h100"]
+    assert status["topology"]["levels"] == [RACK]
+    assert status["topology"]["domains"] == [
+        {"path": "", "nodes": 1, "readyNodes": 1},
+        {"path": "r0", "nodes": 2, "readyNodes": 2},
+        {"path": "r1", "nodes": 1, "readyNodes": 1},
+    ]
+    assert status["topology"]["problem"] == (
+        f"1 of 4 nodes have no {RACK} label (h100-3): they are in no domain of that level, so a job requiring it "
+        "never gets them"
+    )
+    ((_, missing),) = cluster_snapshot(nodes=nodes, groups={"h100": group}).nodegroups["h100"]
+    assert missing["topology"]["levels"] == [] and missing["topology"]["problem"].startswith(
+        "Kueue Topology dc does not exist (spec.topology.kueueTopology)"
+    )
+    with pytest.raises(ValueError, match="one of the two"):
+        NodeGroupSpec.model_validate({**group, "topology": {"levels": [RACK], "kueueTopology": "dc"}})
+
+
+def test_labels_changed_under_a_placed_job_are_read_by_its_next_placement_and_the_next_job() -> None:
+    """A job admitted into rack r1; its nodes are relabelled into two racks that cut across it. Nothing re-places a
+    running job for a label (only a new spec or its lost RayCluster does: reconcile/decide.py): its next placement
+    reads the new labels (one new rack, s0), and so does the next job requiring one rack (s1's free nodes)."""
+    nodes = [labelled_node(f"h100-{i}", "b1", "r1" if i < 4 else "r2") for i in range(8)]
+    group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}}
+    spec = {
+        "nodeGroups": ["h100"],
+        "componentPlacement": [{"components": "actor,rollout", "placement": "0-31"}],
+        "topology": {"level": RACK, "mode": "Required"},
+    }
+    ledger = Ledger()
+    two = {**spec, "componentPlacement": [{"components": "actor,rollout", "placement": "0-15"}]}
+    jobs = {("ns", "first"): new_job("first", spec), ("ns", "second"): new_job("second", two)}
+    rljobs = {key: [rljob_entry(job)] for key, job in jobs.items()}
+    labelled = cluster_snapshot(nodes=nodes, groups={"h100": group}, rljobs=rljobs)
+    first = provision(jobs["ns", "first"], World(now=NOW, child_known=False, snapshot=labelled), ledger)
+    assert pinned_nodes(first) == ["h100-0", "h100-1", "h100-2", "h100-3"]
+    for i, node in enumerate(nodes):
+        node["metadata"]["labels"][RACK] = f"s{i % 2}"  # racks cut across the job's nodes
+    relabelled = cluster_snapshot(nodes=nodes, groups={"h100": group}, rljobs=rljobs)
+    again = provision(jobs["ns", "first"], World(now=NOW, child_known=False, snapshot=relabelled), ledger)
+    assert pinned_nodes(again) == ["h100-0", "h100-2", "h100-4", "h100-6"]
+    second = provision(jobs["ns", "second"], World(now=NOW, child_known=False, snapshot=relabelled), ledger)
+    assert pinned_nodes(second) == ["h100-1", "h100-3"]
+
+
+def pinned_nodes(outcome: object) -> list[str]:
+    (cluster,) = [o for a in outcome.actions if isinstance(a, Apply) for o in a.objects if o["kind"] == "RayCluster"]  # type: ignore[attr-defined]
+    return cluster["metadata"]["annotations"][NODES_ANNOTATION].split(",")
+
+
+def condition(outcome: object, kind: str) -> Any:
+    return next(c for c in outcome.status.conditions if c.type == kind)  # type: ignore[attr-defined]
