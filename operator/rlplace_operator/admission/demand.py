@@ -8,12 +8,14 @@ Errors are placement_core's: `CapacityError` (the job does not fit even the whol
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity
 
+from placement_core.cluster import ACCELERATOR
 from rlplace_operator.admission.ledger import Ledger, PlannedDemand
 from rlplace_operator.admission.rules import demand_from_workers
 from rlplace_operator.api.base import dump
@@ -110,6 +112,15 @@ def oversized(
     return None, small
 
 
+def exchange_groups(spec: RLJobSpec, groups: Sequence[JobGroup]) -> frozenset[str]:
+    """The job's NodeGroups whose processes exchange weights (spec.topology.exchangeGroups; by default its GPU
+    groups, where the trainer and the rollout run), packed under one domain by admission."""
+    listed = spec.topology.exchange_groups if spec.topology is not None else None
+    if listed is not None:
+        return frozenset(listed)
+    return frozenset(group.name for group in groups if group.status.hardware_type == ACCELERATOR)
+
+
 def planned_demand(
     key: JobKey,
     generation: int | None,
@@ -152,6 +163,11 @@ def planned_demand(
             ranked_across(resolved_spec(spec, annotations, applied)),
             {w.name: len(w.held_gpus) for w in planned.workers},
             {group.name for group in groups if group.spec.dra_driver is not None},
+        )
+        exchange = exchange_groups(spec, groups)
+        demand = tuple(
+            dataclasses.replace(d, exchanges=d.group in exchange, cpu_only=group.status.hardware_type is None)
+            for d, group in zip(demand, groups, strict=True)
         )
         shared = (demand, applied, planned.predicted_iteration_time)
         ledger.remember_shared_demand(shape, shared)

@@ -26,7 +26,7 @@ from rlplace_operator.admission.rules import (
 )
 from rlplace_operator.api.status import JobPhase
 from rlplace_operator.cluster.dra import Device
-from rlplace_operator.cluster.selection import JobGroup, ready_nodes, unit_resource, untolerated_among
+from rlplace_operator.cluster.selection import GPU_RESOURCE, JobGroup, ready_nodes, unit_resource, untolerated_among
 from rlplace_operator.cluster.snapshot import Snapshot, indexed
 from rlplace_operator.cluster.taints import Taint
 
@@ -94,6 +94,8 @@ class AdmissionWorld:
     domains: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Group -> its network levels, widest first (rules.Pool.levels: the NodeGroup's status.topology.levels).
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    #: Ready nodes of the groups that have GPUs (rules.Pool.gpu_nodes).
+    gpu_nodes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -232,7 +234,7 @@ def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
     with ledger.lock:
         held, held_gpus = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains, world.levels)
+        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains, world.levels, world.gpu_nodes)
         decisions = decide(_waiting_queue(ledger, world, None), pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
@@ -267,7 +269,9 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob, reserve: bool =
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
         # Its own GPUs count as free for it, as its own nodes do (a re-placement's new pods replace its old ones).
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains, world.levels)
+        pool = Pool(
+            world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains, world.levels, world.gpu_nodes
+        )
         if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)
@@ -321,6 +325,7 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
     dra_nodes: dict[str, DraNode] = {}
     domains: dict[str, tuple[str, ...]] = {}
     levels: dict[str, tuple[str, ...]] = {}
+    gpu_nodes: set[str] = set()
     for name in snapshot.nodegroups:
         group = ledger.group(name, indexed(snapshot.nodegroups, name))
         groups[name] = ready_nodes(group, snapshot.nodes)
@@ -333,6 +338,8 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
                 tainted_in.setdefault(node, set()).add(name)
             if dra is not None and info is not None:
                 dra_nodes[node] = dra_node(info.devices(dra.driver), dra.driver, snapshot.claims)
+            if info is not None and (info.count(GPU_RESOURCE) or info.slices):
+                gpu_nodes.add(node)
             # A node in two groups of other levels has its first group's domains (groups rarely share nodes).
             path = info.network_path(levels[name]) if info is not None and node not in domains else ()
             if any(path):
@@ -352,4 +359,5 @@ def _admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:
         dra_nodes=dra_nodes,
         domains=domains,
         levels=levels,
+        gpu_nodes=frozenset(gpu_nodes),
     )

@@ -43,6 +43,12 @@ class GroupDemand:
     """Positions that run a worker pod and so must be free nodes."""
     gpus: tuple[tuple[int, int], ...] | None = None
     """On a DRA group: (position, GPUs the plan uses on that node) per used position; None: whole nodes."""
+    exchanges: bool = False
+    """Its processes exchange weights with the job's other such groups (trainer and rollout): they are packed
+    together under one domain of a level they share when one holds them all (`_together`)."""
+    cpu_only: bool = False
+    """It counts no GPUs (env, reward, a CPU-only group): CPU-only nodes first, then nodes in the domains the
+    job's other groups use, and a GPU node elsewhere last (`_cpu_first`)."""
 
     def gpus_at(self, position: int) -> int:
         return dict(self.gpus or ()).get(position, 0)
@@ -83,6 +89,8 @@ class Pool:
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     """Group -> its network levels, widest first (the node label keys of `domains`); a group not here has the
     default ones (api.names.TOPOLOGY_LEVELS)."""
+    gpu_nodes: frozenset[str] = frozenset()
+    """Nodes that have GPUs, whichever group counts them: a CPU-only group takes them last."""
 
     def level_index(self, group: str, level: str | None) -> int | None:
         """Where `level` is in the group's domain paths (None: no level required). A level the group does not
@@ -286,6 +294,88 @@ def _packed(
     return chosen if _complete(demand, chosen) else _match(demand, ranked, taken, free)
 
 
+def _span(chosen: Sequence[str | None], domains: Mapping[str, tuple[str, ...]]) -> int:
+    """How many domains of the narrowest level the chosen nodes are in."""
+    return len({domains.get(node, ()) for node in chosen if node is not None})
+
+
+def _together(
+    job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]]
+) -> dict[str, list[str | None]]:
+    """The nodes of the job's groups that exchange weights (trainer and rollout), all under one domain of a level
+    they share, the narrowest level where one domain holds them all; {} when they are fewer than two, share no
+    level, or no domain holds them (each group is then packed on its own). Among the domains of that level that
+    hold them, the one where the groups span the fewest narrower domains, then the one with the fewest free
+    nodes (a best fit)."""
+    assert job.demand is not None
+    demands = [demand for demand in job.demand if demand.exchanges and demand.used]
+    if len(demands) < 2:
+        return {}
+    levels = [pool.levels.get(demand.group, TOPOLOGY_LEVELS) for demand in demands]
+    shared = 0
+    while shared < min(map(len, levels)) and len({group_levels[shared] for group_levels in levels}) == 1:
+        shared += 1
+    needs = sum(len(demand.used) for demand in demands)
+    for depth in range(shared, 0, -1):
+        usable: dict[tuple[str, ...], int] = {}
+        for demand in demands:
+            for node in pool.groups.get(demand.group, ()):
+                path = pool.domains.get(node, ())[:depth]
+                if len(path) == depth and all(path):
+                    usable[path] = usable.get(path, 0) + (node not in taken)
+        best: tuple[tuple[int, int, tuple[str, ...]], dict[str, list[str | None]]] | None = None
+        for domain, count in usable.items():
+            if count < needs:
+                continue
+            picked: dict[str, list[str | None]] = {}
+            for demand in demands:
+                inside = [n for n in pool.groups.get(demand.group, ()) if pool.domains.get(n, ())[:depth] == domain]
+                within = pool.level_index(demand.group, job.within)
+                chosen = _packed(demand, inside, taken, free, pool.domains, within)
+                if not _complete(demand, chosen):
+                    break
+                picked[demand.group] = chosen
+            else:
+                spread = sum(_span(chosen, pool.domains) for chosen in picked.values())
+                score = (spread, count, domain)
+                if best is None or score < best[0]:
+                    best = (score, picked)
+        if best is not None:
+            return best[1]
+    return {}
+
+
+def _cpu_first(ranked: Sequence[str], pool: Pool, own: Collection[str]) -> list[str]:
+    """A CPU-only group's nodes in the order it takes them: CPU-only nodes; then GPU nodes in a domain the job's
+    other groups use (`own`: their nodes), its own nodes first (its pod there holds no node more); then other GPU
+    nodes (a CPU pod on an empty GPU domain keeps that node's GPUs from every GPU job); each in rank order."""
+    near = {pool.domains.get(node, ()) for node in own}
+    return sorted(
+        ranked, key=lambda node: (node in pool.gpu_nodes, pool.domains.get(node, ()) not in near, node not in own)
+    )
+
+
+def _choose(
+    job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]]
+) -> dict[str, list[str | None]]:
+    """Per group, the node for each position (None: none fits): the groups that exchange weights together
+    (`_together`), the others packed each on its own, the CPU-only groups last, near what the others took."""
+    assert job.demand is not None
+    chosen = _together(job, pool, taken, free)
+    for demand in job.demand:
+        if demand.group not in chosen and not demand.cpu_only:
+            ranked = pool.groups.get(demand.group, ())
+            within = pool.level_index(demand.group, job.within)
+            chosen[demand.group] = _packed(demand, ranked, taken, free, pool.domains, within)
+    own = {node for nodes in chosen.values() for node in nodes if node is not None}
+    for demand in job.demand:
+        if demand.cpu_only:
+            ranked = _cpu_first(pool.groups.get(demand.group, ()), pool, own)
+            within = pool.level_index(demand.group, job.within)
+            chosen[demand.group] = _packed(demand, ranked, taken, free, {} if within is None else pool.domains, within)
+    return chosen
+
+
 def fit(
     job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]] | None = None
 ) -> Admitted | tuple[tuple[str, int], ...]:
@@ -296,10 +386,10 @@ def fit(
     free = pool.free_gpus if free is None else free
     cluster, nodes, shortfall = [], set(), []
     gpus: dict[str, tuple[int, ...]] = {}
+    choices = _choose(job, pool, taken, free)
     for demand in job.demand:
         # Two positions of one job on one node never happen: a node is one position of the job's cluster.
-        within = pool.level_index(demand.group, job.within)
-        chosen = _packed(demand, pool.groups.get(demand.group, ()), taken, free, pool.domains, within)
+        chosen = choices[demand.group]
         missing = sum(1 for position in demand.used if chosen[position] is None)
         if missing:
             shortfall.append((demand.group, missing))
@@ -324,9 +414,10 @@ def _claim(job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str
     taken = {*taken, *job.excluded}
     claimed: set[str] = set()
     gpus: dict[str, tuple[int, ...]] = {}
+    choices = _choose(job, pool, taken, free)
     for demand in job.demand:
         ranked = pool.groups.get(demand.group, ())
-        chosen = _packed(demand, ranked, taken, free, pool.domains, pool.level_index(demand.group, job.within))
+        chosen = choices[demand.group]
         if demand.gpus is not None and any(chosen[position] is None for position in demand.used):
             # No node has all the GPUs it waits for yet: it keeps the free ones of its earliest nodes, so jobs
             # behind it cannot take GPUs as they are freed one by one (its claim grows until it fits).

@@ -443,17 +443,30 @@ class TopologyMode(enum.StrEnum):
     PREFERRED = "Preferred"
 
 
-class Topology(CamelModel):
+class Topology(
+    CamelModel,
+    json_schema_extra=cel("self.mode != 'Required' || has(self.level)", "topology.mode Required needs a level"),
+):
     """Where a job's nodes of each NodeGroup may be in the network (docs/admission.md, "Racks and blocks")."""
 
-    level: str = Field(max_length=317, pattern=LABEL_KEY_PATTERN)
+    level: str | None = Field(None, max_length=317, pattern=LABEL_KEY_PATTERN)
     """The level whose one domain should hold each of the job's NodeGroups' nodes: a node label key among each
     NodeGroup's levels (by default network.topology.kubernetes.io/block or /rack; a job naming another level
-    waits, saying so)."""
+    waits, saying so). Default: none; the nodes are still packed into the fewest domains."""
     mode: TopologyMode = TopologyMode.PREFERRED
     """Required: the job waits until one domain of the level has its nodes free (its condition says which level
     and how many it lacks). Preferred: one domain when one has them, else the fewest (as without the field). Under
     Kueue the Workload's PodSets ask its topology-aware scheduling for the same (required or preferred)."""
+    exchange_groups: list[Annotated[str, Field(max_length=253)]] | None = Field(None, max_length=16)
+    """The job's NodeGroups whose processes exchange weights every iteration (the trainer's and the rollout's):
+    admission puts them under one domain of a level they share when one holds them all. Default: the job's GPU
+    NodeGroups; [] packs each group on its own."""
+
+    @model_validator(mode="after")
+    def _required_names_a_level(self) -> Topology:
+        if self.mode is TopologyMode.REQUIRED and self.level is None:
+            raise ValueError("topology.mode Required needs a level")
+        return self
 
 
 class RLJobSpec(
@@ -572,7 +585,7 @@ class RLJobSpec(
     def required_topology_level(self) -> str | None:
         """The level whose one domain must hold each NodeGroup's nodes of the job (spec.topology Required)."""
         topology = self.topology
-        return str(topology.level) if topology is not None and topology.mode is TopologyMode.REQUIRED else None
+        return topology.level if topology is not None and topology.mode is TopologyMode.REQUIRED else None
 
     @model_validator(mode="after")
     def _worker_node_groups_are_the_jobs(self) -> RLJobSpec:

@@ -42,6 +42,8 @@ class PodSet:
     """spec.topology's level: Kueue's topology-aware scheduling puts the PodSet in one domain of it."""
     required: bool = False
     """Whether that level is required (else preferred)."""
+    group_name: str | None = None
+    """Kueue's PodSet group: the PodSets of one group go under one domain of the level together."""
 
     def wire(self) -> dict[str, Any]:
         container = {"name": "ray-worker", "resources": {"requests": dict(self.requests)}}
@@ -59,6 +61,8 @@ class PodSet:
         topology: dict[str, Any] = {"unconstrained": True}
         if self.level is not None:
             topology = {"required" if self.required else "preferred": self.level}
+            if self.group_name is not None:
+                topology["podSetGroupName"] = self.group_name
         return {
             "name": pod_set_name(self.group),
             "count": self.count,

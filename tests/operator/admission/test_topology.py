@@ -10,10 +10,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from rlplace_operator.admission import kueue
+from rlplace_operator.admission.demand import planned_demand
 from rlplace_operator.admission.ledger import Holding, Ledger
-from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide
+from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.api.names import NODES_ANNOTATION, NVLINK_CLIQUE_LABEL, TOPOLOGY_LEVELS
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.workload import PodSet
 from rlplace_operator.reconcile.actions import Apply
 from rlplace_operator.reconcile.provision import provision
@@ -108,6 +111,92 @@ def test_packing_never_gives_a_busy_node_and_fits_exactly_when_earliest_first_fi
         assert not set(admitted_nodes(packed)) & set(busy) and len(admitted_nodes(packed)) == count
 
 
+# -- the groups that exchange weights, and CPU-only groups ---------------------------------------------------------
+
+#: Two blocks of two racks each; trainer nodes (a800) and rollout nodes (4090) in every rack.
+FLEET = {
+    f"{kind}-{block}{rack}{i}": (block, f"{block}{rack}")
+    for kind in ("a800", "4090")
+    for block in ("b1", "b2")
+    for rack in ("x", "y")
+    for i in range(2)
+}
+KINDS = {kind: sorted(n for n in FLEET if n.startswith(kind)) for kind in ("a800", "4090")}
+
+
+def two_groups(name: str, trainer: int, rollout: int, exchanges: bool = True) -> QueuedJob:
+    demand = (
+        GroupDemand("a800", trainer, frozenset(range(trainer)), exchanges=exchanges),
+        GroupDemand("4090", rollout, frozenset(range(rollout)), exchanges=exchanges),
+    )
+    return QueuedJob(("ns", name), 0, "2026-01-01T00:00:00Z", demand)
+
+
+def blocks_of(decision: object) -> dict[str, set[str]]:
+    assert isinstance(decision, Admitted), decision
+    return {group: {FLEET[n][0] for n in nodes} for group, nodes in decision.cluster}
+
+
+def test_trainer_and_rollout_go_under_one_domain_where_each_alone_would_take_another_block() -> None:
+    """Alone, the one trainer node best-fits into rack b1x (one a800 free there) and the two rollout nodes into a
+    rack of b2 (b1's racks have one 4090 free each): two blocks, weights crossing the spine every iteration.
+    Exchanging weights, both go to one rack of b2, where all three fit."""
+    busy = {"a800-b1x0": "pod x", "4090-b1x0": "pod x", "4090-b1y0": "pod x"}
+    pool = Pool(KINDS, busy, domains=FLEET)
+    alone = decide([two_groups("a", 1, 2, exchanges=False)], pool)[("ns", "a")]
+    assert blocks_of(alone) == {"a800": {"b1"}, "4090": {"b2"}}
+    together = decide([two_groups("a", 1, 2)], pool)[("ns", "a")]
+    assert isinstance(together, Admitted)
+    assert dict(together.cluster) == {"a800": ("a800-b2x0",), "4090": ("4090-b2x0", "4090-b2x1")}
+
+
+def test_groups_that_no_one_block_holds_are_packed_each_on_its_own_and_still_admitted() -> None:
+    """Six trainer nodes: no block holds six a800 nodes with the rollout's two: each group packed on its own, as
+    without the rule (it never turns a fit away)."""
+    pool = Pool(KINDS, {}, domains=FLEET)
+    assert isinstance(decide([two_groups("a", 6, 2)], pool)[("ns", "a")], Admitted)
+    assert isinstance(decide([two_groups("a", 9, 2)], pool)[("ns", "a")], Waiting)
+
+
+@given(st.sets(st.sampled_from(sorted(FLEET))), st.integers(1, 8), st.integers(1, 8))
+def test_weight_exchange_admits_exactly_when_packing_each_group_alone_does(
+    busy: set[str], trainer: int, rollout: int
+) -> None:
+    pool = Pool(KINDS, dict.fromkeys(busy, "pod x"), domains=FLEET)
+    together = decide([two_groups("a", trainer, rollout)], pool)[("ns", "a")]
+    alone = decide([two_groups("a", trainer, rollout, exchanges=False)], pool)[("ns", "a")]
+    assert isinstance(together, Admitted) == isinstance(alone, Admitted)
+    if isinstance(together, Admitted):
+        assert not together.nodes & busy
+
+
+def test_cpu_pods_take_cpu_nodes_first_then_the_jobs_own_domain_never_an_empty_gpu_rack() -> None:
+    """An env group that spans every node (GPU nodes first in rank order, two CPU-only nodes last): its pod takes a
+    CPU-only node; with those busy, a node the trainer already holds in its rack, where without the rule it takes
+    the first free GPU node in rank order (a 4090 of another rack: that node's GPUs lost to every GPU job)."""
+    cpu_nodes = {"cpu-0": ("b1", "b1z"), "cpu-1": ("b1", "b1z")}
+    domains = {**FLEET, **cpu_nodes}
+    groups = {"a800": KINDS["a800"], "env": [*KINDS["4090"], *KINDS["a800"], *cpu_nodes]}
+
+    def env_job(cpu_only: bool) -> QueuedJob:
+        demand = (
+            GroupDemand("a800", 2, frozenset(range(2)), exchanges=True),
+            GroupDemand("env", 1, frozenset({0}), cpu_only=cpu_only),
+        )
+        return QueuedJob(("ns", "a"), 0, "2026-01-01T00:00:00Z", demand)
+
+    pool = Pool(groups, {}, domains=domains, gpu_nodes=frozenset(FLEET))
+    free = decide([env_job(True)], pool)[("ns", "a")]
+    assert isinstance(free, Admitted) and dict(free.cluster)["env"] == ("cpu-0",)
+    busy = {"cpu-0": "pod x", "cpu-1": "pod x", "a800-b1x0": "pod x", "a800-b1x1": "pod x"}
+    pool = Pool(groups, busy, domains=domains, gpu_nodes=frozenset(FLEET))
+    near = decide([env_job(True)], pool)[("ns", "a")]
+    assert isinstance(near, Admitted)
+    assert dict(near.cluster)["a800"] == ("a800-b1y0", "a800-b1y1") and dict(near.cluster)["env"] == ("a800-b1y0",)
+    blind = decide([env_job(False)], pool)[("ns", "a")]
+    assert isinstance(blind, Admitted) and dict(blind.cluster)["env"] == ("4090-b1x0",)
+
+
 # -- through a provision pass: the labels read from the nodes ---------------------------------------------------
 
 
@@ -190,6 +279,44 @@ def test_the_workloads_podsets_ask_kueue_for_the_jobs_level() -> None:
     assert required["topologyRequest"] == {"required": rack}
     preferred = PodSet("h100", 4, {"cpu": "1"}, selector, level=rack).wire()
     assert preferred["topologyRequest"] == {"preferred": rack}
+
+
+def podsets_of(spec: dict) -> list[dict]:
+    """The Workload PodSets of a job on the recorded local cluster (two a800 nodes, one 4090, two CPU-only)."""
+    snapshot = cluster_snapshot()
+    parsed = RLJobSpec.model_validate(spec)
+    ledger = Ledger()
+    groups = [ledger.group(name, snapshot.nodegroups[name][0]) for name in parsed.node_groups]
+    demand = planned_demand(("ns", "a"), 1, parsed, {}, groups, snapshot.nodes, {}, ledger)
+    found = kueue.pod_sets(parsed, groups, demand, snapshot.nodes)
+    assert isinstance(found, list), found
+    return [pod_set.wire() for pod_set in found]
+
+
+def test_kueue_puts_trainer_and_rollout_under_one_domain_where_its_podset_groups_can_say_so() -> None:
+    """Kueue v0.19's PodSet groups hold exactly two PodSets, one of a single pod: a job of two a800 nodes (actor)
+    and one 4090 node (rollout) with a level is one group, the CPU group (reward) outside it; with no level, or
+    with exchangeGroups [], there is no group; the demand says which groups exchange weights and which are
+    CPU-only."""
+    spec = {
+        "nodeGroups": ["a800", "4090", "cpu"],
+        "componentPlacement": [
+            {"components": "actor", "nodeGroup": "a800", "placement": "0-15"},
+            {"components": "rollout", "nodeGroup": "4090", "placement": "0-7"},
+            {"components": "reward", "nodeGroup": "cpu", "placement": "0:0-1"},
+        ],
+        "topology": {"level": RACK},
+    }
+    a800, g4090, cpu = podsets_of(spec)
+    assert (
+        a800["topologyRequest"] == g4090["topologyRequest"] == {"preferred": RACK, "podSetGroupName": "weight-exchange"}
+    )
+    assert cpu["topologyRequest"] == {"preferred": RACK}
+    assert all(
+        "podSetGroupName" not in p["topologyRequest"]
+        for p in podsets_of({**spec, "topology": {"level": RACK, "exchangeGroups": []}})
+    )
+    assert [p["topologyRequest"] for p in podsets_of({**spec, "topology": None})] == [{"unconstrained": True}] * 3
 
 
 def test_a_required_level_no_domain_holds_even_empty_is_refused_at_once_naming_the_largest() -> None:

@@ -149,7 +149,7 @@ class Admission:
 def elastic_workload(spec: RLJobSpec) -> bool:
     """Whether the job's Workload is elastic (Kueue admits its growth as a slice and takes lower counts): it has
     resizable components and asks for no topology level (Kueue places elastic slices unconstrained only)."""
-    return bool(elastic_components(spec)) and spec.topology is None
+    return bool(elastic_components(spec)) and (spec.topology is None or spec.topology.level is None)
 
 
 def _running_slice(workloads: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
@@ -197,6 +197,10 @@ def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | 
     return None if queue is None else (queue, labels.get(PRIORITY_CLASS_LABEL) or None)
 
 
+#: The Kueue PodSet group (topologyRequest.podSetGroupName) of a job's two weight-exchanging NodeGroups.
+EXCHANGE_POD_SET_GROUP = "weight-exchange"
+
+
 def pod_sets(
     spec: RLJobSpec, groups: Sequence[JobGroup], demand: PlannedDemand, node_index: Mapping[str, Any]
 ) -> list[PodSet] | Refusal:
@@ -205,7 +209,7 @@ def pod_sets(
     by_name = {group.name: group for group in groups}
     # Every PodSet asks Kueue's topology-aware scheduling for the job's level, if it names one.
     topology = spec.topology
-    level = None if topology is None else str(topology.level)
+    level = None if topology is None else topology.level
     required = topology is not None and topology.mode is TopologyMode.REQUIRED
     for group_demand in demand.demand:
         if not group_demand.used:
@@ -228,6 +232,12 @@ def pod_sets(
         found.append(
             PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations, level, required)
         )
+    exchanging = [i for i, d in enumerate(d for d in demand.demand if d.used) if d.exchanges]
+    if level is not None and len(exchanging) == 2 and min(found[i].count for i in exchanging) == 1:
+        # Kueue v0.19's PodSet groups: exactly two PodSets, one of a single pod, put under one domain of the level
+        # (its leader-and-workers case). The trainer and rollout groups of larger jobs cannot be said to Kueue.
+        for i in exchanging:
+            found[i] = dataclasses.replace(found[i], group_name=EXCHANGE_POD_SET_GROUP)
     if len(found) > MAX_POD_SETS:
         return Refusal(
             cond.KUEUE_UNSUPPORTED,
