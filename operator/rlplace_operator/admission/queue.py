@@ -96,6 +96,9 @@ class AdmissionWorld:
     levels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     #: Ready nodes of the groups that have GPUs (rules.Pool.gpu_nodes).
     gpu_nodes: frozenset[str] = frozenset()
+    #: The groups' nodes by network domain (rules.Pool.memo), built when first asked and shared by the pools of
+    #: this snapshot's admissions.
+    layouts: dict = field(default_factory=dict, compare=False)
 
 
 @dataclass(frozen=True)
@@ -228,13 +231,18 @@ def _waiting_queue(ledger: Ledger, world: AdmissionWorld, skip: JobKey | None) -
     return queue
 
 
+def pool_of(world: AdmissionWorld, busy: Mapping[str, str], free: Mapping[str, tuple[int, ...]]) -> Pool:
+    """The pool an admission decides on: the world's groups and domains, who keeps which node busy, the free GPUs."""
+    return Pool(world.groups, busy, free, world.domains, world.levels, world.gpu_nodes, world.layouts)
+
+
 def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
     """One admission decision for every waiting job (one `decide` over the whole queue); the nodes of each job
     it admits are reserved, so that job's reconcile finds them its own."""
     with ledger.lock:
         held, held_gpus = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        pool = Pool(world.groups, busy, free_gpus(world, held_gpus), world.domains, world.levels, world.gpu_nodes)
+        pool = pool_of(world, busy, free_gpus(world, held_gpus))
         decisions = decide(_waiting_queue(ledger, world, None), pool)
         for key, decision in decisions.items():
             if isinstance(decision, Admitted):
@@ -269,9 +277,7 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob, reserve: bool =
         others = {node: key for node, key in held.items() if key != job.key}
         busy = busy_nodes(_pod_units(world, job.key), world.unit_resources, others)
         # Its own GPUs count as free for it, as its own nodes do (a re-placement's new pods replace its old ones).
-        pool = Pool(
-            world.groups, busy, free_gpus(world, held_gpus, job.key), world.domains, world.levels, world.gpu_nodes
-        )
+        pool = pool_of(world, busy, free_gpus(world, held_gpus, job.key))
         if own or own_gpus:
             all_nodes = {node for nodes in world.groups.values() for node in nodes}
             kept = fit(job, pool, set(busy) | (all_nodes - own - set(own_gpus)), own_gpus)

@@ -91,6 +91,8 @@ class Pool:
     default ones (api.names.TOPOLOGY_LEVELS)."""
     gpu_nodes: frozenset[str] = frozenset()
     """Nodes that have GPUs, whichever group counts them: a CPU-only group takes them last."""
+    memo: dict[tuple[str, int], Layout] = field(default_factory=dict, compare=False, repr=False)
+    """The groups' `Layout`s, built when first asked (share one dict between the pools of one snapshot)."""
 
     def level_index(self, group: str, level: str | None) -> int | None:
         """Where `level` is in the group's domain paths (None: no level required). A level the group does not
@@ -299,14 +301,87 @@ def _span(chosen: Sequence[str | None], domains: Mapping[str, tuple[str, ...]]) 
     return len({domains.get(node, ()) for node in chosen if node is not None})
 
 
+#: The most steps `_fewest` takes (domains x count x first group's need): beyond it the greedy order stands
+#: (a job larger than a block over 32 racks takes about 66k; the work grows with the job's nodes).
+FEWEST_BUDGET = 200_000
+
+
+def _fewest(usable: Sequence[Sequence[int]], needs: Sequence[int]) -> list[int] | None:
+    """The fewest domains (indices into `usable`: each domain's usable nodes of two groups) whose nodes hold
+    `needs` of both: a dynamic program, per count of domains, of the most nodes of the second group reachable for
+    each count of the first (capped at the need). None when none hold them, or past FEWEST_BUDGET."""
+    first, second = needs
+    if len(usable) * len(usable) * (first + 1) > FEWEST_BUDGET:
+        return None
+    # best[count][have]: (most of the second group, the domains giving it) with `count` domains and `have` of the
+    # first group (capped at `first`).
+    best: list[list[tuple[int, tuple[int, ...]] | None]] = [[None] * (first + 1) for _ in range(len(usable) + 1)]
+    best[0][0] = (0, ())
+    for index, (ones, twos) in enumerate(usable):
+        for count in range(index + 1, 0, -1):
+            for have in range(first + 1):
+                before = best[count - 1][have]
+                if before is None:
+                    continue
+                after = min(first, have + ones)
+                reach = min(second, before[0] + twos)
+                known = best[count][after]
+                if known is None or reach > known[0]:
+                    best[count][after] = (reach, (*before[1], index))
+    for count in range(len(usable) + 1):
+        found = best[count][first]
+        if found is not None and found[0] >= second:
+            return list(found[1])
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """A group's nodes by network domain, down to `depth` levels: built once per pool (`Pool.memo`), since the
+    nodes and their labels stay while one admission pass decides many jobs."""
+
+    paths: Mapping[str, tuple[str, ...]]
+    """Node -> its domains, `depth` long ("" where unlabelled)."""
+    members: Mapping[tuple[str, ...], Sequence[str]]
+    """Domain (a labelled path of any length up to `depth`) -> its nodes in rank order."""
+    children: Mapping[tuple[str, ...], Sequence[tuple[str, ...]]]
+    """() -> the widest domains; a domain -> the domains one level narrower in it (by name)."""
+    unplaced: Sequence[str]
+    """Nodes not labelled at every level, in rank order: they come after every domain."""
+
+
+def _layout(pool: Pool, group: str, depth: int) -> Layout:
+    key = (group, depth)
+    found = pool.memo.get(key)
+    if found is None:
+        paths: dict[str, tuple[str, ...]] = {}
+        members: dict[tuple[str, ...], list[str]] = {}
+        children: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+        unplaced = []
+        for node in pool.groups.get(group, ()):
+            path = paths[node] = (*pool.domains.get(node, ()), *("",) * depth)[:depth]
+            if not all(path):
+                unplaced.append(node)
+                continue
+            for level in range(1, depth + 1):
+                members.setdefault(path[:level], []).append(node)
+                children.setdefault(path[: level - 1], set()).add(path[:level])
+        found = pool.memo[key] = Layout(paths, members, {k: sorted(v) for k, v in children.items()}, unplaced)
+    return found
+
+
 def _together(
     job: QueuedJob, pool: Pool, taken: Collection[str], free: Mapping[str, Sequence[int]]
 ) -> dict[str, list[str | None]]:
-    """The nodes of the job's groups that exchange weights (trainer and rollout), all under one domain of a level
-    they share, the narrowest level where one domain holds them all; {} when they are fewer than two, share no
-    level, or no domain holds them (each group is then packed on its own). Among the domains of that level that
-    hold them, the one where the groups span the fewest narrower domains, then the one with the fewest free
-    nodes (a best fit)."""
+    """The nodes of the job's groups that exchange weights (trainer and rollout), under one domain of a level they
+    share: the narrowest level where one domain holds them all, and of that level's domains the one where they span
+    the fewest narrower domains, then the one with the fewest usable nodes (a best fit). Inside it the groups take
+    the fewest narrower domains that hold them both (`_fewest`), then the domains with the most usable nodes of
+    all the groups first, so they share racks. When no one domain holds them, the same across the whole pool. {}
+    when they are fewer than two, share no level, or cannot all be matched so: each group is then packed on its
+    own (never a fit lost).
+
+    With a required level each group is packed on its own inside the domain (`_packed`), as without the rule."""
     assert job.demand is not None
     demands = [demand for demand in job.demand if demand.exchanges and demand.used]
     if len(demands) < 2:
@@ -315,34 +390,89 @@ def _together(
     shared = 0
     while shared < min(map(len, levels)) and len({group_levels[shared] for group_levels in levels}) == 1:
         shared += 1
-    needs = sum(len(demand.used) for demand in demands)
-    for depth in range(shared, 0, -1):
-        usable: dict[tuple[str, ...], int] = {}
-        for demand in demands:
-            for node in pool.groups.get(demand.group, ()):
-                path = pool.domains.get(node, ())[:depth]
-                if len(path) == depth and all(path):
-                    usable[path] = usable.get(path, 0) + (node not in taken)
-        best: tuple[tuple[int, int, tuple[str, ...]], dict[str, list[str | None]]] | None = None
-        for domain, count in usable.items():
-            if count < needs:
-                continue
-            picked: dict[str, list[str | None]] = {}
-            for demand in demands:
-                inside = [n for n in pool.groups.get(demand.group, ()) if pool.domains.get(n, ())[:depth] == domain]
+    if shared == 0:
+        return {}
+    layouts = [_layout(pool, demand.group, shared) for demand in demands]
+
+    # Usable nodes of each group per domain, at every shared level.
+    usable: dict[tuple[str, ...], list[int]] = {}
+    for index, (demand, layout) in enumerate(zip(demands, layouts, strict=True)):
+        needs = None if demand.gpus is None else max(dict(demand.gpus).values(), default=0)
+        for path, nodes in layout.members.items():
+            if len(path) == shared:
+                count = sum(1 for n in nodes if n not in taken and (needs is None or len(free.get(n, ())) >= needs))
+                for level in range(1, shared + 1):
+                    usable.setdefault(path[:level], [0] * len(demands))[index] += count
+    children: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for layout in layouts:
+        for parent, kids in layout.children.items():
+            children[parent] = sorted({*children.get(parent, ()), *kids})
+    needs = [len(demand.used) for demand in demands]
+
+    def matched(top: tuple[str, ...] | None) -> dict[str, list[str | None]] | None:
+        """Each group's match inside the domain `top` (None: the whole pool): first the fewest narrower domains
+        that hold both groups (`_fewest`, for two groups), then the domains with the most usable nodes."""
+        first: set[tuple[str, ...]] = set()
+        frontier = [top or ()]
+        if len(demands) == 2:
+            while frontier and len(frontier[0]) < shared:
+                inside = [kid for parent in frontier for kid in children.get(parent, ())]
+                chosen = _fewest([usable[path] for path in inside], needs)
+                if chosen is None:
+                    break
+                frontier = [inside[i] for i in chosen]
+                first.update(frontier)
+
+        def ordered(parent: tuple[str, ...]) -> list[tuple[str, ...]]:
+            """The narrowest domains under `parent`, the chosen ones first, then the fullest."""
+            if len(parent) == shared:
+                return [parent]
+            kids = sorted(children.get(parent, ()), key=lambda p: (p not in first, -sum(usable.get(p, ())), p))
+            return [leaf for kid in kids for leaf in ordered(kid)]
+
+        leaves = ordered(top or ())
+        picked = {}
+        for demand, layout in zip(demands, layouts, strict=True):
+            ranked = [n for leaf in leaves for n in layout.members.get(leaf, ())]
+            if top is None:
+                ranked += layout.unplaced
+            if job.within is None:
+                chosen = _match(demand, ranked, taken, free)
+            else:
+                inside = [n for n in pool.groups.get(demand.group, ()) if top is None or n in set(ranked)]
                 within = pool.level_index(demand.group, job.within)
                 chosen = _packed(demand, inside, taken, free, pool.domains, within)
-                if not _complete(demand, chosen):
-                    break
-                picked[demand.group] = chosen
-            else:
-                spread = sum(_span(chosen, pool.domains) for chosen in picked.values())
-                score = (spread, count, domain)
-                if best is None or score < best[0]:
-                    best = (score, picked)
+            if not _complete(demand, chosen):
+                return None
+            picked[demand.group] = chosen
+        return picked
+
+    for depth in range(shared, 0, -1):
+        domains = [
+            path
+            for path, counts in usable.items()
+            if len(path) == depth and all(count >= need for count, need in zip(counts, needs, strict=True))
+        ]
+        best: tuple[tuple[int, int, tuple[str, ...]], dict[str, list[str | None]]] | None = None
+        for path in sorted(domains, key=lambda p: (sum(usable[p]), p)):
+            picked = matched(path)
+            if picked is None:
+                continue
+            spread = len({layouts[0].paths.get(n) or _path(pool, n, shared) for c in picked.values() for n in c if n})
+            score = (spread, sum(usable[path]), path)
+            if best is None or score < best[0]:
+                best = (score, picked)
+            if depth == shared:
+                break  # one narrowest domain holds them all: nothing spans less
         if best is not None:
             return best[1]
-    return {}
+    if job.within is not None:
+        return {}
+    return matched(None) or {}
+
+
+def _path(pool: Pool, node: str, depth: int) -> tuple[str, ...]:
+    return (*pool.domains.get(node, ()), *("",) * depth)[:depth]
 
 
 def _cpu_first(ranked: Sequence[str], pool: Pool, own: Collection[str]) -> list[str]:
@@ -350,9 +480,15 @@ def _cpu_first(ranked: Sequence[str], pool: Pool, own: Collection[str]) -> list[
     other groups use (`own`: their nodes), its own nodes first (its pod there holds no node more); then other GPU
     nodes (a CPU pod on an empty GPU domain keeps that node's GPUs from every GPU job); each in rank order."""
     near = {pool.domains.get(node, ()) for node in own}
-    return sorted(
-        ranked, key=lambda node: (node in pool.gpu_nodes, pool.domains.get(node, ()) not in near, node not in own)
-    )
+    cpu, mine, close, far = [], [], [], []
+    for node in ranked:
+        if node not in pool.gpu_nodes:
+            cpu.append(node)
+        elif node in own:
+            mine.append(node)
+        else:
+            (close if pool.domains.get(node, ()) in near else far).append(node)
+    return [*cpu, *mine, *close, *far]
 
 
 def _choose(
@@ -372,7 +508,10 @@ def _choose(
         if demand.cpu_only:
             ranked = _cpu_first(pool.groups.get(demand.group, ()), pool, own)
             within = pool.level_index(demand.group, job.within)
-            chosen[demand.group] = _packed(demand, ranked, taken, free, {} if within is None else pool.domains, within)
+            if within is None:
+                chosen[demand.group] = _match(demand, ranked, taken, free)
+            else:
+                chosen[demand.group] = _packed(demand, ranked, taken, free, pool.domains, within)
     return chosen
 
 

@@ -150,6 +150,24 @@ def test_trainer_and_rollout_go_under_one_domain_where_each_alone_would_take_ano
     assert dict(together.cluster) == {"a800": ("a800-b2x0",), "4090": ("4090-b2x0", "4090-b2x1")}
 
 
+def test_inside_the_block_the_groups_take_the_fewest_racks_that_hold_them_both() -> None:
+    """One block, free nodes per rack (a800, 4090): x (3, 0), y (1, 3), z (2, 2). Four trainer and three rollout
+    nodes fit in no one rack; x and y hold them (two racks), where filling the fullest racks first (z, y, then x)
+    would take all three."""
+    free = {"x": (3, 0), "y": (1, 3), "z": (2, 2)}
+    domains = {}
+    groups: dict[str, list[str]] = {"a800": [], "4090": []}
+    for rack, counts in free.items():
+        for kind, count in zip(("a800", "4090"), counts, strict=True):
+            for i in range(count):
+                name = f"{kind}-{rack}{i}"
+                domains[name] = ("b1", rack)
+                groups[kind].append(name)
+    decision = decide([two_groups("a", 4, 3)], Pool(groups, {}, domains=domains))[("ns", "a")]
+    assert isinstance(decision, Admitted)
+    assert {domains[n][1] for _, nodes in decision.cluster for n in nodes} == {"x", "y"}, decision.cluster
+
+
 def test_groups_that_no_one_block_holds_are_packed_each_on_its_own_and_still_admitted() -> None:
     """Six trainer nodes: no block holds six a800 nodes with the rollout's two: each group packed on its own, as
     without the rule (it never turns a fit away)."""
