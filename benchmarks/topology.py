@@ -30,24 +30,33 @@ without the CPU-first rule. Prints figures; it is not a test.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import random
 import statistics
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "operator"))
 
+from kubernetes import client  # noqa: E402
+from kubernetes.client.exceptions import ApiException  # noqa: E402
+
 from rlplace_operator.admission.demand import planned_demand  # noqa: E402
+from rlplace_operator.admission.kueue import EXCHANGE_POD_SET_GROUP  # noqa: E402
+from rlplace_operator.admission.kueue.status import assigned_hosts  # noqa: E402
 from rlplace_operator.admission.ledger import Ledger  # noqa: E402
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide  # noqa: E402
 from rlplace_operator.api.names import HOSTNAME_LABEL, TOPOLOGY_LEVELS  # noqa: E402
-from rlplace_operator.api.nodegroup import NodeGroupSpec  # noqa: E402
+from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec  # noqa: E402
 from rlplace_operator.api.rljob import RLJobSpec  # noqa: E402
+from rlplace_operator.builders.workload import PodSet, build_workload  # noqa: E402
 from rlplace_operator.cluster.selection import (  # noqa: E402
     GPU_RESOURCE,
     JobGroup,
@@ -55,6 +64,9 @@ from rlplace_operator.cluster.selection import (  # noqa: E402
     group_nodes,
     nodegroup_status,
 )
+
+from _harness import bench_cluster, delete_nodes, wait_for  # noqa: E402
+from e2e_cluster import fake_node_manifest  # noqa: E402
 
 BLOCK, RACK = TOPOLOGY_LEVELS
 BLOCKS, RACKS_PER_BLOCK = 4, 8
@@ -318,10 +330,134 @@ def main() -> None:
         states.append((busy, jobs))
     kueue_spans: list[tuple[int, int] | None] = []
     if args.kueue:
-        import topology_kueue
-
-        kueue_spans = topology_kueue.run(nodes, states)
+        kueue_spans = through_kueue(nodes, states, world)
     report(rows, kueue_spans, planning)
+
+
+# -- Kueue's topology-aware scheduling on the same fleet --------------------------------------------------------
+
+BUSY_TAINT = {"key": "bench.rlplace.io/busy", "value": "true", "effect": "NoSchedule"}
+KUEUE = ("kueue.x-k8s.io", "v1beta2")
+NAMESPACE = "bench-topology"
+#: How long one Workload may wait for Kueue's admission before it counts as not admitted.
+ADMIT_TIMEOUT_S = 30.0
+KIND_OF = {"topologies": "Topology", "resourceflavors": "ResourceFlavor", "clusterqueues": "ClusterQueue"}
+
+
+def kueue_objects() -> list[tuple[str, dict]]:
+    """The Topology (block, rack, hostname), one ResourceFlavor per node type and a ClusterQueue over both
+    (quota to spare: only the nodes' room decides)."""
+    levels = [{"nodeLabel": BLOCK}, {"nodeLabel": RACK}, {"nodeLabel": HOSTNAME_LABEL}]
+    objects = [("topologies", {"metadata": {"name": NAMESPACE}, "spec": {"levels": levels}})]
+    flavors = []
+    for kind in ("a800", "h20"):
+        name = f"{NAMESPACE}-{kind}"
+        flavor = {"metadata": {"name": name}, "spec": {"nodeLabels": {TYPE_LABEL: kind}, "topologyName": NAMESPACE}}
+        objects.append(("resourceflavors", flavor))
+        quota = [
+            {"name": "cpu", "nominalQuota": 100_000},
+            {"name": "memory", "nominalQuota": "1000Ti"},
+            {"name": GPU_RESOURCE, "nominalQuota": 100_000},
+        ]
+        flavors.append({"name": name, "resources": quota})
+    groups = [{"coveredResources": ["cpu", "memory", GPU_RESOURCE], "flavors": flavors}]
+    queue = {"metadata": {"name": NAMESPACE}, "spec": {"namespaceSelector": {}, "resourceGroups": groups}}
+    objects.append(("clusterqueues", queue))
+    return [(plural, {"apiVersion": "/".join(KUEUE), "kind": KIND_OF[plural], **body}) for plural, body in objects]
+
+
+def workload(job: Job, index: int) -> dict:
+    """The Workload rlplace would make for the job's trainer and rollout (builders/workload.py), asking for the
+    fewest racks as Kueue can: `preferred` rack, and one PodSet group when one side is a single node
+    (admission/kueue: Kueue v0.19.2's groups are two PodSets, one of a single pod)."""
+    requests = {"cpu": "1", "memory": "1Gi", GPU_RESOURCE: str(GPUS_PER_NODE)}
+    sets = [
+        PodSet(kind, count, requests, LabelSelector(match_labels={TYPE_LABEL: kind}), level=RACK)
+        for kind, count in (("a800", job.trainer), ("h20", job.rollout))
+        if count
+    ]
+    if len(sets) == 2 and min(p.count for p in sets) == 1:
+        sets = [replace(p, group_name=EXCHANGE_POD_SET_GROUP) for p in sets]
+    body = build_workload(f"job-{index}", NAMESPACE, sets)
+    body["metadata"]["name"] = f"job-{index}"
+    return body
+
+
+def through_kueue(nodes: Sequence[NodeInfo], states: list[tuple[set[str], list[Job]]], world: Fleet) -> list:
+    """Per job of each state, the (racks, blocks) of the hosts Kueue's TAS granted (None: not admitted in time):
+    the fleet as kwok nodes, each state's busy nodes tainted NoSchedule (TAS leaves nodes whose taints a PodSet
+    does not tolerate), the jobs' Workloads one at a time, each deleted before the next."""
+    spans: list[tuple[int, int] | None] = []
+    with bench_cluster() as (api, _):
+        core, custom = client.CoreV1Api(api), client.CustomObjectsApi(api)
+
+        def create(node: NodeInfo) -> None:
+            labels = {k: v for k, v in node.labels.items() if k != HOSTNAME_LABEL}
+            core.create_node(fake_node_manifest(node.name, labels=labels, gpus=node.count(GPU_RESOURCE)))
+
+        def taint(change: tuple[str, bool]) -> None:
+            name, busy = change
+            core.patch_node(name, {"spec": {"taints": [BUSY_TAINT] if busy else None}})
+
+        made: list[tuple[str, str]] = []
+        try:
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(create, nodes))
+            core.create_namespace({"metadata": {"name": NAMESPACE}})
+            for plural, body in kueue_objects():
+                custom.create_cluster_custom_object(*KUEUE, plural, body)
+                made.append((plural, body["metadata"]["name"]))
+            local = {"apiVersion": "/".join(KUEUE), "kind": "LocalQueue", "metadata": {"name": NAMESPACE}}
+            custom.create_namespaced_custom_object(
+                *KUEUE, NAMESPACE, "localqueues", {**local, "spec": {"clusterQueue": NAMESPACE}}
+            )
+            tainted: set[str] = set()
+            index = 0
+            for busy, jobs in states:
+                changes = [(n, True) for n in busy - tainted] + [(n, False) for n in tainted - busy]
+                with ThreadPoolExecutor(8) as pool:
+                    list(pool.map(taint, changes))
+                tainted = set(busy)
+                time.sleep(3)  # Kueue's cache follows the nodes' taints from its watch
+                for job in jobs:
+                    index += 1
+                    name = f"job-{index}"
+                    spans.append(admitted_span(custom, workload(job, index), world))
+                    with contextlib.suppress(ApiException):
+                        custom.delete_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads", name)
+                    wait_for(lambda n=name: workload_gone(custom, n), 60, f"Workload {name} deleted")
+                print(f"  Kueue: {index} jobs done", flush=True)
+        finally:
+            with contextlib.suppress(ApiException):
+                core.delete_namespace(NAMESPACE)
+            for plural, name in reversed(made):
+                with contextlib.suppress(ApiException):
+                    custom.delete_cluster_custom_object(*KUEUE, plural, name)
+            delete_nodes(core, [node.name for node in nodes])
+    return spans
+
+
+def workload_gone(custom: Any, name: str) -> bool:
+    try:
+        custom.get_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads", name)
+    except ApiException as err:
+        return err.status == 404
+    return False
+
+
+def admitted_span(custom: Any, body: dict, world: Fleet) -> tuple[int, int] | None:
+    """Create the Workload, wait for Kueue's admission, and the (racks, blocks) its granted hosts span."""
+    name = body["metadata"]["name"]
+    custom.create_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads", body)
+    deadline = time.monotonic() + ADMIT_TIMEOUT_S
+    while time.monotonic() < deadline:
+        status = custom.get_namespaced_custom_object(*KUEUE, NAMESPACE, "workloads", name).get("status") or {}
+        assignments = (status.get("admission") or {}).get("podSetAssignments") or []
+        if assignments:
+            hosts = [h for a in assignments for h in assigned_hosts(a.get("topologyAssignment") or {})]
+            return len({world.rack_of[h] for h in hosts}), len({world.block_of[h] for h in hosts})
+        time.sleep(0.1)
+    return None
 
 
 def share(count: int, total: int) -> str:

@@ -298,18 +298,34 @@ def admit(ledger: Ledger, world: AdmissionWorld, job: QueuedJob, reserve: bool =
 def spare_node(
     ledger: Ledger, world: AdmissionWorld, key: JobKey, group: str, nodes: frozenset[str], lost: str
 ) -> str | None:
-    """A node to replace the job's lost node `lost` with (its Replace ranks move there: docs/replace.md): the first
-    ready, untainted node of `group` in rank order that no job holds and no pod uses. The job then holds `nodes`
-    with `lost` swapped for it, so no other admission takes it meanwhile; None when the group has none free."""
+    """A node to replace the job's lost node `lost` with (its Replace ranks move there: docs/replace.md): a ready,
+    untainted node of `group` that no job holds and no pod uses, the nearest to the lost one in the network (its
+    rack, else its block: the job's ranks there were packed together), then the first in rank order. The job then
+    holds `nodes` with `lost` swapped for it, so no other admission takes it meanwhile; None when the group has
+    none free."""
     with ledger.lock:
         held, _ = _held(ledger, world)
         busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
-        for node in world.groups.get(group, ()):
-            if node in busy or node in nodes or node == lost or node in world.taints:
-                continue
-            ledger.reserved[key] = (nodes - {lost}) | {node}
-            return node
-    return None
+        where = world.domains.get(lost, ())
+
+        def nearness(node: str) -> int:
+            """How many of the lost node's domains, widest first, the node shares (0: none, or no labels)."""
+            path = world.domains.get(node, ())
+            shared = 0
+            while shared < min(len(path), len(where)) and path[shared] and path[shared] == where[shared]:
+                shared += 1
+            return shared
+
+        free = [
+            node
+            for node in world.groups.get(group, ())
+            if node not in busy and node not in nodes and node != lost and node not in world.taints
+        ]
+        if not free:
+            return None
+        node = max(free, key=nearness)  # the first of the nearest, in rank order
+        ledger.reserved[key] = (nodes - {lost}) | {node}
+        return node
 
 
 def admission_world(ledger: Ledger, snapshot: Snapshot) -> AdmissionWorld:

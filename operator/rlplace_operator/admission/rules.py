@@ -175,7 +175,7 @@ def unmeetable(job: QueuedJob, pool: Pool) -> str | None:
             if node not in job.excluded and len(path) == depth and path[-1]:
                 sizes[path] = sizes.get(path, 0) + 1
         needs = len(demand.used)
-        largest = max(sizes.items(), key=lambda item: (item[1], item[0]), default=None)
+        largest = max(sizes.items(), key=lambda item: item[1], default=None)  # the first in rank order
         if largest is None or largest[1] < needs:
             where = (
                 f"its largest, {'/'.join(largest[0])}, has {largest[1]} ready node{'s' if largest[1] != 1 else ''}"

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from rlplace_operator.admission import kueue
 from rlplace_operator.admission.demand import planned_demand
 from rlplace_operator.admission.ledger import Holding, Ledger
+from rlplace_operator.admission.queue import AdmissionWorld, spare_node
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, Waiting, decide
 from rlplace_operator.api.names import NODES_ANNOTATION, NVLINK_CLIQUE_LABEL, TOPOLOGY_LEVELS
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec
@@ -356,7 +357,7 @@ def test_a_required_level_no_domain_holds_even_empty_is_refused_at_once_naming_t
     assert (placed.status, placed.reason) == ("False", "TopologyUnsatisfiable")
     assert (
         placed.message
-        == f"spec.topology requires the job's 4 nodes of h100 in one {RACK}: its largest, b1/r1, has 3 ready nodes"
+        == f"spec.topology requires the job's 4 nodes of h100 in one {RACK}: its largest, b1/r0, has 3 ready nodes"
     )
     assert not ledger.reserved and not [a for a in outcome.actions if isinstance(a, Apply)]
     spec["topology"]["mode"] = "Preferred"  # type: ignore[index]
@@ -463,3 +464,15 @@ def pinned_nodes(outcome: object) -> list[str]:
 
 def condition(outcome: object, kind: str) -> Any:
     return next(c for c in outcome.status.conditions if c.type == kind)  # type: ignore[attr-defined]
+
+
+def test_a_lost_nodes_replacement_is_a_free_node_of_its_rack_before_an_earlier_one_elsewhere() -> None:
+    """The job runs on gpu-01 and gpu-04 (rack r2); gpu-04 is lost. The spare is gpu-06 (r2, free), not gpu-00 or
+    gpu-02 (free, earlier in rank order, racks r1 and r3); with r2 full, one of block b1 (gpu-00, r1) before b2."""
+    world = AdmissionWorld({}, {}, {}, GROUPS, {"nvidia.com/gpu"}, domains=RACKS)
+    running = frozenset({"gpu-01", "gpu-04"})
+    assert spare_node(Ledger(), world, ("ns", "a"), "gpu", running, "gpu-04") == "gpu-06"
+    full = AdmissionWorld(
+        {}, {}, {}, {"gpu": [n for n in GROUPS["gpu"] if n not in ("gpu-06", "gpu-08")]}, set(), domains=RACKS
+    )
+    assert spare_node(Ledger(), full, ("ns", "a"), "gpu", running, "gpu-04") == "gpu-00"
