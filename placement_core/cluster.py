@@ -69,6 +69,9 @@ class Node:
     num_accelerators: int
     accelerator_type: str = NV_GPU
     name: str = ""
+    domains: tuple[str, ...] = ()
+    """Its network domains, widest first (block, rack: the operator reads them from the node's labels); empty
+    when not known. Auto placement prices the weight sync by the narrowest domain the two sides share."""
 
     @property
     def display_name(self) -> str:

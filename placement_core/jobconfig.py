@@ -265,7 +265,7 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
 #: its cost per GPU type, its memory and its profiled curve, and the model's size and link bandwidths. One
 #: pattern, so a new per-component key is one alternative here.
 PROFILE_DATA_KEY = re.compile(
-    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|collocated_offload"
+    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|collocated_offload|network_levels"
     r"|[a-z0-9_]*bandwidth[a-z0-9_]*"
 )
 #: Examples of valid keys, for "did you mean" (a typo is compared with these).
@@ -280,6 +280,7 @@ PROFILE_DATA_EXAMPLES = (
     "model_size_gb",
     "collocated_offload",
     "sync_bandwidth_gb_s",
+    "network_levels",
 )
 
 
@@ -292,5 +293,5 @@ def check_profile_keys(profile: Mapping[object, object]) -> None:
             raise PlacementError(
                 f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
                 "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb, "
-                "collocated_offload and bandwidths)"
+                "collocated_offload, network_levels and bandwidths)"
             )

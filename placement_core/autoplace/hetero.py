@@ -58,20 +58,44 @@ MEMORY = "_memory_gb"
 MODEL_SIZE = "model_size_gb"
 BANDWIDTH = "sync_bandwidth_gb_s"
 OFFLOAD = "collocated_offload"
+NETWORK = "network_levels"
 
 SAME_NODE = "same_node"
 ACROSS_NODES = "across_nodes"
 ACROSS_GROUPS = "across_groups"
+# Where the nodes' network domains are known (Node.domains: the operator reads the NodeGroup's levels; the CLI
+# reads profile_data.network_levels), the link is the narrowest domain both sides share instead.
+SAME_RACK = "same_rack"
+SAME_BLOCK = "same_block"
+ACROSS_BLOCKS = "across_blocks"
 #: GB/s assumed for the weight sync when the profile does not say (docs/autoplace.md): NVLink-class inside a
-#: node, a 100 Gb/s network between nodes of a group, 25 Gb/s Ethernet between node groups.
-DEFAULT_BANDWIDTH_GB_S = {SAME_NODE: 100.0, ACROSS_NODES: 12.5, ACROSS_GROUPS: 3.125}
-LINK_WORDS = {SAME_NODE: "same node", ACROSS_NODES: "across nodes", ACROSS_GROUPS: "across node groups"}
+#: node, a 100 Gb/s network between nodes of a group, 25 Gb/s Ethernet between node groups; with domains known,
+#: a 200 Gb/s non-blocking rack, the 100 Gb/s network within a block, a 4:1 oversubscribed spine between blocks.
+DEFAULT_BANDWIDTH_GB_S = {
+    SAME_NODE: 100.0,
+    ACROSS_NODES: 12.5,
+    ACROSS_GROUPS: 3.125,
+    SAME_RACK: 25.0,
+    SAME_BLOCK: 12.5,
+    ACROSS_BLOCKS: 3.125,
+}
+LINK_WORDS = {
+    SAME_NODE: "same node",
+    ACROSS_NODES: "across nodes",
+    ACROSS_GROUPS: "across node groups",
+    SAME_RACK: "within one rack",
+    SAME_BLOCK: "across racks of one block",
+    ACROSS_BLOCKS: "across blocks",
+}
+#: Links from nearer to farther that must not get faster (checked on input): the search prices a group kept within
+#: its first node, rack or block at the nearer link, which is only right if nearer is never slower.
+LINK_ORDER = ((SAME_NODE, ACROSS_NODES), (SAME_NODE, SAME_RACK, SAME_BLOCK, ACROSS_BLOCKS))
 
 
 def profile_keys(chain: Sequence[str] = ("rollout", "inference", "actor")) -> tuple[str, ...]:
     """Every profile_data key this model reads (for the unknown-key check of the config reader)."""
     per_component = tuple(f"{name}{suffix}" for name in chain for suffix in (COST_BY_TYPE, MEMORY))
-    return (*per_component, MODEL_SIZE, BANDWIDTH, OFFLOAD)
+    return (*per_component, MODEL_SIZE, BANDWIDTH, OFFLOAD, NETWORK)
 
 
 def wants_hetero(job: Job) -> bool:
@@ -99,6 +123,8 @@ class Pool:
     node_gpus: tuple[int, ...]
     """GPUs of each of its nodes (with GPUs), in the group's rank order."""
     collocated_ok: bool
+    node_domains: tuple[tuple[str, ...], ...] = ()
+    """Network domains of each of those nodes, widest first; empty when not known."""
 
     @property
     def gpus(self) -> int:
@@ -168,6 +194,7 @@ def _pools(job: Job) -> list[Pool]:
                 )
             seen[rank] = group.label
     settings = job.model_parallel
+    sizes = _network_levels(job.profile)
     return [
         Pool(
             label=group.label,
@@ -175,9 +202,44 @@ def _pools(job: Job) -> list[Pool]:
             memory_gb=group.accelerator_memory_gb,
             node_gpus=tuple(gpus_per_node(cluster, group.node_ranks)),
             collocated_ok=collocated_fits(gpus_per_node(cluster, group.node_ranks), settings),
+            node_domains=_node_domains(cluster, group.node_ranks, sizes),
         )
         for group in groups
     ]
+
+
+def _network_levels(profile: Mapping[str, object]) -> tuple[int, ...]:
+    """profile_data.network_levels: nodes per domain, widest first ({block: 32, rack: 4}: node ranks 0-3 are one
+    rack, 0-31 one block), for configs whose nodes carry no domains; () when not given."""
+    raw = profile.get(NETWORK)
+    if raw is None:
+        return ()
+    example = "{block: 32, rack: 4} (nodes per domain, widest first)"
+    if not isinstance(raw, Mapping) or not raw:
+        raise PlacementError(f"profile_data.{NETWORK} must be a mapping like {example}, got {raw!r}")
+    sizes = []
+    for level, value in raw.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise PlacementError(f"profile_data.{NETWORK}.{level} must be a whole number of nodes >= 1, got {value!r}")
+        if sizes and value > sizes[-1]:
+            raise PlacementError(
+                f"profile_data.{NETWORK}: {level} ({value} nodes) is listed after a smaller level: list them widest "
+                f"first, like {example}"
+            )
+        sizes.append(value)
+    return tuple(sizes)
+
+
+def _node_domains(cluster: Cluster, ranks: Sequence[int], sizes: tuple[int, ...]) -> tuple[tuple[str, ...], ...]:
+    """The network domains of a group's GPU nodes in rank order: the nodes' own (the operator's), else from
+    `network_levels` by node rank, else () (not known: the weight sync is priced per node and group)."""
+    nodes = [cluster.nodes[r] for r in ranks if cluster.nodes[r].num_accelerators]
+    own = [node.domains for node in nodes]
+    if own and all(own) and len({len(d) for d in own}) == 1:
+        return tuple(own)
+    if sizes:
+        return tuple(tuple(str(node.rank // size) for size in sizes) for node in nodes)
+    return ()
 
 
 def _bandwidths(profile: Mapping[str, object]) -> dict[str, float]:
@@ -199,11 +261,13 @@ def _bandwidths(profile: Mapping[str, object]) -> dict[str, float]:
         if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
             raise PlacementError(f"profile_data.{BANDWIDTH}.{link} must be a number of GB/s > 0, got {value!r}")
         result[str(link)] = float(value)
-    if result[SAME_NODE] < result[ACROSS_NODES]:
-        raise PlacementError(
-            f"profile_data.{BANDWIDTH}: same_node ({result[SAME_NODE]:g} GB/s) must be at least across_nodes "
-            f"({result[ACROSS_NODES]:g} GB/s)"
-        )
+    for chain in LINK_ORDER:
+        for near, far in itertools.pairwise(chain):
+            if result[near] < result[far]:
+                raise PlacementError(
+                    f"profile_data.{BANDWIDTH}: {near} ({result[near]:g} GB/s) must be at least {far} "
+                    f"({result[far]:g} GB/s)"
+                )
     return result
 
 
@@ -348,13 +412,59 @@ def collocated_schedule(task: HeteroTask, pool: int) -> Schedule | None:
     )
 
 
+def _spanned(task: HeteroTask, pools: Sequence[int], counts: Sequence[int], component: int) -> range:
+    """The node indices (in its pool's rank order) a component's GPU range covers: components in one pool take
+    contiguous ranges from its GPU 0 in chain order."""
+    pool = pools[component]
+    start = sum(c for i, (p, c) in enumerate(zip(pools, counts, strict=True)) if p == pool and i < component)
+    ends = list(itertools.accumulate(task.pools[pool].node_gpus))
+    first = next(i for i, end in enumerate(ends) if end > start)
+    last = next(i for i, end in enumerate(ends) if end >= start + counts[component])
+    return range(first, last + 1)
+
+
 def sync_link(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> str:
-    """The link the weights cross from actor to rollout in a disaggregated placement."""
+    """The link the weights cross from actor to rollout in a disaggregated placement: with the nodes' domains
+    known, the narrowest domain every node of the two ranges shares (one node: same_node); else by node and
+    group."""
     rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
-    if pools[rollout] != pools[actor]:
-        return ACROSS_GROUPS
-    span = sum(c for p, c in zip(pools, counts, strict=True) if p == pools[actor])
-    return SAME_NODE if span <= task.pools[pools[actor]].node_gpus[0] else ACROSS_NODES
+    sides = (rollout, actor)
+    known = all(task.pools[pools[side]].node_domains for side in sides)
+    if not known:
+        if pools[rollout] != pools[actor]:
+            return ACROSS_GROUPS
+        span = sum(c for p, c in zip(pools, counts, strict=True) if p == pools[actor])
+        return SAME_NODE if span <= task.pools[pools[actor]].node_gpus[0] else ACROSS_NODES
+    nodes = {(pools[side], i) for side in sides for i in _spanned(task, pools, counts, side)}
+    if pools[rollout] == pools[actor]:
+        # Everything between them in the chain lies between them on the nodes too.
+        nodes |= {(pools[actor], i) for i in range(min(i for _, i in nodes), max(i for _, i in nodes) + 1)}
+    if len(nodes) == 1:
+        return SAME_NODE
+    paths = [task.pools[p].node_domains[i] for p, i in nodes]
+    depth = min(len(path) for path in paths)
+    shared = 0
+    while shared < depth and len({path[shared] for path in paths}) == 1:
+        shared += 1
+    if shared == depth:
+        return SAME_RACK
+    return SAME_BLOCK if shared else ACROSS_BLOCKS
+
+
+def _domain_caps(pool: Pool) -> list[int]:
+    """The GPUs of the pool's first node, first narrowest domain, and first domain of each wider level: the
+    budgets under which a disaggregated placement's weight sync stays on a nearer link."""
+    caps = [pool.node_gpus[0]]
+    if pool.node_domains:
+        first = pool.node_domains[0]
+        for depth in range(len(first), 0, -1):
+            total = 0
+            for gpus, path in zip(pool.node_gpus, pool.node_domains, strict=True):
+                if path[:depth] != first[:depth]:
+                    break
+                total += gpus
+            caps.append(total)
+    return sorted(set(caps))
 
 
 def disaggregated_schedule(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> Schedule:
@@ -476,9 +586,17 @@ def search_hetero(task: HeteroTask, progress: Progress | None = None) -> dict[st
         budgets = {p: task.pools[p].gpus for p in set(pools)}
         cases = [budgets]
         if pools[rollout] == pools[actor]:
-            # rollout and actor on one node: the same-node sync price applies only within the first node
+            # rollout and actor within the first node (or rack, or block) of their group: the nearer link's sync
+            # price applies only within it
             shared = pools[actor]
-            cases.insert(0, {**budgets, shared: min(budgets[shared], task.pools[shared].node_gpus[0])})
+            cases += [{**budgets, shared: min(budgets[shared], cap)} for cap in _domain_caps(task.pools[shared])]
+        elif task.pools[pools[rollout]].node_domains and task.pools[pools[actor]].node_domains:
+            # two groups, each kept within its first rack (or block): the sync may then cross a nearer link
+            for side in (rollout, actor):
+                cases += [
+                    {**budgets, pools[side]: min(budgets[pools[side]], cap)}
+                    for cap in _domain_caps(task.pools[pools[side]])
+                ]
         for case in cases:
             best = best_counts([tables[i][p] for i, p in enumerate(pools)], pools, case, weight)
             if best is not None:

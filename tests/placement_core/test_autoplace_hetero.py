@@ -92,7 +92,10 @@ def brute_force(config, model):
             values = [float(tables[i][p][g]) for i, (p, g) in enumerate(zip(assign, counts, strict=True))]
             if not all(math.isfinite(v) for v in values):
                 continue
-            if assign[rollout] != assign[actor]:
+            levels = config["profile_data"].get("network_levels")
+            if levels:
+                link = brute_link(config, assign, counts, (rollout, actor), tuple(levels.values()))
+            elif assign[rollout] != assign[actor]:
                 link = "across_groups"
             elif used[assign[actor]] <= pools[assign[actor]].node_gpus[0]:
                 link = "same_node"
@@ -101,6 +104,35 @@ def brute_force(config, model):
             total = sum(values) + max(values) * (rbs - 1) + task.sync_seconds(link)
             best = min(best, total)
     return best if math.isfinite(best) else None
+
+
+def brute_link(config, assign, counts, sides, sizes) -> str:
+    """The weight sync's link from the GPUs themselves: each group's GPUs in node order, each component's range
+    from its group's GPU 0 in chain order; the global node ranks under the rollout, the actor and (in one group)
+    everything between them; their domains by rank // nodes per domain; the narrowest one they all share."""
+    groups = config["cluster"]["node_groups"]
+    per_node = config["cluster"]["accelerators_per_node"]
+    owner = []  # per group: the node rank of each of its GPUs
+    for group in groups:
+        first, last = (int(x) for x in group["node_ranks"].split("-"))
+        owner.append([rank for rank in range(first, last + 1) for _ in range(per_node[rank])])
+    start, offsets = {}, []
+    for p, g in zip(assign, counts, strict=True):
+        offsets.append(start.get(p, 0))
+        start[p] = start.get(p, 0) + g
+    rollout, actor = sides
+    gpus = {(assign[i], gpu) for i in sides for gpu in range(offsets[i], offsets[i] + counts[i])}
+    if assign[rollout] == assign[actor]:
+        low, high = min(g for _, g in gpus), max(g for _, g in gpus)
+        gpus |= {(assign[actor], g) for g in range(low, high + 1)}
+    ranks = {owner[p][g] for p, g in gpus}
+    if len(ranks) == 1:
+        return "same_node"
+    paths = {tuple(rank // size for size in sizes) for rank in ranks}
+    shared = 0
+    while shared < len(sizes) and len({path[shared] for path in paths}) == 1:
+        shared += 1
+    return "same_rack" if shared == len(sizes) else "same_block" if shared else "across_blocks"
 
 
 def memory_ok(config, result) -> bool:
@@ -150,6 +182,9 @@ def scenarios(draw):
         profile["sync_bandwidth_gb_s"] = {"across_groups": draw(st.sampled_from([1, 10, 50]))}
     if draw(st.booleans()):
         profile["collocated_offload"] = True
+    if draw(st.booleans()):
+        # where the nodes sit: racks of 1-2 nodes, blocks of 2-4 (counted from node rank 0)
+        profile["network_levels"] = {"block": draw(st.sampled_from([2, 4])), "rack": draw(st.sampled_from([1, 2]))}
     config = mixed_config(
         groups,
         profile,
@@ -182,6 +217,72 @@ def test_search_equals_brute_force_on_mixed_clusters(scenario):
     job = read_job(config)
     entries = parse_placement_entries(result.component_placement)
     ModelParallelComponentPlacement.from_entries(entries, job.cluster, job.model_parallel)
+
+
+@st.composite
+def racked_scenarios(draw):
+    """One or two groups of 3-4 nodes in racks and blocks, where keeping rollout and actor within the first rack
+    or block changes the link the weights cross."""
+    groups = [
+        (label, draw(st.lists(st.sampled_from([1, 2]), min_size=3, max_size=4)), 80)
+        for label in TYPES[: draw(st.integers(1, 2))]
+    ]
+    profile = {
+        "actor_cost": draw(st.integers(1, 200)),
+        "rollout_cost": draw(st.integers(1, 200)),
+        "model_size_gb": draw(st.sampled_from([1, 14, 70, 400])),
+        "network_levels": {"block": draw(st.sampled_from([2, 4, 8])), "rack": draw(st.sampled_from([1, 2]))},
+    }
+    if draw(st.booleans()):
+        profile["sync_bandwidth_gb_s"] = {"same_rack": draw(st.sampled_from([12.5, 50])), "across_blocks": 1}
+    config = mixed_config(
+        groups, profile, rbs=draw(st.sampled_from([2, 4, 8])), gs=2, mrr=draw(st.sampled_from([1, 4])), recompute=False
+    )
+    for group in config["cluster"]["node_groups"]:
+        group["accelerator_type"] = group["label"]
+    return config, draw(st.sampled_from(list(CostModel)))
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(racked_scenarios())
+def test_search_equals_brute_force_where_racks_and_blocks_price_the_weight_sync(scenario):
+    """With the nodes' network levels known, the search still finds the brute force's best total: it tries each
+    group kept within its first node, rack and block, where the sync crosses a nearer link."""
+    config, model = scenario
+    expected = brute_force(config, model)
+    assert expected is not None
+    assert autotune(read_job(config), model).total_cost == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_placement_within_one_rack_wins_over_a_faster_looking_one_across_racks() -> None:
+    """Four 8-GPU nodes, racks of two: without levels the actor takes 16 GPUs (ranks 2-17, three nodes, the sync
+    priced across nodes); with them those 16 GPUs span two racks and the sync crosses the spine (3.125 GB/s for
+    100 GB), so the actor takes 8 GPUs within the first rack, and `rlplace autotune` says so."""
+    profile = {"actor_cost": 30, "rollout_cost": 100, "model_size_gb": 100}
+    blind = mixed_config([("a800", [8, 8, 8, 8], 80)], profile, rbs=64, gs=2, mrr=64, recompute=False)
+    assert autotune(read_job(blind)).component_placement["actor"]["placement"] == "2-17"
+    racked = mixed_config(
+        [("a800", [8, 8, 8, 8], 80)], profile | {"network_levels": {"rack": 2}}, rbs=64, gs=2, mrr=64, recompute=False
+    )
+    result = autotune(read_job(racked))
+    assert result.component_placement["actor"]["placement"] == "2-9"
+    assert (result.sync_link, result.sync_cost) == ("same_rack", 4.0)
+
+
+def test_autotune_prints_the_weight_sync_by_the_network_level(tmp_path) -> None:
+    profile = {"actor_cost": 30, "rollout_cost": 100, "model_size_gb": 100, "network_levels": {"rack": 2}}
+    path = tmp_path / "job.yaml"
+    path.write_text(
+        yaml.safe_dump(mixed_config([("a800", [8, 8, 8, 8], 80)], profile, rbs=64, gs=2, mrr=64, recompute=False))
+    )
+    out = invoke("autotune", path)
+    assert out.exit_code == 0, out.stderr
+    assert "weight sync: 4.00 s per iteration (100 GB within one rack at 25 GB/s), included above" in out.stdout
+    bad = tmp_path / "bad.yaml"
+    profile["network_levels"] = {"rack": 2, "block": 8}
+    bad.write_text(yaml.safe_dump(mixed_config([("a800", [8, 8], 80)], profile, recompute=False), sort_keys=False))
+    refused = invoke("autotune", bad)
+    assert refused.exit_code != 0 and "list them widest first" in refused.stderr, refused.stderr
 
 
 # -- cases with a known answer ------------------------------------------------------------------------------

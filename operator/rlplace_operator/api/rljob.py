@@ -203,6 +203,13 @@ class SyncBandwidth(CamelModel):
     """Between nodes of one NodeGroup."""
     across_groups: float | None = Field(None, gt=0)
     """Between NodeGroups."""
+    same_rack: float | None = Field(None, gt=0)
+    """Between nodes of one rack (the narrowest network level of the NodeGroups; used instead of acrossNodes and
+    acrossGroups where the nodes' levels are known)."""
+    same_block: float | None = Field(None, gt=0)
+    """Between racks of one block (a wider level)."""
+    across_blocks: float | None = Field(None, gt=0)
+    """Between blocks (the widest level crossed)."""
 
 
 # Keys are GPU type names; no constraint on them, since a CRD's structural schema has no propertyNames.

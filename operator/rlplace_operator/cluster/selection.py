@@ -341,6 +341,9 @@ def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cl
     """
     order: dict[str, int] = {}
     gpu_counts: dict[str, int] = {}
+    # Each node's network domains by the levels of its first group (auto placement prices the weight sync by
+    # them); none where a node carries no level's label.
+    domains: dict[str, tuple[str, ...]] = {}
     for group in groups:
         resource = (
             group.spec.hardware.resource_name
@@ -352,10 +355,13 @@ def job_cluster(groups: Sequence[JobGroup], nodes: Mapping[str, NodeInfo]) -> Cl
             if entry.ready and entry.name in nodes:
                 info = nodes[entry.name]
                 order.setdefault(entry.name, len(order))
+                path = info.network_path(group.levels)
+                domains.setdefault(entry.name, path if path and all(path) else ())
                 count = len(info.devices(dra.driver)) if dra is not None else info.count(resource)
                 gpu_counts[entry.name] = max(gpu_counts.get(entry.name, 0), count)
     cluster_nodes = [
-        Node(rank, gpu_counts[name], NV_GPU if gpu_counts[name] else NO_ACCEL, name) for name, rank in order.items()
+        Node(rank, gpu_counts[name], NV_GPU if gpu_counts[name] else NO_ACCEL, name, domains[name])
+        for name, rank in order.items()
     ]
     node_groups = []
     for group in groups:

@@ -19,6 +19,7 @@ from rlplace_operator.api.names import NODES_ANNOTATION, NVLINK_CLIQUE_LABEL, TO
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.workload import PodSet
+from rlplace_operator.cluster.selection import job_cluster
 from rlplace_operator.reconcile.actions import Apply
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import World
@@ -476,3 +477,19 @@ def test_a_lost_nodes_replacement_is_a_free_node_of_its_rack_before_an_earlier_o
         {}, {}, {}, {"gpu": [n for n in GROUPS["gpu"] if n not in ("gpu-06", "gpu-08")]}, set(), domains=RACKS
     )
     assert spare_node(Ledger(), full, ("ns", "a"), "gpu", running, "gpu-04") == "gpu-00"
+
+
+def test_the_jobs_cluster_carries_each_nodes_network_domains_for_auto_placement() -> None:
+    """Auto placement prices the weight sync by rack and block (docs/autoplace.md): the placement_core cluster the
+    operator builds for a job gives each node its domains by its NodeGroup's levels, none where unlabelled."""
+    nodes = [labelled_node("h100-0", "b1", "r1"), labelled_node("h100-1", "b1", "r2"), labelled_node("h100-2", "", "")]
+    group = {"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}}
+    snapshot = cluster_snapshot(nodes=nodes, groups={"h100": group})
+    ledger = Ledger()
+    groups = [ledger.group("h100", snapshot.nodegroups["h100"][0])]
+    cluster = job_cluster(groups, {name: infos[0] for name, infos in snapshot.nodes.items()})
+    assert {node.name: node.domains for node in cluster.nodes} == {
+        "h100-0": ("b1", "r1"),
+        "h100-1": ("b1", "r2"),
+        "h100-2": (),
+    }
