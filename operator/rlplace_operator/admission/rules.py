@@ -27,7 +27,7 @@ Only a job of higher priority can pass a waiting job.
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from rlplace_operator.api.names import TOPOLOGY_LEVELS, JobKey
 
@@ -190,10 +190,28 @@ def unmeetable(job: QueuedJob, pool: Pool) -> str | None:
 MAX_NOTES = 2
 
 
-def _notes(job: QueuedJob, pool: Pool, shortfall: tuple[tuple[str, int], ...]) -> tuple[str, ...]:
-    """Why the short groups' excluded nodes cannot take the job (and the level that must hold them)."""
+def _notes(
+    job: QueuedJob,
+    pool: Pool,
+    shortfall: tuple[tuple[str, int], ...],
+    taken: Collection[str],
+    free: Mapping[str, Sequence[int]],
+) -> tuple[str, ...]:
+    """Why the short groups' excluded nodes cannot take the job, and for a required level that level and how many
+    of its domains the free nodes would have it span."""
     nodes = dict.fromkeys(n for group, _ in shortfall for n in pool.groups.get(group, ()) if n in job.excluded)
-    within = () if job.within is None else (f"all of a group's nodes in one {job.within}",)
+    within: tuple[str, ...] = ()
+    if job.within is not None:
+        within = (f"all of a group's nodes in one {job.within}",)
+        loose = fit(replace(job, within=None), pool, taken, free)
+        if isinstance(loose, Admitted):
+            spans = []
+            for group, chosen in loose.cluster:
+                depth = pool.level_index(group, job.within)
+                assert depth is not None
+                count = len({pool.domains.get(n, ())[: depth + 1] for n in chosen if n in loose.worker_nodes})
+                spans.append(count)
+            within = (f"{within[0]}: the free nodes would span {max(spans)}",)
     return (*within, *(job.excluded[n] for n in nodes))
 
 
@@ -602,7 +620,7 @@ def decide(queue: Sequence[QueuedJob], pool: Pool) -> dict[JobKey, Decision]:
             continue
         position += 1
         per_gpu = tuple(d.group for d in job.demand if d.gpus is not None)
-        decisions[job.key] = Waiting(job.key, position, result, _notes(job, pool, result), per_gpu)
+        decisions[job.key] = Waiting(job.key, position, result, _notes(job, pool, result, taken, free), per_gpu)
         if position == 1:
             claim = _claim(job, pool, taken, free)
             taken.update(claim.nodes)

@@ -268,7 +268,8 @@ def test_a_job_that_requires_one_rack_waits_for_one_naming_the_level_and_what_it
     pool = Pool(GROUPS, {"gpu-09": "pod x"}, domains=RACKS)
     decisions = decide([five, later], pool)
     waiting = decisions[("ns", "five")]
-    assert waiting.reason == "1 free node of gpu (all of a group's nodes in one network.topology.kubernetes.io/rack)"
+    said = "1 free node of gpu (all of a group's nodes in one network.topology.kubernetes.io/rack: the free nodes would span 2)"
+    assert waiting.reason == said
     assert "r2" not in racks(admitted_nodes(decisions[("ns", "four")]))
     assert racks(admitted_nodes(decide([later], pool)[("ns", "four")])) == ["r2"] * 4
     preferred = decide([job("five", 5)], Pool(GROUPS, domains=RACKS))[("ns", "five")]
