@@ -34,6 +34,7 @@ from rlplace_operator.api.names import (
     RAY_VERSION,
     RAYCLUSTER_PLURAL,
     RAYJOB_PLURAL,
+    RESOURCE_FLAVOR_PLURAL,
     RLJOB_PLURAL,
     TOPOLOGY_PLURAL,
     WORKLOAD_GROUP,
@@ -335,6 +336,16 @@ class Kube:
     def get_kueue_topology(self, name: str) -> dict | None:
         """Kueue's Topology `name`; None when it does not exist (or Kueue is not installed)."""
         return self._get_queue_object(TOPOLOGY_PLURAL, name)
+
+    def list_resource_flavors(self) -> list[dict]:
+        """Kueue's ResourceFlavors; none when Kueue is not installed."""
+        try:
+            listed = self.custom.list_cluster_custom_object(WORKLOAD_GROUP, WORKLOAD_VERSION, RESOURCE_FLAVOR_PLURAL)
+        except ApiException as err:
+            if err.status == 404:
+                return []
+            raise
+        return list(listed.get("items") or [])
 
     def create_claim_template(self, namespace: str, body: dict) -> None:
         """Create a worker pod's ResourceClaimTemplate (one of that name is the same pin: templates are

@@ -3,6 +3,7 @@
 rlplace-operator [--namespace NS ...] [--liveness http://0.0.0.0:8080/healthz] [--progress-port 8081
                  --progress-url http://rlplace-operator.rlplace-system.svc:8081] [--metrics-port 9090]
                  [--pod-start-grace 10] [--pod-start-timeout 180] [--leader-election NAMESPACE/NAME]
+                 [--topology-levels LABEL,LABEL]
 
 With --leader-election, several replicas run and one acts: the holder of that Lease. The others stand by (they
 answer their liveness probe and nothing else) and one of them takes over when the leader stops renewing it.
@@ -16,6 +17,7 @@ import contextlib
 import datetime as dt
 import logging
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,6 +27,7 @@ from typing import Any
 
 import kopf
 
+from rlplace_operator.api.podspec import LABEL_KEY_PATTERN
 from rlplace_operator.controllers import indexes, nodegroup, operator, rljob  # noqa: F401  (registers the handlers)
 from rlplace_operator.controllers.operator import QuietTimers, Serving
 from rlplace_operator.diagnosis.causes import StartBounds
@@ -63,8 +66,20 @@ def main() -> None:
         help="act only while holding this Lease (coordination.k8s.io): run several replicas, one leads and the "
         "others stand by to take over",
     )
+    parser.add_argument(
+        "--topology-levels",
+        default=None,
+        metavar="LABEL,LABEL",
+        help="node labels of the network levels, widest first, for NodeGroups that declare none and that no Kueue "
+        "ResourceFlavor's Topology covers (default: network.topology.kubernetes.io/block,"
+        "network.topology.kubernetes.io/rack)",
+    )
     parser.add_argument("--verbose", action="store_true")
     args = parser.parse_args()
+    levels = tuple(level.strip() for level in (args.topology_levels or "").split(",") if level.strip())
+    for level in levels:
+        if not re.fullmatch(LABEL_KEY_PATTERN, level):
+            parser.error(f"--topology-levels: '{level}' is not a node label key")
     if args.leader_election is not None and len([p for p in args.leader_election.split("/") if p]) != 2:
         parser.error(f"--leader-election must be NAMESPACE/NAME, got '{args.leader_election}'")
     if not 0 < args.pod_start_grace <= args.pod_start_timeout:
@@ -101,7 +116,7 @@ def main() -> None:
                 # One replica acts (the Lease's holder, or the only one), so no kopf peering.
                 standalone=True,
                 # The startup handlers read what to serve from the memo every handler gets (no module state).
-                memo=kopf.Memo(serving=serving, start_bounds=start_bounds),
+                memo=kopf.Memo(serving=serving, start_bounds=start_bounds, topology_levels=levels),
             )
         )
     if leadership is not None:

@@ -58,6 +58,7 @@ def test_rendered_chart_passes_server_side_validation(kubeconfig: str, rlplace_c
         (["--set", "image.pullPolicy=Sometimes"], "pullPolicy"),
         (["--set", "unknownKey=1"], "unknownKey"),
         (["--set", "podStart.graceSeconds=0"], "graceSeconds"),
+        (["--set", "topologyLevels={not a label}"], "topologyLevels"),
     ],
 )
 def test_bad_values_fail_with_the_key_named(kubeconfig: str, values: list[str], message: str) -> None:

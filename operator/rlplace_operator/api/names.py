@@ -126,6 +126,8 @@ CLUSTERQUEUE_PLURAL = "clusterqueues"
 PRIORITY_CLASS_PLURAL = "workloadpriorityclasses"
 #: Kueue's Topology: the node label of each network level, widest first (a NodeGroup may name one).
 TOPOLOGY_PLURAL = "topologies"
+#: Kueue's ResourceFlavor: its nodeLabels and topologyName say which Topology a NodeGroup's nodes are in.
+RESOURCE_FLAVOR_PLURAL = "resourceflavors"
 #: The RLJob label that sends it through Kueue (the LocalQueue in the job's namespace), as on any Kueue job.
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 #: The RLJob label naming its WorkloadPriorityClass.

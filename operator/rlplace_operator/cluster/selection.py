@@ -136,26 +136,43 @@ def selector_matches(selector: LabelSelector, labels: Mapping[str, str]) -> bool
 
 
 def topology_levels(
-    spec: NodeGroupSpec, kueue_topology: Mapping[str, Any] | None
+    spec: NodeGroupSpec, kueue_topology: Mapping[str, Any] | None, default: Sequence[str] = TOPOLOGY_LEVELS
 ) -> tuple[tuple[str, ...], str | None]:
     """The group's network levels, widest first, and what is wrong with them (None: nothing).
 
-    spec.topology.levels, else the levels of the Kueue Topology it names (`kueue_topology`: that object as read,
-    None when it does not exist), else block and rack. The hostname level is dropped: a node is always a domain of
-    its own, and a whole-node job never puts two of its nodes on one host."""
+    spec.topology.levels; else the Kueue Topology it names (`kueue_topology`: that object as read, None when it
+    does not exist); else, when it names none, the Kueue Topology of the ResourceFlavor whose nodeLabels its nodes
+    carry (`kueue_topology`, found by the controller: declared once, in Kueue); else `default` (the operator's
+    --topology-levels, by default block and rack). The hostname level is dropped: a node is always a domain of its
+    own, and a whole-node job never puts two of its nodes on one host."""
     declared = spec.topology
-    if declared is None:
-        return TOPOLOGY_LEVELS, None
-    if declared.levels is not None:
+    if declared is not None and declared.levels is not None:
         return tuple(level for level in declared.levels if level != HOSTNAME_LABEL), None
-    if kueue_topology is None:
+    if declared is not None and kueue_topology is None:
         return (), (
             f"Kueue Topology {declared.kueue_topology} does not exist (spec.topology.kueueTopology): the group's "
             "nodes count as one domain until it does"
         )
+    if kueue_topology is None:
+        return tuple(default), None
     listed = ((kueue_topology.get("spec") or {}).get("levels")) or []
     labels = (str(level.get("nodeLabel") or "") for level in listed if isinstance(level, Mapping))
     return tuple(label for label in labels if label and label != HOSTNAME_LABEL), None
+
+
+def covering_flavor(flavors: Sequence[Mapping[str, Any]], nodes: Sequence[NodeInfo]) -> Mapping[str, Any] | None:
+    """Of Kueue's ResourceFlavors, the one with a Topology whose nodeLabels every one of the nodes carries (the
+    most specific when several do); None when none does or there are no nodes."""
+    found = None
+    for flavor in flavors:
+        spec = flavor.get("spec") or {}
+        labels = spec.get("nodeLabels") or {}
+        if not spec.get("topologyName") or not labels or not nodes:
+            continue
+        covers = all(all(node.labels.get(k) == v for k, v in labels.items()) for node in nodes)
+        if covers and (found is None or len(labels) > len((found.get("spec") or {}).get("nodeLabels") or {})):
+            found = flavor
+    return found
 
 
 def _rank_key(node: NodeInfo, levels: Sequence[str]) -> tuple[int, int, tuple[str, ...], str]:
@@ -261,10 +278,11 @@ def nodegroup_status(
     generation: int | None,
     device_classes: Collection[str] | None = None,
     kueue_topology: Mapping[str, Any] | None = None,
+    default_levels: Sequence[str] = TOPOLOGY_LEVELS,
 ) -> NodeGroupStatus:
     """The status a NodeGroup should have for the current nodes (conditions are added by the handler;
-    `kueue_topology`: the Kueue Topology spec.topology names, as read, None when it does not exist)."""
-    levels, problem = topology_levels(spec, kueue_topology)
+    `kueue_topology` and `default_levels`: see `topology_levels`)."""
+    levels, problem = topology_levels(spec, kueue_topology, default_levels)
     matched = group_nodes(spec, nodes, levels)
     kind = hardware_type(spec, matched)
     entries = []
@@ -296,10 +314,11 @@ def nodegroup_wire_status(
     device_classes: Collection[str] | None,
     before: Mapping[str, Any],
     kueue_topology: Mapping[str, Any] | None = None,
+    default_levels: Sequence[str] = TOPOLOGY_LEVELS,
 ) -> dict[str, Any]:
     """The NodeGroup's whole status on the wire, its Ready condition included: True when a node is ready and no
     group problem keeps jobs off it (`before`: the status as it is, whose conditions keep their transition times)."""
-    observed = nodegroup_status(spec, nodes, generation, device_classes, kueue_topology)
+    observed = nodegroup_status(spec, nodes, generation, device_classes, kueue_topology, default_levels)
     ready = observed.ready_nodes > 0 and observed.problem is None
     wanted = dump(observed)
     problems = [n.problem for n in observed.nodes if n.problem]

@@ -8,7 +8,7 @@ waits (kopf's finalizer stays) until no running job uses it, as Kubernetes prote
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import kopf
@@ -16,10 +16,16 @@ from kubernetes.client.exceptions import ApiException
 
 from rlplace_operator.api import conditions as cond
 from rlplace_operator.api.base import GROUP, VERSION
-from rlplace_operator.api.names import API_VERSION, NODEGROUP_PLURAL
+from rlplace_operator.api.names import API_VERSION, NODEGROUP_PLURAL, TOPOLOGY_LEVELS
 from rlplace_operator.api.nodegroup import NodeGroupSpec
 from rlplace_operator.api.status import is_live
-from rlplace_operator.cluster.selection import nodegroup_wire_status, with_slices
+from rlplace_operator.cluster.selection import (
+    NodeInfo,
+    covering_flavor,
+    group_nodes,
+    nodegroup_wire_status,
+    with_slices,
+)
 from rlplace_operator.cluster.snapshot import copy_index, indexed
 from rlplace_operator.kube import Kube
 
@@ -27,22 +33,33 @@ from rlplace_operator.kube import Kube
 RESYNC_SECONDS = 2.0
 #: How often the deletion of a NodeGroup in use checks again whether its jobs stopped.
 IN_USE_RECHECK_SECONDS = 10.0
-#: How long a Kueue Topology a NodeGroup names is used as read before it is read again (the resync runs every 2 s
-#: per group; a Topology's levels change about never, and a change is seen within this).
+#: How long Kueue's ResourceFlavors and Topologies are used as read before they are read again (the resync runs every
+#: 2 s per group; they change about never, and a change is seen within this).
 KUEUE_TOPOLOGY_TTL_SECONDS = 30.0
 
 
-def kueue_topology(spec: NodeGroupSpec, memo: kopf.Memo) -> dict | None:
-    """The Kueue Topology the group's spec.topology names, as read (None: it names none, or it does not exist)."""
-    name = spec.topology.kueue_topology if spec.topology is not None else None
-    if name is None:
-        return None
-    cache: dict[str, tuple[float, dict | None]] = memo.setdefault("kueue_topologies", {})
-    known = cache.get(name)
+def _cached(memo: kopf.Memo, key: tuple[str, ...], read: Callable[[], Any]) -> Any:
+    cache: dict[tuple[str, ...], tuple[float, Any]] = memo.setdefault("kueue_topologies", {})
+    known = cache.get(key)
     now = time.monotonic()
     if known is None or now - known[0] > KUEUE_TOPOLOGY_TTL_SECONDS:
-        known = cache[name] = (now, memo.kube.get_kueue_topology(name))
+        known = cache[key] = (now, read())
     return known[1]
+
+
+def kueue_topology(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], memo: kopf.Memo) -> dict | None:
+    """The Kueue Topology whose levels the group takes, as read: the one its spec.topology names; when it declares
+    nothing, the Topology of the ResourceFlavor whose nodeLabels all its nodes carry (declared once, in Kueue);
+    None otherwise (or when Kueue is not installed, or the Topology does not exist)."""
+    kube = memo.kube
+    if spec.topology is not None:
+        name = spec.topology.kueue_topology
+        return None if name is None else _cached(memo, ("topology", name), lambda: kube.get_kueue_topology(name))
+    flavor = covering_flavor(_cached(memo, ("flavors",), kube.list_resource_flavors), group_nodes(spec, nodes))
+    if flavor is None:
+        return None
+    name = flavor["spec"]["topologyName"]
+    return _cached(memo, ("topology", name), lambda: kube.get_kueue_topology(name))
 
 
 def running_jobs_of(group: str, rljob_index: kopf.Index) -> list[tuple[str, str, dict]]:
@@ -128,7 +145,9 @@ def nodegroup_observe(
     node_index = with_slices(copy_index(node_index), copy_index(resourceslice_index))
     nodes = [n for name in node_index if (n := indexed(node_index, name)) is not None]
     classes = set(copy_index(deviceclass_index))
-    wanted = nodegroup_wire_status(group, nodes, meta.get("generation"), classes, status, kueue_topology(group, memo))
+    levels = memo.get("topology_levels") or TOPOLOGY_LEVELS
+    topology = kueue_topology(group, nodes, memo)
+    wanted = nodegroup_wire_status(group, nodes, meta.get("generation"), classes, status, topology, levels)
     changes = cond.merge_patch(dict(status), wanted)
     if changes:
         patch.status.update(changes)

@@ -19,7 +19,13 @@ from rlplace_operator.api.names import NODES_ANNOTATION, NVLINK_CLIQUE_LABEL, TO
 from rlplace_operator.api.nodegroup import LabelSelector, NodeGroupSpec
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.builders.workload import PodSet
-from rlplace_operator.cluster.selection import job_cluster
+from rlplace_operator.cluster.selection import (
+    NodeInfo,
+    covering_flavor,
+    job_cluster,
+    nodegroup_status,
+    topology_levels,
+)
 from rlplace_operator.reconcile.actions import Apply
 from rlplace_operator.reconcile.provision import provision
 from rlplace_operator.reconcile.world import World
@@ -494,3 +500,28 @@ def test_the_jobs_cluster_carries_each_nodes_network_domains_for_auto_placement(
         "h100-1": ("b1", "r2"),
         "h100-2": (),
     }
+
+
+def test_a_group_that_declares_nothing_takes_the_kueue_topology_covering_its_nodes_else_the_operators_levels() -> None:
+    """Declared once: with no spec.topology, the levels come from the Topology of the ResourceFlavor whose
+    nodeLabels every node of the group carries (the most specific one), else from the operator's
+    --topology-levels, else block and rack."""
+    nodes = [NodeInfo.from_body(labelled_node(f"h100-{i}", "b1", f"r{i}")) for i in range(2)]
+    spec = NodeGroupSpec.model_validate({"nodeSelector": {"matchLabels": {"rlplace.io/gpu-type": "h100"}}})
+    flavors = [
+        {"metadata": {"name": "any"}, "spec": {"nodeLabels": {"kubernetes.io/os": "linux"}, "topologyName": "x"}},
+        {"metadata": {"name": "h100"}, "spec": {"nodeLabels": {"rlplace.io/gpu-type": "h100"}, "topologyName": "dc"}},
+        {
+            "metadata": {"name": "h100-b1"},
+            "spec": {"nodeLabels": {"rlplace.io/gpu-type": "h100", BLOCK: "b1"}, "topologyName": "dc-b1"},
+        },
+        {"metadata": {"name": "flat"}, "spec": {"nodeLabels": {"rlplace.io/gpu-type": "h100", BLOCK: "b1"}}},
+    ]
+    assert covering_flavor(flavors, nodes)["metadata"]["name"] == "h100-b1"  # type: ignore[index]
+    assert covering_flavor(flavors[:1], nodes) is None  # the nodes carry no kubernetes.io/os label
+    kueue = {"spec": {"levels": [{"nodeLabel": RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}}
+    assert topology_levels(spec, kueue) == ((RACK,), None)
+    assert topology_levels(spec, None, ("nvidia.com/gpu.clique",)) == (("nvidia.com/gpu.clique",), None)
+    assert topology_levels(spec, None) == ((BLOCK, RACK), None)
+    status = nodegroup_status(spec, nodes, 1, None, None, (RACK,))
+    assert status.topology is not None and status.topology.levels == [RACK]
