@@ -457,7 +457,16 @@ def admitted_span(custom: Any, body: dict, world: Fleet) -> tuple[int, int] | No
             hosts = [h for a in assignments for h in assigned_hosts(a.get("topologyAssignment") or {})]
             return len({world.rack_of[h] for h in hosts}), len({world.block_of[h] for h in hosts})
         time.sleep(0.1)
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    said = (conditions.get("QuotaReserved") or conditions.get("Admitted") or {}).get("message") or "no condition"
+    NOT_ADMITTED.append(
+        f"{name} ({body['spec']['podSets'][0]['count']}+{sum(p['count'] for p in body['spec']['podSets'][1:])} nodes): {said}"
+    )
     return None
+
+
+#: Why Workloads were not admitted in time (printed with the figures).
+NOT_ADMITTED: list[str] = []
 
 
 def share(count: int, total: int) -> str:
@@ -496,6 +505,8 @@ def report(
             f"{statistics.mean(racks):.2f}, worst {max(racks)} ({len(kueue) - len(judged)} not admitted in time)"
         )
         print(f"  rlplace spans more (racks, then blocks) than Kueue TAS for {share(len(worse), len(judged))} jobs")
+        for line in NOT_ADMITTED[:3]:
+            print(f"  not admitted in {ADMIT_TIMEOUT_S:g} s: {line}")
     ours = [r[3].seconds * 1e3 for r in rows]
     today = [r[4].seconds * 1e3 for r in rows]
     print(
