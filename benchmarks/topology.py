@@ -38,7 +38,7 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,7 @@ from kubernetes import client  # noqa: E402
 from kubernetes.client.exceptions import ApiException  # noqa: E402
 
 from rlplace_operator.admission.demand import planned_demand  # noqa: E402
-from rlplace_operator.admission.kueue import EXCHANGE_POD_SET_GROUP  # noqa: E402
+from rlplace_operator.admission.kueue import grouped  # noqa: E402
 from rlplace_operator.admission.kueue.status import assigned_hosts  # noqa: E402
 from rlplace_operator.admission.ledger import Ledger  # noqa: E402
 from rlplace_operator.admission.rules import Admitted, GroupDemand, Pool, QueuedJob, decide  # noqa: E402
@@ -368,16 +368,15 @@ def kueue_objects() -> list[tuple[str, dict]]:
 
 def workload(job: Job, index: int) -> dict:
     """The Workload rlplace would make for the job's trainer and rollout (builders/workload.py), asking for the
-    fewest racks as Kueue can: `preferred` rack, and one PodSet group when one side is a single node
-    (admission/kueue: Kueue v0.19.2's groups are two PodSets, one of a single pod)."""
+    fewest racks as Kueue can: `preferred` rack (and one PodSet group where Kueue v0.19.2 takes one:
+    admission/kueue.grouped; never here, the trainer's and the rollout's nodes differ)."""
     requests = {"cpu": "1", "memory": "1Gi", GPU_RESOURCE: str(GPUS_PER_NODE)}
     sets = [
         PodSet(kind, count, requests, LabelSelector(match_labels={TYPE_LABEL: kind}), level=RACK)
         for kind, count in (("a800", job.trainer), ("h20", job.rollout))
         if count
     ]
-    if len(sets) == 2 and min(p.count for p in sets) == 1:
-        sets = [replace(p, group_name=EXCHANGE_POD_SET_GROUP) for p in sets]
+    sets = grouped(sets, range(len(sets)))
     body = build_workload(f"job-{index}", NAMESPACE, sets)
     body["metadata"]["name"] = f"job-{index}"
     return body

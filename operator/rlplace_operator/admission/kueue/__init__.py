@@ -201,6 +201,23 @@ def queue_objects_wanted(labels: Mapping[str, str]) -> tuple[str, str | None] | 
 EXCHANGE_POD_SET_GROUP = "weight-exchange"
 
 
+def grouped(pod_sets: Sequence[PodSet], exchanging: Sequence[int]) -> list[PodSet]:
+    """The PodSets, the two at `exchanging` (the weight-exchanging NodeGroups) in one Kueue PodSet group where
+    Kueue v0.19.2 takes one: two PodSets at a topology level, one of them a single pod (its leader-and-workers
+    case), and one ResourceFlavor for both (Kueue assigns a group one flavor: PodSets whose nodes differ, as an
+    a800 trainer and a 4090 rollout do, are never admitted together; benchmarks/topology.py found it). rlplace
+    can only know the flavor is one when the two select the same nodes."""
+    found = list(pod_sets)
+    if len(exchanging) != 2:
+        return found
+    first, second = (found[i] for i in exchanging)
+    if first.level is None or min(first.count, second.count) != 1 or first.selector != second.selector:
+        return found
+    for i in exchanging:
+        found[i] = dataclasses.replace(found[i], group_name=EXCHANGE_POD_SET_GROUP)
+    return found
+
+
 def pod_sets(
     spec: RLJobSpec, groups: Sequence[JobGroup], demand: PlannedDemand, node_index: Mapping[str, Any]
 ) -> list[PodSet] | Refusal:
@@ -232,12 +249,7 @@ def pod_sets(
         found.append(
             PodSet(group.name, len(group_demand.used), requests, group.spec.node_selector, tolerations, level, required)
         )
-    exchanging = [i for i, d in enumerate(d for d in demand.demand if d.used) if d.exchanges]
-    if level is not None and len(exchanging) == 2 and min(found[i].count for i in exchanging) == 1:
-        # Kueue v0.19's PodSet groups: exactly two PodSets, one of a single pod, put under one domain of the level
-        # (its leader-and-workers case). The trainer and rollout groups of larger jobs cannot be said to Kueue.
-        for i in exchanging:
-            found[i] = dataclasses.replace(found[i], group_name=EXCHANGE_POD_SET_GROUP)
+    found = grouped(found, [i for i, d in enumerate(d for d in demand.demand if d.used) if d.exchanges])
     if len(found) > MAX_POD_SETS:
         return Refusal(
             cond.KUEUE_UNSUPPORTED,
