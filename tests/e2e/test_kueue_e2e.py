@@ -201,11 +201,15 @@ def test_a_heterogeneous_job_gets_a_flavor_per_gpu_group_runs_on_the_granted_nod
         status = jobs.get("hetero")["status"]
         return status if condition(status, "Admitted").get("reason") == reason else None
 
-    gone = wait_for(lambda: admitted_as("LocalQueueNotFound"), 30, "Admitted naming the deleted LocalQueue")
-    assert (
-        gone["phase"] == "Running"
-        and f"LocalQueue {jobs.namespace}/rl has since been deleted" in condition(gone, "Admitted")["message"]
-    ), gone
+    # Running and saying so (a full run on a loaded machine once read the job Provisioning a second after it was
+    # Running, its Admitted condition already naming the deleted LocalQueue; not seen again alone: the two are
+    # awaited together, and a job the deletion stopped still fails here).
+    gone = wait_for(
+        lambda: (status := admitted_as("LocalQueueNotFound")) and status["phase"] == "Running" and status,
+        30,
+        "Running, Admitted naming the deleted LocalQueue",
+    )
+    assert f"LocalQueue {jobs.namespace}/rl has since been deleted" in condition(gone, "Admitted")["message"], gone
     assert workload_condition(workloads(jobs, "hetero")[0], "Admitted").get("status") == "True"
     local_queue(kubeconfig, jobs.namespace, "rl", "rl-cluster-queue")
     wait_for(lambda: admitted_as("AdmittedByKueue"), 30, "Admitted by Kueue again once the LocalQueue is back")
