@@ -99,7 +99,7 @@ class Pool:
     def level_index(self, group: str, level: str | None) -> int | None:
         """Where `level` is in the group's domain paths (None: no level required). A level the group does not
         have is one past its last: no node is in a domain of it, so a job requiring it is never admitted there
-        (provisioning refuses such a job before it queues: `unknown_level`)."""
+        (provisioning refuses such a job before it queues: `unmeetable`)."""
         if level is None:
             return None
         levels = self.levels.get(group, TOPOLOGY_LEVELS)

@@ -22,8 +22,8 @@ from rlplace_operator.api.status import is_live
 from rlplace_operator.cluster.selection import (
     NodeInfo,
     covering_flavor,
-    group_nodes,
     nodegroup_wire_status,
+    selector_matches,
     with_slices,
 )
 from rlplace_operator.cluster.snapshot import copy_index, indexed
@@ -55,7 +55,11 @@ def kueue_topology(spec: NodeGroupSpec, nodes: Sequence[NodeInfo], memo: kopf.Me
     if spec.topology is not None:
         name = spec.topology.kueue_topology
         return None if name is None else _cached(memo, ("topology", name), lambda: kube.get_kueue_topology(name))
-    flavor = covering_flavor(_cached(memo, ("flavors",), kube.list_resource_flavors), group_nodes(spec, nodes))
+    flavors = _cached(memo, ("flavors",), kube.list_resource_flavors)
+    if not flavors:
+        return None  # Kueue is not installed, or has no flavors: nothing to match the nodes against
+    matched = [node for node in nodes if selector_matches(spec.node_selector, node.labels)]
+    flavor = covering_flavor(flavors, matched)
     if flavor is None:
         return None
     name = flavor["spec"]["topologyName"]
