@@ -11,7 +11,8 @@ Targets: G = 2048 under 0.5 s and G = 8192 under 3 s on one core. Two inputs per
 Then node groups of different GPUs (docs/autoplace.md, "Node groups of different GPUs"): G = 64, 256 and
 1,024 GPUs split evenly over 2 or 3 GPU types (a800 80 GB, 4090 24 GB, h20 96 GB) with per-type costs,
 memory limits and the weight sync, beside the single-type search on the same G in the same run (goal: under
-1 s at 256 and under 10 s at 1,024). `typical` and `worst` as above.
+1 s at 256 and under 10 s at 1,024). `typical` and `worst` as above. Last, the same node-group jobs with the
+actor's collectives priced by rack and block, beside the same job with the weight sync alone.
 Run: .venv/bin/python benchmarks/autotune_scale.py
 """
 
@@ -30,7 +31,7 @@ from unittest import mock
 
 from placement_core.autoplace import autotune, inputs
 from placement_core.autoplace.cost import CostModel
-from placement_core.autoplace.hetero import read_hetero, search_hetero
+from placement_core.autoplace.hetero import PRICED_POINTS_LIMIT, priced_points, read_hetero, search_hetero
 from placement_core.autoplace.inputs import COLLOCATED_BLOCK, accepts_placement, read_reasoning
 from placement_core.autoplace.search import search_reasoning
 from placement_core.jobconfig import read_job
@@ -143,6 +144,34 @@ def hetero_main() -> None:
         )
 
 
+def network_main() -> None:
+    """The same node-group jobs with the network priced (racks of 4 nodes, blocks of 32, the actor's
+    collectives given), beside the same job with only the weight sync priced (ratio = priced / sync only)."""
+    print()
+    print("with the actor's collectives priced by rack and block (ratio = search with / search without them)")
+    print(f"{'G':>6} {'types':>5} {'input':<8} {'search s':>9} {'without s':>10} {'ratio':>7}  exact  placement")
+    for gpus, types, worst in itertools.product(HETERO_SIZES, (2, 3), (False, True)):
+        raw = hetero_config(gpus, types, worst)
+        raw["profile_data"]["network_levels"] = {"block": 32, "rack": 4}
+        without = read_hetero(read_job(raw), CostModel.scaling)
+        raw["profile_data"]["actor_collective_gb"] = 28
+        task = read_hetero(read_job(raw), CostModel.scaling)
+        search_s = best_of(lambda: search_hetero(task))  # noqa: B023
+        without_s = best_of(lambda: search_hetero(without))  # noqa: B023
+        exact = "yes" if priced_points(task) <= PRICED_POINTS_LIMIT else "caps"
+        result = autotune(read_job(raw))
+        where = ", ".join(
+            f"{k}: {v['node_group']} {v['placement']}" if isinstance(v, dict) else f"{k}: {v}"
+            for k, v in result.component_placement.items()
+        )
+        label = "worst" if worst else "typical"
+        print(
+            f"{gpus:>6} {types:>5} {label:<8} {search_s:>9.4f} {without_s:>10.4f} {search_s / without_s:>6.1f}x  "
+            f"{exact:<5}  {where}"
+        )
+
+
 if __name__ == "__main__":
     main()
     hetero_main()
+    network_main()

@@ -265,7 +265,7 @@ def read_job(config: Mapping[str, object], profile: Mapping[str, object] | None 
 #: its cost per GPU type, its memory and its profiled curve, and the model's size and link bandwidths. One
 #: pattern, so a new per-component key is one alternative here.
 PROFILE_DATA_KEY = re.compile(
-    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|profile_data)|model_size_gb|collocated_offload|network_levels"
+    r"[a-z][a-z0-9_]*_(?:cost|cost_by_type|memory_gb|collective_gb|profile_data)|model_size_gb|collocated_offload|network_levels"
     r"|[a-z0-9_]*bandwidth[a-z0-9_]*"
 )
 #: Examples of valid keys, for "did you mean" (a typo is compared with these).
@@ -277,6 +277,7 @@ PROFILE_DATA_EXAMPLES = (
     "rollout_profile_data",
     "actor_cost_by_type",
     "actor_memory_gb",
+    "actor_collective_gb",
     "model_size_gb",
     "collocated_offload",
     "sync_bandwidth_gb_s",
@@ -292,6 +293,7 @@ def check_profile_keys(profile: Mapping[object, object]) -> None:
             hint = f"; did you mean '{close[0]}'?" if close else ""
             raise PlacementError(
                 f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
-                "<component>_cost_by_type, <component>_memory_gb, <component>_profile_data, model_size_gb, "
+                "<component>_cost_by_type, <component>_memory_gb, <component>_collective_gb, <component>_profile_data, "
+                "model_size_gb, "
                 "collocated_offload, network_levels and bandwidths)"
             )

@@ -85,8 +85,8 @@ def _autotune_hetero(job: Job, model: CostModel, progress: Progress | None) -> A
     """Node groups of different GPUs (autoplace/hetero.py): which group(s) and how many GPUs per component."""
     if job.task_type == EMBODIED:
         raise PlacementError(
-            "per-type profile data (_cost_by_type, _memory_gb, model_size_gb, sync_bandwidth_gb_s, "
-            "collocated_offload) is for reasoning tasks; embodied auto placement does not read it"
+            "per-type profile data (_cost_by_type, _memory_gb, _collective_gb, model_size_gb, sync_bandwidth_gb_s, "
+            "collocated_offload, network_levels) is for reasoning tasks; embodied auto placement does not read it"
         )
     task = read_hetero(job, model)
     schedules = search_hetero(task, progress)

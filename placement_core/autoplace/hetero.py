@@ -59,6 +59,7 @@ MODEL_SIZE = "model_size_gb"
 BANDWIDTH = "sync_bandwidth_gb_s"
 OFFLOAD = "collocated_offload"
 NETWORK = "network_levels"
+COLLECTIVE = "_collective_gb"
 
 SAME_NODE = "same_node"
 ACROSS_NODES = "across_nodes"
@@ -94,7 +95,7 @@ LINK_ORDER = ((SAME_NODE, ACROSS_NODES), (SAME_NODE, SAME_RACK, SAME_BLOCK, ACRO
 
 def profile_keys(chain: Sequence[str] = ("rollout", "inference", "actor")) -> tuple[str, ...]:
     """Every profile_data key this model reads (for the unknown-key check of the config reader)."""
-    per_component = tuple(f"{name}{suffix}" for name in chain for suffix in (COST_BY_TYPE, MEMORY))
+    per_component = tuple(f"{name}{suffix}" for name in chain for suffix in (COST_BY_TYPE, MEMORY, COLLECTIVE))
     return (*per_component, MODEL_SIZE, BANDWIDTH, OFFLOAD, NETWORK)
 
 
@@ -153,6 +154,8 @@ class HeteroTask:
     bandwidth_gb_s: Mapping[str, float]
     offload: bool
     notes: tuple[str, ...]
+    collective_gb: tuple[float, ...] = ()
+    """Per chain component, the GB each of its GPUs sends in its own collectives per iteration (0: not priced)."""
 
     @property
     def chain(self) -> tuple[str, ...]:
@@ -160,6 +163,11 @@ class HeteroTask:
 
     def sync_seconds(self, link: str) -> float:
         return self.model_size_gb / self.bandwidth_gb_s[link] if self.model_size_gb else 0.0
+
+    def collective_seconds(self, component: int, link: str) -> float:
+        """Seconds per iteration of a component's collectives over `link` (none on one GPU: link '')."""
+        gb = self.collective_gb[component] if self.collective_gb else 0.0
+        return gb / self.bandwidth_gb_s[link] if gb and link else 0.0
 
 
 # -- inputs ---------------------------------------------------------------------------------------------------
@@ -356,6 +364,7 @@ def read_hetero(job: Job, model: CostModel) -> HeteroTask:
         bandwidth_gb_s=_bandwidths(profile),
         offload=offload,
         notes=tuple(notes),
+        collective_gb=tuple(_positive(profile, f"{name}{COLLECTIVE}") or 0.0 for name in chain),
     )
 
 
@@ -399,16 +408,22 @@ def collocated_schedule(task: HeteroTask, pool: int) -> Schedule | None:
         per_batch.append(value)
     sync = task.sync_seconds(SAME_NODE)
     k = len(per_batch)
+    # every component on every GPU of the group: its collectives span all the group's nodes
+    whole = link_of(task, {(pool, i) for i in range(len(target.node_gpus))}) if target.gpus > 1 else ""
+    links = (whole,) * k
+    collectives = tuple(task.collective_seconds(i, link) for i, link in enumerate(links))
     return Schedule(
         mode=COLLOCATED,
         names=task.chain,
         ranges=((0, target.gpus - 1),) * k,
         per_batch=tuple(per_batch),
-        total=collocated_total(per_batch, task.base.rollout_batch_size) + sync,
+        total=collocated_total(per_batch, task.base.rollout_batch_size) + sync + sum(collectives),
         gpu_sets=1,
         node_groups=(target.label,) * k,
         sync=sync,
         sync_link=SAME_NODE,
+        collectives=collectives,
+        collective_links=links,
     )
 
 
@@ -423,24 +438,13 @@ def _spanned(task: HeteroTask, pools: Sequence[int], counts: Sequence[int], comp
     return range(first, last + 1)
 
 
-def sync_link(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> str:
-    """The link the weights cross from actor to rollout in a disaggregated placement: with the nodes' domains
-    known, the narrowest domain every node of the two ranges shares (one node: same_node); else by node and
-    group."""
-    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
-    sides = (rollout, actor)
-    known = all(task.pools[pools[side]].node_domains for side in sides)
-    if not known:
-        if pools[rollout] != pools[actor]:
-            return ACROSS_GROUPS
-        span = sum(c for p, c in zip(pools, counts, strict=True) if p == pools[actor])
-        return SAME_NODE if span <= task.pools[pools[actor]].node_gpus[0] else ACROSS_NODES
-    nodes = {(pools[side], i) for side in sides for i in _spanned(task, pools, counts, side)}
-    if pools[rollout] == pools[actor]:
-        # Everything between them in the chain lies between them on the nodes too.
-        nodes |= {(pools[actor], i) for i in range(min(i for _, i in nodes), max(i for _, i in nodes) + 1)}
+def link_of(task: HeteroTask, nodes: set[tuple[int, int]]) -> str:
+    """The slowest link traffic among `nodes` ((pool, node index) pairs) crosses: one node is `same_node`;
+    with every node's domains known, the narrowest domain they all share; else by node and group."""
     if len(nodes) == 1:
         return SAME_NODE
+    if not all(task.pools[p].node_domains for p, _ in nodes):
+        return ACROSS_GROUPS if len({p for p, _ in nodes}) > 1 else ACROSS_NODES
     paths = [task.pools[p].node_domains[i] for p, i in nodes]
     depth = min(len(path) for path in paths)
     shared = 0
@@ -449,6 +453,25 @@ def sync_link(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> 
     if shared == depth:
         return SAME_RACK
     return SAME_BLOCK if shared else ACROSS_BLOCKS
+
+
+def sync_link(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> str:
+    """The link the weights cross from actor to rollout in a disaggregated placement: the slowest among the
+    nodes of the two ranges (and, in one group, of everything between them)."""
+    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
+    nodes = {(pools[side], i) for side in (rollout, actor) for i in _spanned(task, pools, counts, side)}
+    if pools[rollout] == pools[actor]:
+        # Everything between them in the chain lies between them on the nodes too.
+        nodes |= {(pools[actor], i) for i in range(min(i for _, i in nodes), max(i for _, i in nodes) + 1)}
+    return link_of(task, nodes)
+
+
+def collective_links(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> tuple[str, ...]:
+    """Per component, the slowest link among its own nodes ('' on a single GPU, which has no peers)."""
+    return tuple(
+        link_of(task, {(pools[i], n) for n in _spanned(task, pools, counts, i)}) if counts[i] > 1 else ""
+        for i in range(len(counts))
+    )
 
 
 def _domain_caps(pool: Pool) -> list[int]:
@@ -467,6 +490,27 @@ def _domain_caps(pool: Pool) -> list[int]:
     return sorted(set(caps))
 
 
+def budget_cases(task: HeteroTask, pools: Sequence[int]) -> list[dict[int, int]]:
+    """The GPU budgets to search one assignment under: each group's GPUs, and for a group where it can make the
+    traffic cross a nearer link (rollout and actor both in it; either of them, when the two groups' domains are
+    known; a component with a collectives term) also only its first node, rack or block. Every combination of
+    those per group, so two groups kept within their first racks at once are searched too."""
+    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
+    apart_known = pools[rollout] != pools[actor] and all(task.pools[pools[s]].node_domains for s in (rollout, actor))
+    choices: dict[int, list[int]] = {}
+    for p in sorted(set(pools)):
+        held = {i for i, q in enumerate(pools) if q == p}
+        gpus = task.pools[p].gpus
+        nearer = (
+            {rollout, actor} <= held
+            or (apart_known and bool(held & {rollout, actor}))
+            or any(task.collective_gb and task.collective_gb[i] for i in held)
+        )
+        caps = _domain_caps(task.pools[p]) if nearer else []
+        choices[p] = sorted({gpus, *(min(gpus, cap) for cap in caps)}, reverse=True)
+    return [dict(zip(choices, combo, strict=True)) for combo in itertools.product(*choices.values())]
+
+
 def disaggregated_schedule(task: HeteroTask, pools: Sequence[int], counts: Sequence[int]) -> Schedule:
     """The schedule of one point of the disaggregated space (ranges from each pool's GPU 0, chain order)."""
     per_batch = tuple(
@@ -480,16 +524,20 @@ def disaggregated_schedule(task: HeteroTask, pools: Sequence[int], counts: Seque
         used[p] += g
     link = sync_link(task, pools, counts)
     sync = task.sync_seconds(link)
+    links = collective_links(task, pools, counts)
+    collectives = tuple(task.collective_seconds(i, own) for i, own in enumerate(links))
     return Schedule(
         mode=DISAGGREGATED,
         names=task.chain,
         ranges=tuple(ranges),
         per_batch=per_batch,
-        total=pipelined_total(per_batch, task.base.rollout_batch_size) + sync,
+        total=pipelined_total(per_batch, task.base.rollout_batch_size) + sync + sum(collectives),
         gpu_sets=len(counts),
         node_groups=tuple(task.pools[p].label for p in pools),
         sync=sync,
         sync_link=link,
+        collectives=collectives,
+        collective_links=links,
     )
 
 
@@ -573,34 +621,194 @@ def best_counts(
     return chosen
 
 
+#: Points (GPU counts of every component, over one assignment) the priced enumeration evaluates at most; past it
+#: the search falls back to the per-group caps and says so.
+PRICED_POINTS_LIMIT = 20_000_000
+#: Points priced in one vectorised pass (a few dozen arrays of this length are alive at once).
+PRICED_CHUNK = 250_000
+#: Links in the order of `LinkCoder`'s codes.
+LINKS = (SAME_NODE, SAME_RACK, SAME_BLOCK, ACROSS_BLOCKS, ACROSS_NODES, ACROSS_GROUPS)
+
+
+class LinkCoder:
+    """`link_of` for many GPU ranges at once, as indices into `LINKS`: a range of one pool covers the contiguous
+    node indices first..last, which all share a domain of a level exactly when the first and the last node lie
+    in the same run of that level's domain path (nodes in rank order; a domain may recur after others)."""
+
+    def __init__(self, task: HeteroTask) -> None:
+        self.task = task
+        self.ends = [np.cumsum(pool.node_gpus) for pool in task.pools]
+        self.depth = [len(pool.node_domains[0]) if pool.node_domains else 0 for pool in task.pools]
+        self.runs: list[list[np.ndarray]] = []
+        self.prefixes: list[list[np.ndarray]] = []
+        ids: dict[tuple[str, ...], int] = {}
+        for pool, depth in zip(task.pools, self.depth, strict=True):
+            runs, prefixes = [], []
+            for d in range(depth):
+                paths = [path[: d + 1] for path in pool.node_domains]
+                changes = [0] + [int(a != b) for a, b in itertools.pairwise(paths)]
+                runs.append(np.cumsum(changes))
+                prefixes.append(np.array([ids.setdefault(path, len(ids)) for path in paths]))
+            self.runs.append(runs)
+            self.prefixes.append(prefixes)
+
+    def nodes(self, pool: int, start: np.ndarray, count: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The first and last node index of each range [start, start + count) of the pool's GPUs."""
+        ends = self.ends[pool]
+        return np.searchsorted(ends, start, side="right"), np.searchsorted(ends, start + count - 1, side="right")
+
+    def within(self, pool: int, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """Link codes of each node range first..last of one pool."""
+        depth = self.depth[pool]
+        if not depth:
+            return np.where(first == last, 0, 4)
+        shared = sum((run[first] == run[last]).astype(np.int64) for run in self.runs[pool])
+        return np.where(first == last, 0, np.where(shared == depth, 1, np.where(shared > 0, 2, 3)))
+
+    def between(
+        self, a: int, ranges_a: tuple[np.ndarray, np.ndarray], b: int, ranges_b: tuple[np.ndarray, np.ndarray]
+    ) -> np.ndarray:
+        """Link codes between node ranges of two different pools (never one node: groups share no nodes)."""
+        depth = min(self.depth[a], self.depth[b])
+        if not depth:
+            return np.full(len(ranges_a[0]), 5)
+        (first_a, last_a), (first_b, last_b) = ranges_a, ranges_b
+        shared = np.zeros(len(first_a), dtype=np.int64)
+        for d in range(depth):
+            together = (
+                (self.runs[a][d][first_a] == self.runs[a][d][last_a])
+                & (self.runs[b][d][first_b] == self.runs[b][d][last_b])
+                & (self.prefixes[a][d][first_a] == self.prefixes[b][d][first_b])
+            )
+            shared += together
+        return np.where(shared == depth, 1, np.where(shared > 0, 2, 3))
+
+
+def priced_candidates(task: HeteroTask, tables: Sequence[np.ndarray], pools: Sequence[int]) -> list[np.ndarray]:
+    """The GPU counts `best_priced` tries per component of one assignment (an empty array: it fits nowhere).
+
+    The last component of each group only takes counts on its frontier: shrinking the last range of a group
+    never moves another range and only drops nodes from its own traffic, so a cheaper smaller count is never
+    priced worse. The others take every count they allow, since a larger range before the actor can move the
+    actor into one rack.
+    """
+    last_in_pool = {p: max(i for i in range(len(pools)) if pools[i] == p) for p in set(pools)}
+    candidates = []
+    for i, (table, p) in enumerate(zip(tables, pools, strict=True)):
+        within = table[: task.pools[p].gpus + 1]
+        candidates.append(frontier(within) if last_in_pool[p] == i else np.flatnonzero(np.isfinite(within)))
+    return candidates
+
+
+def position_priced(task: HeteroTask) -> bool:
+    """Whether a range's position, not only its size, can change a price: a component's collectives, or the
+    weight sync where the nodes' domains are known (the actor's range moves with the inference before it).
+    Without either, the per-group caps of `budget_cases` already search every price exactly."""
+    return any(task.collective_gb) or bool(task.model_size_gb and any(pool.node_domains for pool in task.pools))
+
+
+def priced_points(task: HeteroTask, tables: Sequence[Sequence[np.ndarray]] | None = None) -> int:
+    """The most points `best_priced` would evaluate for one assignment (what `PRICED_POINTS_LIMIT` bounds);
+    `tables[i][p]` as `search_hetero` builds them, built here when not given."""
+    k, n_pools = len(task.chain), len(task.pools)
+    if tables is None:
+        tables = [[cost_table(task, i, p) for p in range(n_pools)] for i in range(k)]
+    return max(
+        math.prod(len(c) for c in priced_candidates(task, [tables[i][p] for i, p in enumerate(pools)], pools))
+        for pools in itertools.product(range(n_pools), repeat=k)
+    )
+
+
+def best_priced(
+    task: HeteroTask, tables: Sequence[np.ndarray], pools: Sequence[int], coder: LinkCoder
+) -> tuple[int, ...] | None:
+    """The counts of one assignment with the lowest total *including* the weight sync and every component's
+    collectives, each priced by where its range lies (None when nothing fits). Every point of
+    `priced_candidates` is evaluated, vectorised in chunks of about `PRICED_CHUNK` points; ties go to the
+    smallest counts in chain order."""
+    candidates = priced_candidates(task, tables, pools)
+    if any(len(c) == 0 for c in candidates):
+        return None
+    rest = math.prod(len(c) for c in candidates[1:])
+    step = max(1, PRICED_CHUNK // rest)
+    found: list[tuple[float, tuple[int, ...]]] = []
+    for begin in range(0, len(candidates[0]), step):
+        found += _priced_chunk(task, tables, pools, coder, [candidates[0][begin : begin + step], *candidates[1:]])
+    if not found:
+        return None
+    best = min(total for total, _ in found)
+    return min(counts for total, counts in found if total <= best + TIE_RTOL * abs(best))
+
+
+def _priced_chunk(
+    task: HeteroTask,
+    tables: Sequence[np.ndarray],
+    pools: Sequence[int],
+    coder: LinkCoder,
+    candidates: Sequence[np.ndarray],
+) -> list[tuple[float, tuple[int, ...]]]:
+    """The points of one chunk within the tie tolerance of its best total, as (total, counts)."""
+    counts = [grid.ravel() for grid in np.meshgrid(*candidates, indexing="ij")]
+    starts = []
+    used = {p: np.zeros_like(counts[0]) for p in set(pools)}
+    for i, p in enumerate(pools):
+        starts.append(used[p].copy())
+        used[p] = used[p] + counts[i]
+    ok = np.ones(len(counts[0]), dtype=bool)
+    for p, total in used.items():
+        ok &= total <= task.pools[p].gpus
+    if not ok.any():
+        return []
+    counts = [c[ok] for c in counts]
+    spans = [coder.nodes(p, start[ok], counts[i]) for i, (p, start) in enumerate(zip(pools, starts, strict=True))]
+    bandwidth = np.array([task.bandwidth_gb_s[link] for link in LINKS])
+    per_batch = [tables[i][c] for i, c in enumerate(counts)]
+    # summed in the order of disaggregated_schedule's total, so the minimum found is the total it reports
+    total = per_batch[0]
+    for cost in per_batch[1:]:
+        total = total + cost
+    total = total + np.maximum.reduce(per_batch) * float(task.base.rollout_batch_size - 1)
+    if task.model_size_gb:
+        rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
+        if pools[rollout] == pools[actor]:
+            first = np.minimum(spans[rollout][0], spans[actor][0])
+            last = np.maximum(spans[rollout][1], spans[actor][1])
+            link = coder.within(pools[actor], first, last)
+        else:
+            link = coder.between(pools[rollout], spans[rollout], pools[actor], spans[actor])
+        total = total + task.model_size_gb / bandwidth[link]
+    collectives = np.zeros_like(total)
+    for i, p in enumerate(pools):
+        if task.collective_gb[i]:
+            link = coder.within(p, *spans[i])
+            collectives = collectives + np.where(counts[i] > 1, task.collective_gb[i] / bandwidth[link], 0.0)
+    total = total + collectives
+    best = float(total.min())
+    hits = np.flatnonzero(total <= best + TIE_RTOL * abs(best))
+    return [(float(total[h]), tuple(int(c[h]) for c in counts)) for h in hits]
+
+
 def search_hetero(task: HeteroTask, progress: Progress | None = None) -> dict[str, Schedule | None]:
     """The best collocated and the best disaggregated schedule over the node groups (None where impossible)."""
     collocated = pick([collocated_schedule(task, p) for p in range(len(task.pools))])
     k, n_pools = len(task.chain), len(task.pools)
     tables = [[cost_table(task, i, p) for p in range(n_pools)] for i in range(k)]
     weight = float(task.base.rollout_batch_size - 1)
-    rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
     found: list[Schedule] = []
+    priced = position_priced(task) and priced_points(task, tables) <= PRICED_POINTS_LIMIT
+    coder = LinkCoder(task)
     assignments = list(itertools.product(range(n_pools), repeat=k))
     for done, pools in enumerate(assignments, 1):
-        budgets = {p: task.pools[p].gpus for p in set(pools)}
-        cases = [budgets]
-        if pools[rollout] == pools[actor]:
-            # rollout and actor within the first node (or rack, or block) of their group: the nearer link's sync
-            # price applies only within it
-            shared = pools[actor]
-            cases += [{**budgets, shared: min(budgets[shared], cap)} for cap in _domain_caps(task.pools[shared])]
-        elif task.pools[pools[rollout]].node_domains and task.pools[pools[actor]].node_domains:
-            # two groups, each kept within its first rack (or block): the sync may then cross a nearer link
-            for side in (rollout, actor):
-                cases += [
-                    {**budgets, pools[side]: min(budgets[pools[side]], cap)}
-                    for cap in _domain_caps(task.pools[pools[side]])
-                ]
-        for case in cases:
-            best = best_counts([tables[i][p] for i, p in enumerate(pools)], pools, case, weight)
-            if best is not None:
-                found.append(disaggregated_schedule(task, pools, best[0]))
+        assigned = [tables[i][p] for i, p in enumerate(pools)]
+        if priced:
+            counts = best_priced(task, assigned, pools, coder)
+            if counts is not None:
+                found.append(disaggregated_schedule(task, pools, counts))
+        else:
+            for case in budget_cases(task, pools):
+                best = best_counts(assigned, pools, case, weight)
+                if best is not None:
+                    found.append(disaggregated_schedule(task, pools, best[0]))
         if progress is not None:
             progress(done, len(assignments))
     return {COLLOCATED: collocated, DISAGGREGATED: pick(found)}
@@ -643,6 +851,8 @@ class HeteroSummary:
     notes: tuple[str, ...]
     model_size_gb: float
     bandwidth_gb_s: Mapping[str, float]
+    collective_gb: Mapping[str, float]
+    """GB per GPU per iteration of each component's collectives, where the profile gives it."""
 
 
 def summarize(task: HeteroTask) -> HeteroSummary:
@@ -667,4 +877,12 @@ def summarize(task: HeteroTask) -> HeteroSummary:
                     accelerator_memory_gb=pool.memory_gb,
                 )
             )
-    return HeteroSummary(tuple(estimates), task.notes, task.model_size_gb, dict(task.bandwidth_gb_s))
+    collective_gb = {name: gb for name, gb in zip(task.chain, task.collective_gb, strict=False) if gb}
+    notes = task.notes
+    if position_priced(task) and (points := priced_points(task)) > PRICED_POINTS_LIMIT:
+        notes += (
+            f"network: {points:,} GPU-count combinations are too many to price each by where its ranges lie, so the "
+            "search tried each group within its first node, rack and block and over all its GPUs: a placement with "
+            "a range wholly in a later rack may be missed",
+        )
+    return HeteroSummary(tuple(estimates), notes, task.model_size_gb, dict(task.bandwidth_gb_s), collective_gb)

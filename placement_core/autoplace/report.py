@@ -56,6 +56,9 @@ class AutotuneResult:
     """Per-type estimates, assumptions and sync settings when the job gave per-type data (hetero.py)."""
     sync_cost: float = 0.0
     sync_link: str = ""
+    collective_costs: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per iteration of each component's own collectives, where priced (included in total_cost)."""
+    collective_links: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def speedup(self) -> float | None:
@@ -79,6 +82,11 @@ class AutotuneResult:
         if self.hetero is not None:
             data["sync_cost"] = self.sync_cost
             data["sync_link"] = self.sync_link
+            if self.collective_costs:
+                data["collectives"] = {
+                    name: {"seconds": seconds, "link": self.collective_links[name]}
+                    for name, seconds in self.collective_costs.items()
+                }
             data["notes"] = list(self.hetero.notes)
             data["estimates"] = [
                 {
@@ -172,7 +180,16 @@ def build_result(
         hetero=hetero,
         sync_cost=best.sync,
         sync_link=best.sync_link,
+        collective_costs=_priced(best.names, best.collectives, hetero),
+        collective_links=dict(zip(best.names, best.collective_links, strict=False)) if hetero is not None else {},
     )
+
+
+def _priced(names: tuple[str, ...], seconds: tuple[float, ...], hetero: HeteroSummary | None) -> dict[str, float]:
+    """The components whose collectives the job priced (a collectives term in profile_data), with their cost."""
+    if hetero is None or not seconds:
+        return {}
+    return {name: cost for name, cost in zip(names, seconds, strict=True) if hetero.collective_gb.get(name)}
 
 
 def summary_line(result: AutotuneResult) -> str:
@@ -213,6 +230,11 @@ def hetero_lines(result: AutotuneResult) -> list[str]:
         )
     else:
         lines.append("weight sync: not priced (no model_size_gb in profile_data)")
+    for name, seconds in result.collective_costs.items():
+        link = result.collective_links[name]
+        gb = result.hetero.collective_gb[name]
+        where = f"{LINK_WORDS[link]}, at {result.hetero.bandwidth_gb_s[link]:g} GB/s" if link else "one GPU, no peers"
+        lines.append(f"{name} collectives: {seconds:.2f} s per iteration ({gb:g} GB per GPU, {where}), included above")
     lines.extend(result.hetero.notes)
     return lines
 
@@ -235,6 +257,9 @@ def explain_table(result: AutotuneResult) -> Table:
         chosen = "chosen" if mode == result.mode else ""
         if schedule.sync_link:
             per_batch += f"; weight sync {schedule.sync:.3g} s per iteration ({schedule.sync_link.replace('_', ' ')})"
+        for name, seconds, link in zip(schedule.names, schedule.collectives, schedule.collective_links, strict=False):
+            if seconds:
+                per_batch += f"; {name} collectives {seconds:.3g} s ({link.replace('_', ' ')})"
         table.add_row(mode, where, per_batch, f"{schedule.total:.2f}", chosen)
     return table
 

@@ -49,8 +49,9 @@ class Schedule:
     `ranges[i]` is the inclusive GPU range of `names[i]`; `per_batch[i]` its seconds per batch there;
     `gpu_sets` the number of distinct GPU sets (1 for collocated), the first tie-breaker. Over node groups of
     different GPUs (hetero.py) `node_groups[i]` is the group whose ranks `ranges[i]` counts, and `sync` the
-    seconds per iteration the weight sync over `sync_link` adds (included in `total`); otherwise they are
-    empty and 0.
+    seconds per iteration the weight sync over `sync_link` adds (included in `total`), and `collectives[i]`
+    the seconds per iteration component i's own collectives add over `collective_links[i]` (included in
+    `total`; 0 and '' where not priced); otherwise they are empty and 0.
     """
 
     mode: str
@@ -62,6 +63,8 @@ class Schedule:
     node_groups: tuple[str, ...] = ()
     sync: float = 0.0
     sync_link: str = ""
+    collectives: tuple[float, ...] = ()
+    collective_links: tuple[str, ...] = ()
 
     @property
     def gpu_counts(self) -> tuple[int, ...]:

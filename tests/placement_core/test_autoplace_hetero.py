@@ -16,7 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from placement_core.autoplace import autotune
+from placement_core.autoplace import autotune, hetero
 from placement_core.autoplace.cost import CostModel
 from placement_core.autoplace.hetero import (
     DEFAULT_BANDWIDTH_GB_S,
@@ -77,7 +77,10 @@ def brute_force(config, model):
         values = [c(pool.gpus) if c is not None else None for c in costs]
         if None in values:
             continue
-        best = min(best, sum(v * rbs for v in values) + task.sync_seconds("same_node"))
+        levels = config["profile_data"].get("network_levels")
+        whole = brute_link(config, {(p, g) for g in range(pool.gpus)}, tuple(levels.values()) if levels else ())
+        collectives = sum(gb / task.bandwidth_gb_s[whole] for gb in task.collective_gb if gb and pool.gpus > 1)
+        best = min(best, sum(v * rbs for v in values) + task.sync_seconds("same_node") + collectives)
     # disaggregated: every assignment of components to groups, every GPU count, budgets per group
     tables = [[cost_table(task, i, p) for p in range(len(pools))] for i in range(k)]
     rollout, actor = task.chain.index("rollout"), task.chain.index("actor")
@@ -93,41 +96,56 @@ def brute_force(config, model):
             if not all(math.isfinite(v) for v in values):
                 continue
             levels = config["profile_data"].get("network_levels")
-            if levels:
-                link = brute_link(config, assign, counts, (rollout, actor), tuple(levels.values()))
-            elif assign[rollout] != assign[actor]:
-                link = "across_groups"
-            elif used[assign[actor]] <= pools[assign[actor]].node_gpus[0]:
-                link = "same_node"
-            else:
-                link = "across_nodes"
-            total = sum(values) + max(values) * (rbs - 1) + task.sync_seconds(link)
+            sizes = tuple(levels.values()) if levels else ()
+            gpus = component_gpus(config, assign, counts)
+            sync_gpus = gpus[rollout] | gpus[actor]
+            if assign[rollout] == assign[actor]:
+                low, high = min(g for _, g in sync_gpus), max(g for _, g in sync_gpus)
+                sync_gpus |= {(assign[actor], g) for g in range(low, high + 1)}
+            link = brute_link(config, sync_gpus, sizes)
+            collectives = sum(
+                task.collective_gb[i] / task.bandwidth_gb_s[brute_link(config, gpus[i], sizes)]
+                for i in range(k)
+                if task.collective_gb[i] and counts[i] > 1
+            )
+            total = sum(values) + max(values) * (rbs - 1) + task.sync_seconds(link) + collectives
             best = min(best, total)
     return best if math.isfinite(best) else None
 
 
-def brute_link(config, assign, counts, sides, sizes) -> str:
-    """The weight sync's link from the GPUs themselves: each group's GPUs in node order, each component's range
-    from its group's GPU 0 in chain order; the global node ranks under the rollout, the actor and (in one group)
-    everything between them; their domains by rank // nodes per domain; the narrowest one they all share."""
-    groups = config["cluster"]["node_groups"]
-    per_node = config["cluster"]["accelerators_per_node"]
-    owner = []  # per group: the node rank of each of its GPUs
-    for group in groups:
-        first, last = (int(x) for x in group["node_ranks"].split("-"))
-        owner.append([rank for rank in range(first, last + 1) for _ in range(per_node[rank])])
-    start, offsets = {}, []
+def group_ranks(group) -> list[int]:
+    """A group's node ranks from `0-3` or `0,2,4`."""
+    ranks = []
+    for part in str(group["node_ranks"]).split(","):
+        first, _, last = part.partition("-")
+        ranks.extend(range(int(first), int(last or first) + 1))
+    return ranks
+
+
+def component_gpus(config, assign, counts) -> list[set[tuple[int, int]]]:
+    """Each component's GPUs as (group, GPU index in the group): its range from the group's GPU 0 in chain order."""
+    start, out = {}, []
     for p, g in zip(assign, counts, strict=True):
-        offsets.append(start.get(p, 0))
-        start[p] = start.get(p, 0) + g
-    rollout, actor = sides
-    gpus = {(assign[i], gpu) for i in sides for gpu in range(offsets[i], offsets[i] + counts[i])}
-    if assign[rollout] == assign[actor]:
-        low, high = min(g for _, g in gpus), max(g for _, g in gpus)
-        gpus |= {(assign[actor], g) for g in range(low, high + 1)}
+        offset = start.get(p, 0)
+        out.append({(p, gpu) for gpu in range(offset, offset + g)})
+        start[p] = offset + g
+    return out
+
+
+def brute_link(config, gpus, sizes) -> str:
+    """The slowest link among GPUs given as (group, GPU index), from the GPUs themselves: each group's GPUs in
+    node order; their global node ranks; with `sizes` (nodes per domain, widest first) the domains by
+    rank // size and the narrowest one they all share, else by node and group."""
+    per_node = config["cluster"]["accelerators_per_node"]
+    owner = [
+        [rank for rank in group_ranks(group) for _ in range(per_node[rank])]
+        for group in config["cluster"]["node_groups"]
+    ]
     ranks = {owner[p][g] for p, g in gpus}
     if len(ranks) == 1:
         return "same_node"
+    if not sizes:
+        return "across_groups" if len({p for p, _ in gpus}) > 1 else "across_nodes"
     paths = {tuple(rank // size for size in sizes) for rank in ranks}
     shared = 0
     while shared < len(sizes) and len({path[shared] for path in paths}) == 1:
@@ -254,6 +272,70 @@ def test_search_equals_brute_force_where_racks_and_blocks_price_the_weight_sync(
     assert autotune(read_job(config), model).total_cost == pytest.approx(expected, rel=1e-9)
 
 
+@st.composite
+def interleaved_scenarios(draw):
+    """One or two groups of 2-3 nodes whose ranks may interleave (a rack holding nodes of both groups), racks
+    and blocks counted by rank, and the collectives of the actor (sometimes of the others too) priced: the
+    position of each range decides its links, not only its size."""
+    sizes = [draw(st.integers(2, 4)) for _ in range(draw(st.integers(1, 2)))]
+    ranks = list(range(sum(sizes)))
+    if draw(st.booleans()):
+        ranks = draw(st.permutations(ranks))
+    groups, taken = [], 0
+    per_node = draw(st.lists(st.sampled_from([1, 2]), min_size=len(ranks), max_size=len(ranks)))
+    for label, size in zip(TYPES, sizes, strict=False):
+        groups.append((label, sorted(ranks[taken : taken + size])))
+        taken += size
+    recompute = draw(st.booleans())
+    profile: dict[str, object] = {"actor_cost": draw(st.integers(1, 50)), "rollout_cost": draw(st.integers(1, 50))}
+    if recompute:
+        profile["inference_cost"] = draw(st.integers(1, 50))
+    for name in ("rollout", "inference", "actor") if recompute else ("rollout", "actor"):
+        if name == "actor" or draw(st.booleans()):
+            profile[f"{name}_collective_gb"] = draw(st.sampled_from([10, 100, 400, 1000]))
+    if draw(st.booleans()):
+        # sometimes none priced at all: the weight sync alone, searched with each group's caps combined
+        for name in ("rollout", "inference", "actor"):
+            profile.pop(f"{name}_collective_gb", None)
+        profile["model_size_gb"] = draw(st.sampled_from([14, 70, 400]))
+    elif draw(st.booleans()):
+        profile["model_size_gb"] = draw(st.sampled_from([1, 14, 70, 400]))
+    if draw(st.integers(0, 3)):
+        profile["network_levels"] = {"block": draw(st.sampled_from([2, 4])), "rack": draw(st.sampled_from([1, 2]))}
+    config = {
+        "runner": {"task_type": "reasoning"},
+        "cluster": {
+            "num_nodes": len(ranks),
+            "accelerators_per_node": per_node,
+            "node_groups": [
+                {"label": label, "node_ranks": ",".join(map(str, members)), "accelerator_type": label}
+                for label, members in groups
+            ],
+        },
+        "actor": {"model": {"tensor_model_parallel_size": 1}},
+        "rollout": {"tensor_parallel_size": 1, "max_running_requests": draw(st.sampled_from([1, 4]))},
+        "algorithm": {"group_size": 2, "n_minibatches": 1, "recompute_logprobs": recompute},
+        "data": {"rollout_batch_size": draw(st.sampled_from([2, 4, 8]))},
+        "profile_data": profile,
+    }
+    return config, draw(st.sampled_from(list(CostModel)))
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(interleaved_scenarios())
+def test_search_equals_brute_force_where_each_ranges_position_prices_its_traffic(scenario):
+    """With collectives priced each point's links depend on where its ranges lie, and with interleaved groups the
+    weight sync may need both groups kept within their first racks at once: the search still finds the brute
+    force's best total."""
+    config, model = scenario
+    expected = brute_force(config, model)
+    if expected is None:
+        with pytest.raises(PlacementError):
+            autotune(read_job(config), model)
+        return
+    assert autotune(read_job(config), model).total_cost == pytest.approx(expected, rel=1e-9)
+
+
 def test_a_placement_within_one_rack_wins_over_a_faster_looking_one_across_racks() -> None:
     """Four 8-GPU nodes, racks of two: without levels the actor takes 16 GPUs (ranks 2-17, three nodes, the sync
     priced across nodes); with them those 16 GPUs span two racks and the sync crosses the spine (3.125 GB/s for
@@ -283,6 +365,78 @@ def test_autotune_prints_the_weight_sync_by_the_network_level(tmp_path) -> None:
     bad.write_text(yaml.safe_dump(mixed_config([("a800", [8, 8], 80)], profile, recompute=False), sort_keys=False))
     refused = invoke("autotune", bad)
     assert refused.exit_code != 0 and "list them widest first" in refused.stderr, refused.stderr
+
+
+def test_the_actors_collectives_give_it_a_node_of_its_own() -> None:
+    """Four 8-GPU nodes in racks of two. Without collectives the actor takes 16 GPUs after the rollout's 2. With
+    100 GB per GPU of its own collectives the actor on 16 GPUs pays the rack's price (4 s), on 8 GPUs inside one
+    node NVLink's (1 s): it takes node 1 whole, after a rollout on node 0, which only an exact search over the
+    positions finds (searching each group within its first node, rack or block gives 2-9, 0.3% slower)."""
+    profile = {"actor_cost": 30, "rollout_cost": 100, "network_levels": {"rack": 2}}
+    plain = mixed_config([("a800", [8, 8, 8, 8], 80)], profile, rbs=64, gs=2, mrr=64, recompute=False)
+    assert autotune(read_job(plain)).component_placement["actor"]["placement"] == "2-17"
+    priced = mixed_config(
+        [("a800", [8, 8, 8, 8], 80)], profile | {"actor_collective_gb": 100}, rbs=64, gs=2, mrr=64, recompute=False
+    )
+    result = autotune(read_job(priced))
+    assert result.component_placement["rollout,reward"]["placement"] == "0-7"
+    assert result.component_placement["actor"]["placement"] == "8-15"
+    assert (result.collective_costs, result.collective_links["actor"]) == ({"actor": 1.0}, "same_node")
+    assert result.total_cost == pytest.approx(brute_force(priced, CostModel.scaling), rel=1e-9)
+    assert result.to_json()["collectives"] == {"actor": {"seconds": 1.0, "link": "same_node"}}
+
+
+def test_autotune_prints_the_collectives_term(tmp_path) -> None:
+    profile = {"actor_cost": 100, "rollout_cost": 100, "actor_collective_gb": 400, "network_levels": {"rack": 2}}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(mixed_config([("a800", [8] * 4, 80)], profile, rbs=64, mrr=1, recompute=False)))
+    out = invoke("autotune", path)
+    assert out.exit_code == 0, out.stderr
+    block = yaml.safe_load(out.stdout.split("\n\n", 1)[1])["cluster"]["component_placement"]
+    assert block["actor"] == {"node_group": "a800", "placement": "16-31"}
+    assert "actor collectives: 16.00 s per iteration (400 GB per GPU, within one rack, at 25 GB/s)" in out.stdout
+    explained = invoke("autotune", path, "--explain")
+    assert "actor collectives 16 s (same rack)" in explained.stdout
+
+
+@pytest.mark.parametrize("exhaustive", [True, False])
+def test_two_groups_are_kept_within_one_rack_at_once(monkeypatch, exhaustive) -> None:
+    """a800 nodes 0 and 2, h20 nodes 1 and 3, racks of two: rack 0 holds one node of each. 1,000 GB of weights
+    cross the spine at 3.125 GB/s (320 s) and a rack at 25 (40 s): rollout and actor each keep to their group's
+    node in rack 0. Found by pricing every point, and also where the space is too large for that (the limit set
+    to 0 here) by keeping both groups within their first rack at the same time, which the output then says."""
+    if not exhaustive:
+        monkeypatch.setattr(hetero, "PRICED_POINTS_LIMIT", 0)
+    config = {
+        "runner": {"task_type": "reasoning"},
+        "cluster": {
+            "num_nodes": 4,
+            "accelerators_per_node": [8, 8, 8, 8],
+            "node_groups": [
+                {"label": "a800", "node_ranks": "0,2", "accelerator_type": "a800"},
+                {"label": "h20", "node_ranks": "1,3", "accelerator_type": "h20"},
+            ],
+        },
+        "actor": {"model": {"tensor_model_parallel_size": 1}},
+        "rollout": {"tensor_parallel_size": 1, "max_running_requests": 1},
+        "algorithm": {"group_size": 2, "n_minibatches": 1, "recompute_logprobs": False},
+        "data": {"rollout_batch_size": 64},
+        "profile_data": {
+            "actor_cost_by_type": {"h20": 100},
+            "rollout_cost_by_type": {"a800": 100},
+            "model_size_gb": 1000,
+            "network_levels": {"rack": 2},
+        },
+    }
+    result = autotune(read_job(config))
+    assert result.component_placement == {
+        "rollout,reward": {"node_group": "a800", "placement": "0-7"},
+        "actor": {"node_group": "h20", "placement": "0-7"},
+    }
+    assert result.sync_link == "same_rack"
+    assert result.total_cost == pytest.approx(brute_force(config, CostModel.scaling), rel=1e-9)
+    fell_back = [note for note in result.hetero.notes if note.startswith("network: ")]
+    assert bool(fell_back) != exhaustive, result.hetero.notes
 
 
 # -- cases with a known answer ------------------------------------------------------------------------------
@@ -392,6 +546,7 @@ def test_homogeneous_jobs_keep_todays_search():
             "same_node .* must be at least across_nodes",
         ),
         ({"actor_cost": 1, "rollout_cost": 1, "collocated_offload": "yes"}, "collocated_offload must be true"),
+        ({"actor_cost": 1, "rollout_cost": 1, "actor_collective_gb": 0}, "actor_collective_gb must be a number"),
     ],
 )
 def test_bad_per_type_input_is_one_line(profile, message):

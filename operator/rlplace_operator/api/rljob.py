@@ -195,7 +195,8 @@ class Algorithm(CamelModel):
 
 
 class SyncBandwidth(CamelModel):
-    """GB/s of the actor -> rollout weight sync per link (defaults in docs/autoplace.md)."""
+    """GB/s per link of the actor -> rollout weight sync and of each component's collectives (defaults in
+    docs/autoplace.md)."""
 
     same_node: float | None = Field(None, gt=0)
     """Inside a node (collocated, or both on one node)."""
@@ -245,6 +246,14 @@ class Profile(
     """GB of GPU memory one inference process needs."""
     rollout_memory_gb: float | None = Field(None, gt=0)
     """GB of GPU memory one rollout process needs."""
+    actor_collective_gb: float | None = Field(None, gt=0)
+    """GB each actor GPU sends per iteration in the actor's own collectives (a ring all-reduce of S GB of
+    gradients: about 2 * S per optimizer step), priced over the slowest link among the actor's nodes; actorCost
+    then excludes that time."""
+    inference_collective_gb: float | None = Field(None, gt=0)
+    """GB each inference GPU sends per iteration in its own collectives."""
+    rollout_collective_gb: float | None = Field(None, gt=0)
+    """GB each rollout GPU sends per iteration in its own collectives."""
     model_size_gb: float | None = Field(None, gt=0)
     """GB of weights synced from actor to rollout each iteration."""
     sync_bandwidth_gb_s: SyncBandwidth | None = None

@@ -107,6 +107,19 @@ def test_spec_profile_takes_the_same_keys() -> None:
     assert {e.components: e.node_group for e in planned.applied}["actor"] == "a800"
 
 
+def test_spec_profile_prices_the_actors_collectives() -> None:
+    """actorCollectiveGb reaches auto placement as actor_collective_gb: the prediction includes the actor's
+    all-reduce over the slowest link among its nodes, and a zero is refused by the model the CRD comes from."""
+    without = plan_job(job(profile=PROFILE), {}, groups(), NODES)
+    spec = job(profile=PROFILE | {"actorCollectiveGb": 40})
+    assert profile_of(spec, {})["actor_collective_gb"] == 40.0
+    priced = plan_job(spec, {}, groups(), NODES)
+    assert priced.predicted_iteration_time is not None and without.predicted_iteration_time is not None
+    assert priced.predicted_iteration_time > without.predicted_iteration_time
+    with pytest.raises(PlacementError, match="actorCollectiveGb"):
+        profile_of(job(), {"rlplace.io/profile": json.dumps(PROFILE | {"actorCollectiveGb": 0})})
+
+
 def test_a_job_whose_actor_fits_nowhere_is_a_one_line_error() -> None:
     profile = json.dumps(PROFILE | {"actorMemoryGb": 100})
     with pytest.raises(PlacementError, match="no valid placement"):
