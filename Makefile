@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # starts its own local cluster unless you pointed KUBECONFIG at one (kind, say).
 operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 
-.PHONY: help setup tools images cluster-up cluster-down crds docs operator demo test test-unit test-e2e lint bench clean
+.PHONY: help setup host-packages tools images cluster-up cluster-down crds docs operator demo test test-unit test-e2e lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -21,8 +21,10 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[dev]'
 	touch $@
 
-tools:  ## host packages, then build or fetch the local control plane's binaries (cached outside the repo by version)
+host-packages:  ## the Debian packages of HOST_PACKAGES (e2e/versions.env) that are missing, with apt-get as root
 	bash e2e/host-packages.sh
+
+tools: host-packages  ## host packages, then build or fetch the local control plane's binaries (cached outside the repo by version)
 	bash e2e/cluster/tools.sh
 
 images: setup tools  ## build the real nodes' images without Docker (base, pause, coredns, ray, ray-rlplace, ray-rlinf-test, operator)
@@ -47,7 +49,7 @@ crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from
 docs: setup  ## regenerate the RLJob and NodeGroup field reference in docs/reference/ from the models
 	$(PY) -m rlplace_operator.api.docgen
 
-test-unit: setup  ## tests that need no cluster, in two processes (the Ray tests together in one)
+test-unit: setup host-packages  ## tests that need no cluster (Chromium included, for the plan's picture), in two processes (the Ray tests together in one)
 	$(PY) -m pytest -m 'not e2e' -n 2 --dist loadgroup
 
 test-e2e: setup tools images  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)

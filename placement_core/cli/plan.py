@@ -8,8 +8,10 @@ import binascii
 import enum
 import json
 import shlex
+import sys
 import zlib
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -55,6 +57,15 @@ class PlacementKindOption(enum.StrEnum):
 
 
 FormatOpt = Annotated[OutputFormat, typer.Option("--format", "-o", help="Output format.")]
+SvgOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--svg",
+        metavar="FILE",
+        help="Write a picture of the plan to FILE (- for stdout) instead of printing it: nodes x GPUs coloured by "
+        "component, identical nodes folded into one row.",
+    ),
+]
 
 
 @app.command()
@@ -79,6 +90,7 @@ def plan(
         typer.Option(metavar="COMPONENT RANK", help="Print the environment of one process as export lines."),
     ] = None,
     no_compose: NoComposeOpt = False,
+    svg: SvgOpt = None,
 ) -> None:
     """Print where every process of every component runs and which GPUs it sees (docs/placement.md)."""
     from placement_core.components import component_placement
@@ -95,6 +107,10 @@ def plan(
                 fail(f"component '{component}' has ranks 0-{len(processes) - 1}, not {rank}")
             write_out("".join(f"export {key}={shlex.quote(value)}\n" for key, value in processes[rank].env.items()))
             return
+    if svg is not None:
+        gpus = {rank: node.num_accelerators for rank, node in enumerate(placed.cluster.nodes)}
+        write_svg(planned, svg, gpus)
+        return
     print_plan(planned, output_format)
 
 
@@ -109,12 +125,35 @@ def show(
         ),
     ],
     output_format: FormatOpt = OutputFormat.table,
+    svg: SvgOpt = None,
 ) -> None:
     """Print a stored plan (such as an RLJob's <job>-placement ConfigMap)."""
     data = read_input(plan_path, "plan", MAX_INPUT_BYTES)
     with user_errors(f"{describe(plan_path, 'plan')}: "):
         planned = read_plan(data)
+    if svg is not None:
+        write_svg(planned, svg)
+        return
     print_plan(planned, output_format)
+
+
+def write_svg(planned: Plan, path: str, gpus_per_node: Mapping[int, int] | None = None) -> None:
+    """The plan's picture to `path` (- for stdout), and on stderr one line saying what it shows."""
+    from placement_core.picture import plan_rows, plan_svg
+
+    rows = plan_rows(planned, gpus_per_node)
+    text = plan_svg(planned, rows)
+    if path == "-":
+        write_out(text)
+        return
+    try:
+        Path(path).write_text(text, encoding="utf-8")
+    except OSError as err:
+        fail(f"cannot write {path}: {err.strerror or err}")
+    processes = sum(component.world_size for component in planned.components)
+    nodes = sum(row.count for row in rows)
+    folded = f"{len(rows):,} row" + ("" if len(rows) == 1 else "s")
+    sys.stderr.write(f"wrote {path}: {processes:,} processes on {nodes:,} nodes, {folded}\n")
 
 
 def read_plan(data: bytes) -> Plan:

@@ -54,9 +54,11 @@ def run_script(name: str, *args: str, env: dict[str, str] | None = None, timeout
 def wait_for(probe: Callable[[], Any], timeout: float, what: str, interval: float = 0.2) -> Any:
     """Call probe until it returns something truthy and return that; TimeoutError after timeout seconds."""
     deadline = time.monotonic() + timeout
+    began = time.monotonic()
     while True:
         result = probe()
         if result:
+            print(f"\n[timing] {time.strftime('%H:%M:%S')} {what}: {time.monotonic() - began:.1f} s", flush=True)
             return result
         if time.monotonic() > deadline:
             raise TimeoutError(f"timed out after {timeout:g}s waiting for {what}")
