@@ -182,3 +182,57 @@ def _text(x: float, y: float, text: str, *, bold: bool = False, size: int = 12) 
     weight = " font-weight='bold'" if bold else ""
     font = FONT.replace("font-size='12'", f"font-size='{size}'")
     return f"<text x={quoteattr(str(x))} y={quoteattr(str(y))} {font}{weight}>{escape(text)}</text>"
+
+
+#: What a grid cell shows for a GPU no process holds.
+FREE = "."
+
+
+def component_letters(names: Sequence[str]) -> dict[str, str]:
+    """One capital letter per component, in plan order: its first letter not taken yet (actor A, rollout R,
+    reward E), else the first free letter of the alphabet, else a lower-case one."""
+    letters: dict[str, str] = {}
+    pool = [chr(c) for c in range(ord("A"), ord("Z") + 1)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    for name in names:
+        taken = set(letters.values())
+        wanted = [c.upper() for c in name if c.isalpha()] + pool
+        letters[name] = next((c for c in wanted if c not in taken), "?")
+    return letters
+
+
+def plan_grid(plan: Plan, rows: Sequence[NodeRow]) -> str:
+    """The plan as text, one line per row of `plan_rows`: a letter per GPU for the component holding it, a digit
+    for a combination of components sharing it (named under the grid), `.` for a free GPU, and what runs off the
+    GPUs at the end of the line. Readable for a 1,024-node job on one screen when its nodes fold."""
+    letters = component_letters(plan.names)
+    shared: dict[tuple[str, ...], str] = {}
+    symbols = [str(d) for d in range(1, 10)] + [chr(c) for c in range(ord("a"), ord("z") + 1)]
+
+    def symbol(holders: tuple[str, ...]) -> str:
+        if not holders:
+            return FREE
+        if len(holders) == 1:
+            return letters[holders[0]]
+        if holders not in shared:
+            shared[holders] = symbols[len(shared)] if len(shared) < len(symbols) else "*"
+        return shared[holders]
+
+    cells = [" ".join(symbol(holders) for holders in row.gpus) for row in rows]
+    # the column the GPUs start at: after the widest node label and the widest group heading with "GPU "
+    start = max([2 + len(row.label) + 4 for row in rows] + [len(f"node group {row.group}") + 5 for row in rows])
+    grid_width = max((len(cell) for cell in cells), default=0)
+    columns = max((len(row.gpus) for row in rows), default=0)
+    lines = ["  ".join(f"{letters[c.name]} {c.name} ({c.world_size})" for c in plan.components)]
+    header = " ".join(str(gpu % 10) for gpu in range(columns))
+    group = None
+    for row, cell in zip(rows, cells, strict=True):
+        if row.group != group:
+            group = row.group
+            gpus = max(len(r.gpus) for r in rows if r.group == group)
+            numbers = "GPU " + header[: 2 * gpus - 1] if gpus else ""
+            lines.append((f"node group {group}".ljust(start - 4) + numbers).rstrip())
+        off = f"   {_off_text(row)}" if row.off_gpu else ""
+        lines.append((f"  {row.label}".ljust(start) + cell.ljust(grid_width) + off).rstrip())
+    if shared:
+        lines.append("shared GPUs: " + ", ".join(f"{s} = {'+'.join(h)}" for h, s in shared.items()))
+    return "\n".join(lines) + "\n"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 import time
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -55,10 +56,34 @@ def load_config() -> None:
         config.load_kube_config()
 
 
+class KubeconfigError(Exception):
+    """No kubeconfig, or not the context asked for (a tool run by a person: `kubectl rlplace`)."""
+
+
+def kubeconfig_client(context: str | None) -> tuple[Kube, str]:
+    """For a tool a person runs beside kubectl: the kubeconfig kubectl uses (KUBECONFIG, else ~/.kube/config), its
+    current context or `context`, and that context's namespace ("default" when it names none)."""
+    # Read now, not when the client was imported (it takes KUBECONFIG once, at import); a list of files is merged.
+    path = os.environ.get("KUBECONFIG") or None
+    try:
+        config.load_kube_config(config_file=path, context=context)
+        contexts, active = config.list_kube_config_contexts(config_file=path)
+    except (config.ConfigException, OSError) as err:
+        raise KubeconfigError(str(err)) from None
+    chosen = next((c for c in contexts if c["name"] == context), None) if context else active
+    namespace = ((chosen or {}).get("context") or {}).get("namespace") or "default"
+    return Kube(_pooled_client(pool_size=4)), namespace
+
+
 def api_client(pool_size: int) -> client.ApiClient:
     """A client with one pooled connection per thread that calls the API: a smaller pool makes threads open (and
     TLS-handshake) a fresh connection for every call under load."""
     load_config()
+    return _pooled_client(pool_size)
+
+
+def _pooled_client(pool_size: int) -> client.ApiClient:
+    """A client of the configuration loaded last, with `pool_size` pooled connections."""
     configuration = client.Configuration.get_default_copy()
     configuration.connection_pool_maxsize = pool_size
     return client.ApiClient(configuration)
@@ -452,6 +477,14 @@ class Kube:
             if err.status == 404:
                 return None
             raise
+
+    def list_rljobs(self, namespace: str | None) -> list[dict]:
+        """The RLJobs of a namespace, or of every namespace (None)."""
+        if namespace is None:
+            listed = self.custom.list_cluster_custom_object(GROUP, VERSION, RLJOB_PLURAL)
+        else:
+            listed = self.custom.list_namespaced_custom_object(GROUP, VERSION, namespace, RLJOB_PLURAL)
+        return list(listed.get("items") or [])
 
     def set_component_replicas(self, namespace: str, name: str, index: int, component: str, replicas: int) -> None:
         """Set spec.components[index].replicas (the elastic loop's change, docs/elastic.md), as a JSON patch that first

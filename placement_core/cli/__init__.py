@@ -95,3 +95,17 @@ def operator_main() -> None:
     from rlplace_operator.main import main as run_operator
 
     run_operator()
+
+
+def kubectl_main() -> None:
+    """`kubectl-rlplace` (`kubectl rlplace`): the plugin, or one line naming the extra to install when it is missing."""
+    missing = [name for name in ("kopf", "kubernetes") if importlib.util.find_spec(name) is None]
+    if missing:
+        sys.stderr.write(
+            f"error: kubectl rlplace needs the operator extra ({', '.join(missing)} not installed): "
+            "pip install 'rlplace[operator]'\n"
+        )
+        sys.exit(EXIT_BAD_INPUT)
+    from rlplace_operator.kubectl import main as run_plugin
+
+    run_plugin()

@@ -14,6 +14,9 @@ Two tiers:
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -26,7 +29,7 @@ from test_restricted import head_user, restrict, restricted_pods
 from placement_core.observe.verify import find_report
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import Jobs, kubectl, pinned_nodes, run_tool
+from rlplace_fixtures import Jobs, kubectl, kubectl_path, pinned_nodes, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -353,6 +356,48 @@ def test_example_job_succeeds_in_a_restricted_namespace_with_every_process_verif
     ]
     assert [(r[0], r[1], r[5] if len(r) == 10 else "", r[-2]) for r in rows] == expected  # a row of 10 cells: with PID
     assert "ran concurrently: overlap" in log
+    if name == "rljob-heterogeneous-run.yaml":
+        assert_kubectl_rlplace_shows(kubeconfig, run_jobs.namespace, job, plan)
+
+
+def kubectl_rlplace(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    """`kubectl rlplace ...` as a person runs it: the real kubectl finds the plugin (kubectl-rlplace, installed with
+    the package next to this Python) on PATH and passes it the kubeconfig through KUBECONFIG."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "PATH": path}
+    return subprocess.run([kubectl_path(), "rlplace", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def assert_kubectl_rlplace_shows(kubeconfig: str, namespace: str, job: str, plan: dict) -> None:
+    """`kubectl rlplace get` draws the stored plan, one row per node with a letter per GPU, and says where each
+    process was verified; `top` lists the job; a job that does not exist is one line and status 2."""
+    got = kubectl_rlplace(kubeconfig, "get", job, "-n", namespace)
+    assert got.returncode == 0, got.stderr
+    print(got.stdout)
+    lines = got.stdout.splitlines()
+    assert lines[0].startswith(f"RLJob {namespace}/{job}: Succeeded, attempt 1"), got.stdout
+    letters = {"actor": "A", "rollout": "R", "reward": "E"}
+    for name, component in plan["components"].items():
+        node = component["processes"][0]["node_name"]
+        (row,) = [line for line in lines if line.split()[:1] == [node]]
+        gpus = sorted({g for p in component["processes"] for g in p["local_hardware_ranks"]})
+        if component["processes"][0]["hardware_type"] == "Accelerator":
+            assert row.split()[1:] == [letters[name]] * len(gpus), row
+        else:
+            assert row.endswith(f"off GPU: {name} x{len(component['processes'])}"), row
+    verified = "; ".join(
+        f"{n} {len(c['processes'])}/{len(c['processes'])} on {c['processes'][0]['node_name']}"
+        for n, c in plan["components"].items()
+    )
+    assert f"verified from inside the pods: {verified}" in lines, got.stdout
+    top = kubectl_rlplace(kubeconfig, "top", "-n", namespace)
+    assert top.returncode == 0, top.stderr
+    print(top.stdout)
+    header, *rows = top.stdout.splitlines()
+    assert header.split() == ["NAME", "PHASE", "ITERATION", "STEP", "BOTTLENECK", "GPU", "IDLE"]
+    assert [row.split()[:2] for row in rows] == [[job, "Succeeded"]]
+    missing = kubectl_rlplace(kubeconfig, "get", "no-such-job", "-n", namespace)
+    assert (missing.returncode, missing.stderr) == (2, f"error: RLJob {namespace}/no-such-job not found\n")
 
 
 @pytest.fixture

@@ -32,6 +32,7 @@ LAYERS: dict[str, int] = {
     "controllers": 8,
     "leadership": 2,
     "main": 9,
+    "kubectl": 9,
 }
 #: The modules that talk to the API server: kube.py, and leadership.py, whose Lease election is the client's own
 #: kubernetes.leaderelection (it makes its own calls).

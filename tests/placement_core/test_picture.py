@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from placement_core.cli import app
 from placement_core.components import component_placement
 from placement_core.configfile import load_yaml
-from placement_core.picture import plan_rows, plan_svg
+from placement_core.picture import plan_grid, plan_rows, plan_svg
 from placement_core.plan import build_plan
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +90,21 @@ def test_only_consecutive_look_alike_nodes_fold_and_free_gpus_are_drawn_empty() 
     assert plan_rows(plan)[1].gpus == (("rollout",),) * 4
     svg = plan_svg(plan, rows)
     assert svg.count("no process") == 4  # the four free GPUs' tooltips
+    assert plan_grid(plan, rows).splitlines() == [
+        "A actor (24)  R rollout (4)",
+        "node group cluster    GPU 0 1 2 3 4 5 6 7",
+        "  node-0 .. node-1, x2    A A A A A A A A",
+        "  node-2                  R R R R . . . .",
+        "  node-3                  A A A A A A A A",
+    ]
+
+
+def test_the_grid_gives_each_shared_combination_a_digit_and_names_it() -> None:
+    plan, gpus = hetero_plan()
+    grid = plan_grid(plan, plan_rows(plan, gpus)).splitlines()
+    assert grid[0] == "A actor (16)  R rollout (16)  E env (4)  G agent (24)"
+    assert grid[2] == "  node-0            1 1 1 1 A A A A   off GPU: agent x8"
+    assert grid[-1] == "shared GPUs: 1 = actor+rollout"
 
 
 def test_plan_and_show_write_the_svg_and_say_what_it_shows(tmp_path: Path) -> None:

@@ -1,0 +1,124 @@
+"""`kubectl rlplace`: a kubectl plugin (the `kubectl-rlplace` executable the package installs) for people at a
+terminal. `get JOB` shows the job's plan as a node x GPU grid and where its processes were verified; `top` lists
+jobs with their iteration, step time, bottleneck and GPU idle share. It reads what the operator wrote (the RLJob's
+status and its `<job>-placement` ConfigMap) with the kubeconfig kubectl uses; it changes nothing."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Annotated, NoReturn
+
+import typer
+from kubernetes.client.exceptions import ApiException
+from pydantic import ValidationError
+from urllib3.exceptions import HTTPError
+
+from placement_core.cli.common import EXIT_BAD_INPUT
+from placement_core.contract import plan_from_configmap
+from placement_core.errors import PlacementError
+from placement_core.picture import plan_rows, plan_svg
+from rlplace_operator.api.names import placement_configmap_name
+from rlplace_operator.api.status import RLJobStatus
+from rlplace_operator.kube import KubeconfigError, api_message, kubeconfig_client
+from rlplace_operator.kubectl.views import get_text, top_row, top_text
+
+app = typer.Typer(
+    name="kubectl rlplace",
+    help="See rlplace's jobs: the plan as a node x GPU grid, where each process was verified, and step times.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+NamespaceOpt = Annotated[
+    str | None, typer.Option("--namespace", "-n", help="The job's namespace (default: the kubeconfig context's).")
+]
+ContextOpt = Annotated[str | None, typer.Option("--context", help="The kubeconfig context to use.")]
+
+
+def fail(message: str) -> NoReturn:
+    sys.stderr.write(f"error: {message}\n")
+    raise typer.Exit(EXIT_BAD_INPUT)
+
+
+@contextmanager
+def one_line_errors() -> Iterator[None]:
+    """What goes wrong talking to the cluster, as one line (never a traceback)."""
+    try:
+        yield
+    except ApiException as err:
+        fail(f"the API server refused: {api_message(err)}")
+    except (HTTPError, OSError) as err:
+        fail(f"cannot reach the API server: {err}")
+    except KubeconfigError as err:
+        fail(f"no usable kubeconfig: {err}")
+
+
+def job_status(body: dict) -> RLJobStatus:
+    try:
+        return RLJobStatus.model_validate(body.get("status") or {})
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        fail(f"status.{where} of RLJob {body['metadata']['name']}: {first['msg']} (an operator of another version?)")
+
+
+@app.command()
+def get(
+    job: Annotated[str, typer.Argument(help="The RLJob's name.")],
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    svg: Annotated[
+        str | None,
+        typer.Option("--svg", metavar="FILE", help="Also write the plan's picture to FILE (as rlplace plan --svg)."),
+    ] = None,
+) -> None:
+    """The job's plan as a node x GPU grid (identical nodes folded), and where each process was verified."""
+    with one_line_errors():
+        kube, current = kubeconfig_client(context)
+        namespace = namespace or current
+        body = kube.get_rljob(namespace, job)
+        if body is None:
+            fail(f"RLJob {namespace}/{job} not found")
+        status = job_status(body)
+        configmap = kube.get_configmap(namespace, placement_configmap_name(job))
+    plan = None
+    if configmap is not None:
+        try:
+            plan = plan_from_configmap(configmap)
+        except PlacementError as err:
+            fail(f"ConfigMap {namespace}/{placement_configmap_name(job)}: {err}")
+    sys.stdout.write(get_text(namespace, job, status, plan))
+    if svg is not None and plan is not None:
+        try:
+            with open(svg, "w", encoding="utf-8") as out:
+                out.write(plan_svg(plan, plan_rows(plan), title=f"RLJob {namespace}/{job}"))
+        except OSError as err:
+            fail(f"cannot write {svg}: {err.strerror or err}")
+        sys.stderr.write(f"wrote {svg}\n")
+
+
+@app.command()
+def top(
+    namespace: NamespaceOpt = None,
+    all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Jobs of every namespace.")] = False,
+    context: ContextOpt = None,
+) -> None:
+    """Jobs with their iteration, step time, bottleneck component and GPU idle share, like `kubectl top`."""
+    with one_line_errors():
+        kube, current = kubeconfig_client(context)
+        namespace = namespace or current
+        bodies = kube.list_rljobs(None if all_namespaces else namespace)
+    rows = [top_row(b["metadata"]["namespace"], b["metadata"]["name"], job_status(b)) for b in bodies]
+    if not rows:
+        where = "any namespace" if all_namespaces else f"namespace {namespace}"
+        sys.stderr.write(f"No RLJobs found in {where}.\n")
+        return
+    rows.sort(key=lambda row: (row.namespace, row.name))
+    sys.stdout.write(top_text(rows, all_namespaces))
+
+
+def main() -> None:
+    app()
