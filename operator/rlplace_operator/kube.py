@@ -279,6 +279,33 @@ class Kube:
         none)."""
         return next(self._container_logs(namespace, label_selector, container, tail_lines=lines), "")
 
+    def container_log(self, namespace: str, label_selector: str, container: str) -> str:
+        """The whole log of `container` in the newest pod matching `label_selector` that has one ('' if none)."""
+        return next(self._container_logs(namespace, label_selector, container, newest_only=True), "")
+
+    def pods_on_node(self, namespace: str, label_selector: str, node: str) -> list[str]:
+        """The names of the running pods matching `label_selector` on `node`."""
+        pods = self.core.list_namespaced_pod(
+            namespace, label_selector=label_selector, field_selector=f"spec.nodeName={node},status.phase=Running"
+        ).items
+        return [pod.metadata.name for pod in pods]
+
+    def exec_in_pod(self, namespace: str, pod: str, container: str, command: list[str]) -> str:
+        """What `command` prints (stdout and stderr) run in the container, as `kubectl exec` runs it."""
+        from kubernetes.stream import stream
+
+        return stream(
+            self.core.connect_get_namespaced_pod_exec,
+            pod,
+            namespace,
+            container=container,
+            command=command,
+            stderr=True,
+            stdin=False,
+            stdout=True,
+            tty=False,
+        )
+
     def warning_events(self, namespace: str) -> list[dict]:
         """The namespace's Warning events (core/v1), as API JSON dicts."""
         response = self.core.list_namespaced_event(namespace, field_selector="type=Warning", _preload_content=False)

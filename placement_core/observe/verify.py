@@ -110,6 +110,9 @@ class ProcessCheck:
     """... and the host GPUs its container was given, as the DRA driver announced them inside it."""
     claims: tuple[str, ...] = ()
     """The UIDs of the ResourceClaims the driver named for those GPUs."""
+    pid: int | None = None
+    """The process's PID on its node (in its pod), where it checked itself: what `kubectl rlplace logs` finds
+    its log by."""
 
     @property
     def ok(self) -> bool:
@@ -302,7 +305,7 @@ def check_here(binding: Binding, cuda_early: str | None = None) -> ProcessCheck:
     label = ray.get_runtime_context().get_node_labels().get(NODE_LABEL)
     ray_node_rank = int(label) if label is not None and label.isdigit() else None
     devices = probe_devices(os.environ.get("CUDA_VISIBLE_DEVICES"))
-    return check_binding(binding, os.environ, ray_node_rank, devices, cuda_early)
+    return replace(check_binding(binding, os.environ, ray_node_rank, devices, cuda_early), pid=os.getpid())
 
 
 # -- at the driver: every process together ----------------------------------------------------------------
@@ -369,6 +372,7 @@ class BindingReport:
                         "problems": list(c.problems),
                         "device_uuids": None if c.device_uuids is None else list(c.device_uuids),
                         "device_source": c.device_source,
+                        **({} if c.pid is None else {"pid": c.pid}),
                         **(
                             {}
                             if c.host_gpus is None
@@ -417,6 +421,7 @@ def _check_from_dict(raw: Any) -> ProcessCheck:
         host_gpus=None if host is None else tuple(int(g) for g in host),
         pod_host_gpus=None if pod_host is None else tuple(int(g) for g in pod_host),
         claims=tuple(str(c) for c in raw.get("claims") or ()),
+        pid=int(raw["pid"]) if isinstance(raw.get("pid"), int) else None,
     )
 
 

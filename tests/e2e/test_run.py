@@ -370,7 +370,8 @@ def kubectl_rlplace(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
 
 def assert_kubectl_rlplace_shows(kubeconfig: str, namespace: str, job: str, plan: dict) -> None:
     """`kubectl rlplace get` draws the stored plan, one row per node with a letter per GPU, and says where each
-    process was verified; `top` lists the job; a job that does not exist is one line and status 2."""
+    process was verified; `top` lists the job; `logs` prints one process's own log from its pod (the example keeps
+    its pods 120 s after it ends); a job or rank that does not exist is one line and status 2."""
     got = kubectl_rlplace(kubeconfig, "get", job, "-n", namespace)
     assert got.returncode == 0, got.stderr
     print(got.stdout)
@@ -396,6 +397,12 @@ def assert_kubectl_rlplace_shows(kubeconfig: str, namespace: str, job: str, plan
     header, *rows = top.stdout.splitlines()
     assert header.split() == ["NAME", "PHASE", "ITERATION", "STEP", "BOTTLENECK", "GPU", "IDLE"]
     assert [row.split()[:2] for row in rows] == [[job, "Succeeded"]]
+    # one process's own log, read in its pod by the PID its binding report gave: Ray's marker of its actor first
+    logs = kubectl_rlplace(kubeconfig, "logs", job, "rollout", "1", "-n", namespace)
+    assert logs.returncode == 0, logs.stderr
+    assert ":actor_name:Worker" in logs.stdout.splitlines()[:3], logs.stdout
+    bad_rank = kubectl_rlplace(kubeconfig, "logs", job, "rollout", "5", "-n", namespace)
+    assert (bad_rank.returncode, bad_rank.stderr) == (2, f"error: component 'rollout' of {job} has ranks 0-1, not 5\n")
     missing = kubectl_rlplace(kubeconfig, "get", "no-such-job", "-n", namespace)
     assert (missing.returncode, missing.stderr) == (2, f"error: RLJob {namespace}/no-such-job not found\n")
 

@@ -145,6 +145,12 @@ def test_exclusive_processes_on_one_node_never_see_the_same_gpu() -> None:
 def test_report_json_round_trip_summary_and_error() -> None:
     report = checks_seeing({("reward", 0): ("U2",), ("critic", 0): ("U2", "U4")})
     assert BindingReport.from_json(report.to_json()) == report
+    # each process's PID, where it checked itself, goes along (what `kubectl rlplace logs` finds its log by)
+    with_pids = dataclasses.replace(
+        report, checks=tuple(dataclasses.replace(c, pid=100 + i) for i, c in enumerate(report.checks))
+    )
+    assert BindingReport.from_json(with_pids.to_json()) == with_pids
+    assert [c.pid for c in BindingReport.from_json(with_pids.to_json()).checks][:2] == [100, 101]
     assert report.summary() == (
         "verified actor 4/4, rollout 4/4, reward 2/2, critic 0/1; component 'critic' rank 0 on node 'node-0': "
         "sees GPU U2, which component 'reward' rank 0 also sees (planned GPUs 3,4 and 2 are disjoint)"

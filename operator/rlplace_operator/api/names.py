@@ -64,6 +64,8 @@ RAYJOB_PLURAL = "rayjobs"
 RAY_CLUSTER_POD_LABEL = "ray.io/cluster"
 #: KubeRay's name for the container that runs `ray job submit` (the submitter Job's pod, or the head's sidecar).
 SUBMITTER_CONTAINER = "ray-job-submitter"
+#: The container of a Ray worker pod (builders/raycluster.py), where the job's processes run.
+WORKER_CONTAINER = "ray-worker"
 
 
 def placement_configmap_name(job: str) -> str:

@@ -27,6 +27,7 @@ from rlplace_operator.api.names import (
     NODES_ANNOTATION,
     RAY_GROUP,
     RAY_VERSION,
+    WORKER_CONTAINER,
     child_labels,
     placement_configmap_name,
     raycluster_name,
@@ -188,7 +189,7 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     ray_gpus = fw.ray_gpus(first.gpus, first.held_gpus) if pod_gpus is None else len(pod_gpus)
     processes = max(node.processes for node in nodes)
     container = {
-        "name": "ray-worker",
+        "name": WORKER_CONTAINER,
         "image": spec.ray.worker_image or spec.ray.image,
         "securityContext": container_security_context(),
         "resources": _resources(spec.ray.worker_resources.cpu, spec.ray.worker_resources.memory, first.requests),
@@ -223,9 +224,9 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
     # the kubelet's sync period, and a moved rank runs on another node than the plan the driver started with).
     ranks = {"name": placement_configmap_name(job)}
     mount = {"name": NODE_RANKS_VOLUME, "mountPath": contract.NODE_RANKS_MOUNT_DIR, "readOnly": True}
-    template = with_volume(template, {"name": NODE_RANKS_VOLUME, "configMap": ranks}, "ray-worker", mount)
+    template = with_volume(template, {"name": NODE_RANKS_VOLUME, "configMap": ranks}, WORKER_CONTAINER, mount)
     if first.pin is not None and pod_gpus is not None:
-        template = with_claim(template, "ray-worker", first.pin, pod_gpus)
+        template = with_claim(template, WORKER_CONTAINER, first.pin, pod_gpus)
     return {
         "groupName": name,
         "replicas": len(nodes),
@@ -236,9 +237,9 @@ def build_worker_group(job: str, spec: RLJobSpec, name: str, nodes: Sequence[Wor
             **worker_start_params(spec.ray.worker_resources.cpu, processes, fw.extra_ray_cpus(ray_gpus)),
         },
         "template": apply_pod_options(
-            with_probe(with_checkpoint(template, spec, "ray-worker"), fw.probe_mount(job), "ray-worker"),
+            with_probe(with_checkpoint(template, spec, WORKER_CONTAINER), fw.probe_mount(job), WORKER_CONTAINER),
             spec.pods.for_workers(first.groups),
-            "ray-worker",
+            WORKER_CONTAINER,
             spec.ray.service_account_name,
         ),
     }

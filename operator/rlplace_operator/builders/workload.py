@@ -18,6 +18,7 @@ from rlplace_operator.api.names import (
     QUEUE_LABEL,
     SLICE_REPLACEMENT_ANNOTATION,
     UNCONSTRAINED_TOPOLOGY_ANNOTATION,
+    WORKER_CONTAINER,
     WORKLOAD_GROUP,
     WORKLOAD_VERSION,
     child_labels,
@@ -46,7 +47,7 @@ class PodSet:
     """Kueue's PodSet group: the PodSets of one group go under one domain of the level together."""
 
     def wire(self) -> dict[str, Any]:
-        container = {"name": "ray-worker", "resources": {"requests": dict(self.requests)}}
+        container = {"name": WORKER_CONTAINER, "resources": {"requests": dict(self.requests)}}
         template: dict[str, Any] = {
             "spec": {
                 "containers": [container],

@@ -1,7 +1,8 @@
 """`kubectl rlplace`: a kubectl plugin (the `kubectl-rlplace` executable the package installs) for people at a
 terminal. `get JOB` shows the job's plan as a node x GPU grid and where its processes were verified; `top` lists
-jobs with their iteration, step time, bottleneck and GPU idle share. It reads what the operator wrote (the RLJob's
-status and its `<job>-placement` ConfigMap) with the kubeconfig kubectl uses; it changes nothing."""
+jobs with their iteration, step time, bottleneck and GPU idle share; `logs JOB COMPONENT RANK` prints what one
+process printed, read in its pod. It reads what the operator wrote (the RLJob's
+status, its `<job>-placement` ConfigMap, the driver's log) with the kubeconfig kubectl uses; it changes nothing."""
 
 from __future__ import annotations
 
@@ -18,15 +19,24 @@ from urllib3.exceptions import HTTPError
 from placement_core.cli.common import EXIT_BAD_INPUT
 from placement_core.contract import plan_from_configmap
 from placement_core.errors import PlacementError
+from placement_core.observe.verify import find_report
 from placement_core.picture import plan_rows, plan_svg
-from rlplace_operator.api.names import placement_configmap_name
+from rlplace_operator.api.names import (
+    SUBMITTER_CONTAINER,
+    WORKER_CONTAINER,
+    placement_configmap_name,
+    worker_pods_selector,
+)
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.api.status import RLJobStatus
 from rlplace_operator.kube import KubeconfigError, api_message, kubeconfig_client
 from rlplace_operator.kubectl.views import get_text, top_row, top_text
+from rlplace_operator.reconcile.driver import driver_log_selector
 
 app = typer.Typer(
     name="kubectl rlplace",
-    help="See rlplace's jobs: the plan as a node x GPU grid, where each process was verified, and step times.",
+    help="See rlplace's jobs: the plan as a node x GPU grid, where each process was verified, step times, and the "
+    "log of one process.",
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
@@ -118,6 +128,65 @@ def top(
         return
     rows.sort(key=lambda row: (row.namespace, row.name))
     sys.stdout.write(top_text(rows, all_namespaces))
+
+
+#: Where Ray writes what a worker process prints: `worker-<worker id>-<job id>-<pid>.out` (and `.err`) under the
+#: session's log directory, on the node of the process (in its pod).
+RAY_WORKER_LOGS = "/tmp/ray/session_latest/logs"
+
+
+@app.command()
+def logs(
+    job: Annotated[str, typer.Argument(help="The RLJob's name.")],
+    component: Annotated[str, typer.Argument(help="The component (actor, rollout, ...).")],
+    rank: Annotated[int, typer.Argument(help="The process's rank in the component.")],
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+    tail: Annotated[int | None, typer.Option("--tail", help="Only the last N lines of each stream.", min=1)] = None,
+) -> None:
+    """The log of one process: what it printed, read in its pod on its node (found by the PID its binding report
+    gave)."""
+    with one_line_errors():
+        kube, current = kubeconfig_client(context)
+        namespace = namespace or current
+        body = kube.get_rljob(namespace, job)
+        if body is None:
+            fail(f"RLJob {namespace}/{job} not found")
+        configmap = kube.get_configmap(namespace, placement_configmap_name(job))
+        if configmap is None:
+            fail(f"RLJob {namespace}/{job} has no plan yet (it is not placed)")
+        try:
+            plan = plan_from_configmap(configmap)
+            process = plan.component(component).processes
+        except PlacementError as err:
+            fail(f"RLJob {namespace}/{job}: {err}")
+        if not 0 <= rank < len(process):
+            fail(f"component '{component}' of {job} has ranks 0-{len(process) - 1}, not {rank}")
+        node = process[rank].node_name
+        spec = RLJobSpec.model_validate(body["spec"])
+        status = job_status(body)
+        selector = driver_log_selector(job, spec.run.submission_mode, status.ray_cluster)
+        log = kube.container_log(namespace, selector, SUBMITTER_CONTAINER) if selector else ""
+        report = find_report(log)
+        check = next((c for c in report.checks if (c.component, c.rank) == (component, rank)), None) if report else None
+        if check is None or check.pid is None:
+            fail(
+                f"{component} rank {rank} of {job} has not reported its PID (no binding report of it in the driver's "
+                f"log yet): {status.driver_log or 'kubectl logs job/' + job}"
+            )
+        pods = kube.pods_on_node(namespace, worker_pods_selector(job), node)
+        if not pods:
+            fail(
+                f"no running pod of {job} on {node} (the job's Ray cluster is gone once it ends): the driver's log "
+                f"has what the driver printed: {status.driver_log or 'kubectl logs job/' + job}"
+            )
+        lines = f"tail -n {tail}" if tail else "cat"
+        script = (
+            f'for f in {RAY_WORKER_LOGS}/worker-*-{check.pid}.out; do [ -e "$f" ] && {lines} "$f"; done; '
+            f"for f in {RAY_WORKER_LOGS}/worker-*-{check.pid}.err; do [ -s \"$f\" ] && echo '--- stderr ---' && "
+            f'{lines} "$f"; done; true'
+        )
+        sys.stdout.write(kube.exec_in_pod(namespace, pods[0], WORKER_CONTAINER, ["sh", "-c", script]))
 
 
 def main() -> None:
