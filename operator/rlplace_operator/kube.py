@@ -505,6 +505,10 @@ class Kube:
                 return None
             raise
 
+    def rljobs_served(self) -> bool:
+        """Whether the cluster serves RLJobs (rlplace's CRDs are installed)."""
+        return self._kind_served(GROUP, VERSION, RLJOB_PLURAL)
+
     def list_rljobs(self, namespace: str | None) -> list[dict]:
         """The RLJobs of a namespace, or of every namespace (None)."""
         if namespace is None:

@@ -58,6 +58,14 @@ def kubectl(kubeconfig: str, *args: str, stdin: str | None = None) -> str:
     return run_tool("kubectl", kubeconfig, *args, stdin=stdin).stdout
 
 
+def kubectl_rlplace(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
+    """`kubectl rlplace ...` as a person runs it: the real kubectl finds the plugin (kubectl-rlplace, installed with
+    the package next to this Python) on PATH and passes it the kubeconfig through KUBECONFIG."""
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "PATH": path}
+    return subprocess.run([kubectl_path(), "rlplace", *args], env=env, capture_output=True, text=True, timeout=60)
+
+
 def _free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

@@ -19,7 +19,7 @@ from test_lifecycle import CHECKPOINTS, EVERY, STEPS, resumable_job, summary_lin
 from test_run import RunJobs, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
 from e2e_cluster import e2e_dir, wait_for
-from rlplace_fixtures import Jobs, kubectl, pinned_nodes
+from rlplace_fixtures import Jobs, kubectl, kubectl_rlplace, pinned_nodes
 
 pytestmark = pytest.mark.e2e
 
@@ -241,6 +241,12 @@ def test_kueues_own_words_for_a_clusterqueue_too_small_are_named_on_the_job(
     # Kueue's words, e.g. "couldn't assign flavors to pod set a800: flavor 4090 doesn't match node affinity".
     assert "pod set a800" in queued["waitingFor"] or "nvidia.com/gpu" in queued["waitingFor"], queued
     assert condition(queued, "Admitted")["reason"] == "WaitingForKueue"
+    # `kubectl rlplace why` leads with Kueue's words and the Workload to describe
+    why = kubectl_rlplace(kubeconfig, "why", "too-big", "-n", jobs.namespace)
+    assert why.returncode == 0, why.stderr
+    first, further = why.stdout.splitlines()
+    assert first.startswith(f"RLJob {jobs.namespace}/too-big: Kueue has not admitted it: ") and "rl-e2e-small" in first
+    assert further.startswith(f"Look further: kubectl describe workload -n {jobs.namespace} "), further
     # More GPUs than the whole ClusterQueue has.
     big = cluster_job("over-quota", "small")
     big["spec"]["nodeGroups"] = ["4090"]

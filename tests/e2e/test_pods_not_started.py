@@ -12,6 +12,7 @@ import pytest
 from test_run import RunJobs, example, real_nodes, run_jobs  # noqa: F401  (fixtures)
 
 from e2e_cluster import wait_for
+from rlplace_fixtures import kubectl_rlplace
 
 pytestmark = pytest.mark.e2e
 
@@ -41,6 +42,7 @@ def _condition(status: dict, type_: str) -> dict:
 def test_missing_secret_env_claim_and_host_directory_are_named_within_30_s_and_the_node_runs_the_next_job(
     run_jobs: RunJobs,  # noqa: F811
     real_nodes: list[str],  # noqa: F811
+    kubeconfig: str,
 ) -> None:
     missing_dir = f"/var/tmp/rlplace-e2e-no-such-directory/{run_jobs.namespace}"
     resumable = example("rljob-resumable-run.yaml")
@@ -85,6 +87,9 @@ def test_missing_secret_env_claim_and_host_directory_are_named_within_30_s_and_t
         message = status["message"]
         assert named in message, (name, message)
         assert "(node rank 0, node 'real-a800-0', actor ranks 0-3" in message or "Ray head pod '" in message, message
+        # and `kubectl rlplace why` says it first, with where to look further
+        why = kubectl_rlplace(kubeconfig, "why", name, "-n", run_jobs.namespace)
+        assert why.returncode == 0 and named in why.stdout.splitlines()[0], (why.stdout, why.stderr)
         # Admitted's last transition is its grant (a Failed job keeps it True); when the job said why is the
         # operator's Warning Event with that reason on the RLJob.
         admitted = _time(_condition(status, "Admitted")["lastTransitionTime"])

@@ -14,9 +14,6 @@ Two tiers:
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +26,7 @@ from test_restricted import head_user, restrict, restricted_pods
 from placement_core.observe.verify import find_report
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import Jobs, kubectl, kubectl_path, pinned_nodes, run_tool
+from rlplace_fixtures import Jobs, kubectl, kubectl_rlplace, pinned_nodes, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -360,14 +357,6 @@ def test_example_job_succeeds_in_a_restricted_namespace_with_every_process_verif
         assert_kubectl_rlplace_shows(kubeconfig, run_jobs.namespace, job, plan)
 
 
-def kubectl_rlplace(kubeconfig: str, *args: str) -> subprocess.CompletedProcess:
-    """`kubectl rlplace ...` as a person runs it: the real kubectl finds the plugin (kubectl-rlplace, installed with
-    the package next to this Python) on PATH and passes it the kubeconfig through KUBECONFIG."""
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
-    env = {**os.environ, "KUBECONFIG": kubeconfig, "PATH": path}
-    return subprocess.run([kubectl_path(), "rlplace", *args], env=env, capture_output=True, text=True, timeout=60)
-
-
 def assert_kubectl_rlplace_shows(kubeconfig: str, namespace: str, job: str, plan: dict) -> None:
     """`kubectl rlplace get` draws the stored plan, one row per node with a letter per GPU, and says where each
     process was verified; `top` lists the job; `logs` prints one process's own log from its pod (the example keeps
@@ -479,3 +468,8 @@ def test_a_tampered_plan_entry_fails_verification_naming_the_rank(
         "False",
         "BindingMismatch",
     )
+    why = kubectl_rlplace(kubeconfig, "why", "tampered", "-n", run_jobs.namespace)
+    assert why.returncode == 0, why.stderr
+    assert why.stdout.startswith(
+        f"RLJob {run_jobs.namespace}/tampered: it failed: binding check failed: component 'rollout' rank 1"
+    ), why.stdout

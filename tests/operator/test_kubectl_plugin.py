@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 from typer.testing import CliRunner
 
@@ -12,7 +13,7 @@ from placement_core.components import component_placement
 from placement_core.plan import build_plan
 from rlplace_operator.api.status import RLJobStatus
 from rlplace_operator.kubectl import app
-from rlplace_operator.kubectl.views import get_text, gpu_idle_share, top_row, top_text
+from rlplace_operator.kubectl.views import get_text, gpu_idle_share, top_row, top_text, why_text
 
 
 def status(**fields: object) -> RLJobStatus:
@@ -126,3 +127,122 @@ def test_without_a_kubeconfig_or_a_reachable_cluster_it_is_one_line(tmp_path: Pa
     down = CliRunner().invoke(app, ["top"], env={"KUBECONFIG": str(kubeconfig)})
     assert down.exit_code == 2
     assert down.stderr.startswith("error: cannot reach the API server: ") and down.stderr.count("\n") == 1
+
+
+def condition(kind: str, state: str, reason: str, message: str) -> dict:
+    return {"type": kind, "status": state, "reason": reason, "message": message, "lastTransitionTime": "t"}
+
+
+#: The stuck or slow jobs of issue 44, each as the operator writes its status, and what `why` must say of it.
+STUCK = {
+    "rlplace's queue full": (
+        {"phase": "Queued", "queuePosition": 3, "waitingFor": "2 free nodes of a800"},
+        "it is 3rd in rlplace's queue and waits for 2 free nodes of a800.",
+        "kubectl get rljobs -A",
+    ),
+    "Kueue quota full": (
+        {
+            "phase": "Queued",
+            "waitingFor": "couldn't assign flavors to pod set a800: insufficient quota for nvidia.com/gpu in flavor "
+            "e2e-real, 16 more needed (ClusterQueue rl-e2e-real)",
+            "kueue": {"workload": "job-1a2b", "clusterQueue": "rl-e2e-real"},
+            "conditions": [condition("Admitted", "False", "WaitingForKueue", "waiting for Kueue")],
+        },
+        "Kueue has not admitted it: couldn't assign flavors to pod set a800: insufficient quota",
+        "kubectl describe workload -n ml job-1a2b; kubectl get clusterqueue rl-e2e-real",
+    ),
+    "Kueue ClusterQueue inactive": (
+        {
+            "phase": "Queued",
+            "waitingFor": "ClusterQueue rl-e2e-real is inactive: Can't admit new workloads: FlavorNotFound",
+            "kueue": {"workload": "job-1a2b"},
+            "conditions": [condition("Admitted", "False", "WaitingForKueue", "waiting for Kueue")],
+        },
+        "Kueue has not admitted it: ClusterQueue rl-e2e-real is inactive",
+        "kubectl describe workload -n ml job-1a2b",
+    ),
+    "a missing Secret": (
+        {
+            "phase": "Failed",
+            "message": "Secret 'no-such-secret' not found (node rank 0, node 'real-a800-0', actor ranks 0-3) "
+            "(driver log: kubectl logs -n ml job/job)",
+            "driverLog": "kubectl logs -n ml job/job",
+        },
+        "it failed: Secret 'no-such-secret' not found",
+        "kubectl logs -n ml job/job",
+    ),
+    "an image that cannot be pulled": (
+        {
+            "phase": "Provisioning",
+            "message": "waiting for the Ray cluster",
+            "conditions": [
+                condition(
+                    "RayClusterReady",
+                    "False",
+                    "ImagePullFailed",
+                    "image 'localhost/no-such:1' cannot be pulled (Ray head pod 'job-head-x')",
+                )
+            ],
+        },
+        "its pods are not all running yet: image 'localhost/no-such:1' cannot be pulled",
+        "kubectl get pods -n ml -l rlplace.io/job=job -o wide",
+    ),
+    "a binding mismatch": (
+        {
+            "phase": "Running",
+            "conditions": [
+                condition(
+                    "BindingVerified",
+                    "False",
+                    "BindingMismatch",
+                    "verified actor 4/4, rollout 3/4; component 'rollout' rank 1 on node 'real-4090-0': "
+                    "CUDA_VISIBLE_DEVICES is '3', planned '1'",
+                )
+            ],
+        },
+        "a binding mismatch: verified actor 4/4, rollout 3/4; component 'rollout' rank 1",
+        "kubectl rlplace get job -n ml",
+    ),
+    "a slow bottleneck": (
+        {"phase": "Running", "progress": PROGRESS, "placement": PLACEMENT},
+        "rollout is the bottleneck: 9.00 s of the 10.00 s iteration 31; actor idles 60% of each iteration waiting "
+        "for it; the job's GPUs idle 35%.",
+        "kubectl rlplace top -n ml",
+    ),
+    "a job waiting for a replacement node": (
+        {
+            "phase": "Running",
+            "progress": PROGRESS,
+            "components": [
+                {
+                    "name": "rollout",
+                    "onLoss": "Replace",
+                    "desired": 4,
+                    "live": 2,
+                    "lost": [{"node": "gpu-7", "ranks": [2, 3], "since": "2026-11-29T14:00:00Z", "why": "NodeLost"}],
+                }
+            ],
+        },
+        "rollout runs 2 of 4 ranks: ranks 2, 3 lost on gpu-7 since 2026-11-29T14:00:00Z (NodeLost); its ranks wait "
+        "for a replacement node while the others go on.",
+        "kubectl get pods -n ml -l rlplace.io/job=job -o wide; kubectl get nodes",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(STUCK))
+def test_why_names_the_one_thing_that_holds_the_job_back_and_where_to_look(case: str) -> None:
+    fields, cause, further = STUCK[case]
+    lines = why_text("ml", "job", RLJobStatus.model_validate(fields)).splitlines()
+    assert len(lines) == 2, lines
+    assert lines[0].startswith(f"RLJob ml/job: {cause}"), lines[0]
+    assert lines[1].startswith(f"Look further: {further}"), lines[1]
+
+
+def test_why_of_a_job_that_ended_or_was_never_seen() -> None:
+    done = RLJobStatus.model_validate({"phase": "Succeeded", "driverLog": "kubectl logs -n ml job/job"})
+    assert (
+        why_text("ml", "job", done)
+        == "RLJob ml/job: nothing: it succeeded.\nLook further: kubectl logs -n ml job/job\n"
+    )
+    assert "the operator has not seen it yet" in why_text("ml", "job", RLJobStatus())

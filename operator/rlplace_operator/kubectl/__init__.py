@@ -29,8 +29,8 @@ from rlplace_operator.api.names import (
 )
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.api.status import RLJobStatus
-from rlplace_operator.kube import KubeconfigError, api_message, kubeconfig_client
-from rlplace_operator.kubectl.views import get_text, top_row, top_text
+from rlplace_operator.kube import Kube, KubeconfigError, api_message, kubeconfig_client
+from rlplace_operator.kubectl.views import get_text, top_row, top_text, why_text
 from rlplace_operator.reconcile.driver import driver_log_selector
 
 app = typer.Typer(
@@ -66,6 +66,18 @@ def one_line_errors() -> Iterator[None]:
         fail(f"no usable kubeconfig: {err}")
 
 
+def read_job(kube: Kube, namespace: str, job: str) -> dict:
+    """The RLJob, or one line: not found, or a cluster that does not serve RLJobs at all."""
+    body = kube.get_rljob(namespace, job)
+    if body is not None:
+        return body
+    if not kube.rljobs_served():
+        fail(
+            "this cluster does not serve RLJobs: rlplace's CRDs are not installed (helm install rlplace charts/rlplace)"
+        )
+    fail(f"RLJob {namespace}/{job} not found")
+
+
 def job_status(body: dict) -> RLJobStatus:
     try:
         return RLJobStatus.model_validate(body.get("status") or {})
@@ -89,9 +101,7 @@ def get(
     with one_line_errors():
         kube, current = kubeconfig_client(context)
         namespace = namespace or current
-        body = kube.get_rljob(namespace, job)
-        if body is None:
-            fail(f"RLJob {namespace}/{job} not found")
+        body = read_job(kube, namespace, job)
         status = job_status(body)
         configmap = kube.get_configmap(namespace, placement_configmap_name(job))
     plan = None
@@ -111,6 +121,20 @@ def get(
 
 
 @app.command()
+def why(
+    job: Annotated[str, typer.Argument(help="The RLJob's name.")],
+    namespace: NamespaceOpt = None,
+    context: ContextOpt = None,
+) -> None:
+    """The one thing that holds the job back now, and the command that shows more."""
+    with one_line_errors():
+        kube, current = kubeconfig_client(context)
+        namespace = namespace or current
+        body = read_job(kube, namespace, job)
+    sys.stdout.write(why_text(namespace, job, job_status(body)))
+
+
+@app.command()
 def top(
     namespace: NamespaceOpt = None,
     all_namespaces: Annotated[bool, typer.Option("--all-namespaces", "-A", help="Jobs of every namespace.")] = False,
@@ -120,6 +144,10 @@ def top(
     with one_line_errors():
         kube, current = kubeconfig_client(context)
         namespace = namespace or current
+        if not kube.rljobs_served():
+            fail(
+                "this cluster does not serve RLJobs: rlplace's CRDs are not installed (helm install rlplace charts/rlplace)"
+            )
         bodies = kube.list_rljobs(None if all_namespaces else namespace)
     rows = [top_row(b["metadata"]["namespace"], b["metadata"]["name"], job_status(b)) for b in bodies]
     if not rows:
@@ -149,9 +177,7 @@ def logs(
     with one_line_errors():
         kube, current = kubeconfig_client(context)
         namespace = namespace or current
-        body = kube.get_rljob(namespace, job)
-        if body is None:
-            fail(f"RLJob {namespace}/{job} not found")
+        body = read_job(kube, namespace, job)
         configmap = kube.get_configmap(namespace, placement_configmap_name(job))
         if configmap is None:
             fail(f"RLJob {namespace}/{job} has no plan yet (it is not placed)")

@@ -8,8 +8,17 @@ from dataclasses import dataclass
 
 from placement_core.picture import plan_grid, plan_rows
 from placement_core.plan import Plan
-from rlplace_operator.api.conditions import BINDING_VERIFIED
-from rlplace_operator.api.status import RLJobStatus
+from rlplace_operator.api.conditions import (
+    ADMITTED,
+    BINDING_VERIFIED,
+    PLACED,
+    RAYCLUSTER_READY,
+    VALIDATED,
+    WAITING_FOR_KUEUE,
+    Condition,
+)
+from rlplace_operator.api.names import JOB_LABEL
+from rlplace_operator.api.status import JobPhase, RLJobStatus
 
 
 def job_heading(namespace: str, name: str, status: RLJobStatus) -> str:
@@ -119,3 +128,125 @@ def top_text(rows: Sequence[TopRow], all_namespaces: bool) -> str:
         table.append(cells)
     widths = [max(len(line[i]) for line in table) for i in range(len(header))]
     return "".join("  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() + "\n" for line in table)
+
+
+def _condition(status: RLJobStatus, kind: str) -> Condition | None:
+    return next((c for c in status.conditions if c.type == kind), None)
+
+
+def _ordinal(n: int) -> str:
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+    return f"{n}{suffix}"
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return f"rank {ranks[0]}" if len(ranks) == 1 else f"ranks {', '.join(map(str, ranks))}"
+
+
+def why_text(namespace: str, name: str, status: RLJobStatus) -> str:
+    """`kubectl rlplace why`: the one thing that holds the job back now, in one short paragraph, and the command
+    that shows more. Looked at in the order a person would: an end (success or failure), a wrong binding, a
+    preemption, admission (Kueue's or rlplace's queue, a placement that cannot be made), pods that do not start,
+    lost ranks waiting for a node, then a running job's bottleneck."""
+    job = f"RLJob {namespace}/{name}"
+    driver_log = status.driver_log or f"kubectl describe rljob -n {namespace} {name}"
+    pods = f"kubectl get pods -n {namespace} -l {JOB_LABEL}={name} -o wide"
+    cause, further = _why(namespace, name, status, driver_log, pods)
+    return f"{job}: {cause}\nLook further: {further}\n"
+
+
+def _why(namespace: str, name: str, status: RLJobStatus, driver_log: str, pods: str) -> tuple[str, str]:
+    phase = status.phase
+    message = status.message or ""
+    if phase is None:
+        return (
+            "the operator has not seen it yet (is it running?).",
+            "kubectl get pods -n rlplace-system; kubectl logs -n rlplace-system deploy/rlplace-operator",
+        )
+    if phase is JobPhase.SUCCEEDED:
+        return "nothing: it succeeded.", driver_log
+    if phase is JobPhase.FAILED:
+        return f"it failed: {message}", driver_log
+    binding = _condition(status, BINDING_VERIFIED)
+    if binding is not None and binding.status == "False":
+        return f"a binding mismatch: {binding.message}", f"kubectl rlplace get {name} -n {namespace}"
+    kueue = status.kueue
+    workload = f"kubectl describe workload -n {namespace} {kueue.workload}" if kueue else ""
+    if status.preemption is not None:
+        step = status.preemption.checkpoint_step
+        saved = f" (its newest checkpoint: step {step})" if step is not None else ""
+        said = f": {status.preemption.message}" if status.preemption.message else ""
+        return (
+            f"Kueue evicted it ({status.preemption.reason}{said}); rlplace asks its driver to checkpoint{saved}, "
+            "then stops it and queues it again.",
+            workload or driver_log,
+        )
+    admitted = _condition(status, ADMITTED)
+    if phase is JobPhase.SUSPENDED:
+        return (
+            f"it is suspended: {message or 'spec.suspend is true'}",
+            f"kubectl get rljob -n {namespace} {name} -o yaml",
+        )
+    if phase in (JobPhase.PENDING, JobPhase.QUEUED):
+        if admitted is not None and admitted.reason == WAITING_FOR_KUEUE:
+            queue = f"; kubectl get clusterqueue {kueue.cluster_queue}" if kueue and kueue.cluster_queue else ""
+            return f"Kueue has not admitted it: {status.waiting_for or admitted.message}", f"{workload}{queue}"
+        if status.queue_position is not None:
+            waits = f" and waits for {status.waiting_for}" if status.waiting_for else ""
+            return (
+                f"it is {_ordinal(status.queue_position)} in rlplace's queue{waits}.",
+                "kubectl get rljobs -A (the QUEUE and WAITING FOR columns); kubectl get nodegroups",
+            )
+        for kind in (VALIDATED, PLACED):
+            condition = _condition(status, kind)
+            if condition is not None and condition.status == "False":
+                return (
+                    f"{condition.reason}: {condition.message}",
+                    f"kubectl get nodegroups; kubectl describe rljob -n {namespace} {name}",
+                )
+        return message or "it waits to be placed.", f"kubectl describe rljob -n {namespace} {name}"
+    lost = [c for c in status.components if c.lost]
+    if lost:
+        component = lost[0]
+        where = "; ".join(f"{_ranks(r.ranks)} lost on {r.node} since {r.since} ({r.why})" for r in component.lost or [])
+        waiting = "its ranks wait for a replacement node" if not component.starting else "its ranks are starting again"
+        return (
+            f"{component.name} runs {component.live} of {component.desired} ranks: {where}; {waiting} while the "
+            "others go on.",
+            f"{pods}; kubectl get nodes",
+        )
+    ready = _condition(status, RAYCLUSTER_READY)
+    if phase is JobPhase.PROVISIONING or (ready is not None and ready.status == "False"):
+        said = ready.message if ready is not None and ready.status == "False" and ready.message else message
+        return f"its pods are not all running yet: {said}", f"{pods}; kubectl describe pod -n {namespace} POD"
+    progress = status.progress
+    if progress is None:
+        return f"it runs, and its driver has not reported an iteration yet ({message}).", driver_log
+    busy = {c.name: c.seconds for c in progress.components}
+    idle = {
+        name: max(0.0, 1 - seconds / progress.iteration_seconds)
+        for name, seconds in busy.items()
+        if progress.iteration_seconds > 0
+    }
+    neck = progress.bottleneck
+    if neck is None or neck not in busy:
+        return (
+            f"nothing holds it back: iteration {progress.iteration} took {progress.iteration_seconds:.2f} s.",
+            f"kubectl rlplace top -n {namespace}",
+        )
+    others = [n for n in busy if n != neck]
+    idlest = max(others, key=idle.__getitem__) if others else None
+    waiting = f"; {idlest} idles {idle[idlest]:.0%} of each iteration waiting for it" if idlest else ""
+    share = gpu_idle_share(status)
+    gpus = f"; the job's GPUs idle {share:.0%}" if share is not None else ""
+    recommendation = status.recommendation
+    better = (
+        f"; a re-placement is predicted {recommendation.gain:.0%} faster ({recommendation.decision})"
+        if recommendation is not None and recommendation.gain > 0
+        else ""
+    )
+    return (
+        f"{neck} is the bottleneck: {busy[neck]:.2f} s of the {progress.iteration_seconds:.2f} s iteration "
+        f"{progress.iteration}{waiting}{gpus}{better}.",
+        f"kubectl rlplace top -n {namespace}; kubectl get rljob -n {namespace} {name} -o jsonpath='{{.status.progress}}'",
+    )
