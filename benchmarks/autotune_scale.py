@@ -118,6 +118,14 @@ def hetero_config(gpus: int, types: int, worst: bool) -> dict:
     return raw
 
 
+def placement_text(component_placement: dict) -> str:
+    """`rollout,reward: a800 0-23, actor: a800 24-31`: a placement over node groups on one line."""
+    return ", ".join(
+        f"{k}: {v['node_group']} {v['placement']}" if isinstance(v, dict) else f"{k}: {v}"
+        for k, v in component_placement.items()
+    )
+
+
 def hetero_main() -> None:
     print()
     print("node groups of different GPUs, the single-type search on the same G alongside (ratio = autotune / 1-type)")
@@ -133,10 +141,7 @@ def hetero_main() -> None:
         plain = config(gpus, worst)
         single_s = best_of(lambda: autotune(read_job(plain), model))  # noqa: B023
         result = autotune(read_job(raw), model)
-        where = ", ".join(
-            f"{k}: {v['node_group']} {v['placement']}" if isinstance(v, dict) else f"{k}: {v}"
-            for k, v in result.component_placement.items()
-        )
+        where = placement_text(result.component_placement)
         label = "worst" if worst else "typical"
         print(
             f"{gpus:>6} {types:>5} {label:<8} {model.value:<8} {search_s:>9.4f} {total_s:>11.4f} "
@@ -160,10 +165,7 @@ def network_main() -> None:
         without_s = best_of(lambda: search_hetero(without))  # noqa: B023
         exact = "yes" if priced_points(task) <= PRICED_POINTS_LIMIT else "caps"
         result = autotune(read_job(raw))
-        where = ", ".join(
-            f"{k}: {v['node_group']} {v['placement']}" if isinstance(v, dict) else f"{k}: {v}"
-            for k, v in result.component_placement.items()
-        )
+        where = placement_text(result.component_placement)
         label = "worst" if worst else "typical"
         print(
             f"{gpus:>6} {types:>5} {label:<8} {search_s:>9.4f} {without_s:>10.4f} {search_s / without_s:>6.1f}x  "

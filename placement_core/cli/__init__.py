@@ -83,15 +83,20 @@ def main(args: list[str] | None = None) -> None:
     sys.exit(status if isinstance(status, int) else 0)
 
 
-def operator_main() -> None:
-    """`rlplace-operator`: the operator, or one line naming the extra to install when it is missing."""
+def _operator_extra_installed(command: str) -> None:
+    """Exit with one line naming the operator extra when `command` needs it and it is not installed."""
     missing = [name for name in ("kopf", "kubernetes") if importlib.util.find_spec(name) is None]
     if missing:
         sys.stderr.write(
-            f"error: rlplace-operator needs the operator extra ({', '.join(missing)} not installed): "
+            f"error: {command} needs the operator extra ({', '.join(missing)} not installed): "
             "pip install 'rlplace[operator]'\n"
         )
         sys.exit(EXIT_BAD_INPUT)
+
+
+def operator_main() -> None:
+    """`rlplace-operator`: the operator, or one line naming the extra to install when it is missing."""
+    _operator_extra_installed("rlplace-operator")
     from rlplace_operator.main import main as run_operator
 
     run_operator()
@@ -99,13 +104,7 @@ def operator_main() -> None:
 
 def kubectl_main() -> None:
     """`kubectl-rlplace` (`kubectl rlplace`): the plugin, or one line naming the extra to install when it is missing."""
-    missing = [name for name in ("kopf", "kubernetes") if importlib.util.find_spec(name) is None]
-    if missing:
-        sys.stderr.write(
-            f"error: kubectl rlplace needs the operator extra ({', '.join(missing)} not installed): "
-            "pip install 'rlplace[operator]'\n"
-        )
-        sys.exit(EXIT_BAD_INPUT)
+    _operator_extra_installed("kubectl rlplace")
     from rlplace_operator.kubectl import main as run_plugin
 
     run_plugin()
