@@ -1,8 +1,9 @@
 """`kubectl rlplace`: a kubectl plugin (the `kubectl-rlplace` executable the package installs) for people at a
-terminal. `get JOB` shows the job's plan as a node x GPU grid and where its processes were verified; `top` lists
-jobs with their iteration, step time, bottleneck and GPU idle share; `logs JOB COMPONENT RANK` prints what one
-process printed, read in its pod. It reads what the operator wrote (the RLJob's
-status, its `<job>-placement` ConfigMap, the driver's log) with the kubeconfig kubectl uses; it changes nothing."""
+terminal. `get JOB` shows the job's plan as a node x GPU grid and where its processes were verified; `why JOB`
+says the one thing that holds it back; `top` lists jobs with their iteration, step time, bottleneck and GPU idle
+share; `logs JOB COMPONENT RANK` prints what one process printed, read in its pod. It reads what the operator wrote
+(the RLJob's status, its `<job>-placement` ConfigMap, the driver's log) with the kubeconfig kubectl uses; it
+changes nothing."""
 
 from __future__ import annotations
 
@@ -111,7 +112,9 @@ def get(
         except PlacementError as err:
             fail(f"ConfigMap {namespace}/{placement_configmap_name(job)}: {err}")
     sys.stdout.write(get_text(namespace, job, status, plan))
-    if svg is not None and plan is not None:
+    if svg is not None and plan is None:
+        sys.stderr.write(f"no plan yet: {svg} not written\n")
+    elif svg is not None and plan is not None:
         try:
             with open(svg, "w", encoding="utf-8") as out:
                 out.write(plan_svg(plan, plan_rows(plan), title=f"RLJob {namespace}/{job}"))
