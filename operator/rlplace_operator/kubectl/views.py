@@ -49,7 +49,7 @@ def binding_lines(status: RLJobStatus, plan: Plan) -> list[str]:
                 f"{binding.name} {binding.verified}/{binding.processes}" + (f" on {place}" if where else "")
             )
         lines.append(f"verified from inside the pods: {'; '.join(verified)}")
-    condition = next((c for c in status.conditions if c.type == BINDING_VERIFIED), None)
+    condition = _condition(status, BINDING_VERIFIED)
     if condition is None:
         lines.append("binding: not checked yet")
     elif condition.status != "True":
