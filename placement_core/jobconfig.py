@@ -294,6 +294,5 @@ def check_profile_keys(profile: Mapping[object, object]) -> None:
             raise PlacementError(
                 f"profile_data: unknown key {quote(str(key))}{hint} (keys are <component>_cost, "
                 "<component>_cost_by_type, <component>_memory_gb, <component>_collective_gb, <component>_profile_data, "
-                "model_size_gb, "
-                "collocated_offload, network_levels and bandwidths)"
+                "model_size_gb, collocated_offload, network_levels and bandwidths)"
             )

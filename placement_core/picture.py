@@ -29,7 +29,7 @@ ROW = CELL + 6
 #: Pixels per character of the 12 px font (for the label column's width and the legend's spacing).
 CHAR = 7
 MARGIN = 16
-FONT = "font-family='DejaVu Sans, Helvetica, Arial, sans-serif' font-size='12'"
+FONT_FAMILY = "DejaVu Sans, Helvetica, Arial, sans-serif"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,7 +180,7 @@ def _rect(x: int, y: int, w: int, h: int, fill: str, tip: str) -> str:
 
 def _text(x: float, y: float, text: str, *, bold: bool = False, size: int = 12) -> str:
     weight = " font-weight='bold'" if bold else ""
-    font = FONT.replace("font-size='12'", f"font-size='{size}'")
+    font = f"font-family='{FONT_FAMILY}' font-size='{size}'"
     return f"<text x={quoteattr(str(x))} y={quoteattr(str(y))} {font}{weight}>{escape(text)}</text>"
 
 

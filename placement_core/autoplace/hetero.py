@@ -33,6 +33,7 @@ import itertools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -154,19 +155,25 @@ class HeteroTask:
     bandwidth_gb_s: Mapping[str, float]
     offload: bool
     notes: tuple[str, ...]
-    collective_gb: tuple[float, ...] = ()
+    collective_gb: tuple[float, ...]
     """Per chain component, the GB each of its GPUs sends in its own collectives per iteration (0: not priced)."""
 
     @property
     def chain(self) -> tuple[str, ...]:
         return self.base.chain
 
+    @cached_property
+    def tables(self) -> tuple[tuple[np.ndarray, ...], ...]:
+        """`tables[i][p]`: `cost_table` of chain component i on pool p, built once for the search, the check of the
+        priced search's size and the per-group estimates."""
+        return tuple(tuple(cost_table(self, i, p) for p in range(len(self.pools))) for i in range(len(self.chain)))
+
     def sync_seconds(self, link: str) -> float:
         return self.model_size_gb / self.bandwidth_gb_s[link] if self.model_size_gb else 0.0
 
     def collective_seconds(self, component: int, link: str) -> float:
         """Seconds per iteration of a component's collectives over `link` (none on one GPU: link '')."""
-        gb = self.collective_gb[component] if self.collective_gb else 0.0
+        gb = self.collective_gb[component]
         return gb / self.bandwidth_gb_s[link] if gb and link else 0.0
 
 
@@ -504,7 +511,7 @@ def budget_cases(task: HeteroTask, pools: Sequence[int]) -> list[dict[int, int]]
         nearer = (
             {rollout, actor} <= held
             or (apart_known and bool(held & {rollout, actor}))
-            or any(task.collective_gb and task.collective_gb[i] for i in held)
+            or any(task.collective_gb[i] for i in held)
         )
         caps = _domain_caps(task.pools[p]) if nearer else []
         choices[p] = sorted({gpus, *(min(gpus, cap) for cap in caps)}, reverse=True)
@@ -636,7 +643,6 @@ class LinkCoder:
     in the same run of that level's domain path (nodes in rank order; a domain may recur after others)."""
 
     def __init__(self, task: HeteroTask) -> None:
-        self.task = task
         self.ends = [np.cumsum(pool.node_gpus) for pool in task.pools]
         self.depth = [len(pool.node_domains[0]) if pool.node_domains else 0 for pool in task.pools]
         self.runs: list[list[np.ndarray]] = []
@@ -707,12 +713,9 @@ def position_priced(task: HeteroTask) -> bool:
     return any(task.collective_gb) or bool(task.model_size_gb and any(pool.node_domains for pool in task.pools))
 
 
-def priced_points(task: HeteroTask, tables: Sequence[Sequence[np.ndarray]] | None = None) -> int:
-    """The most points `best_priced` would evaluate for one assignment (what `PRICED_POINTS_LIMIT` bounds);
-    `tables[i][p]` as `search_hetero` builds them, built here when not given."""
-    k, n_pools = len(task.chain), len(task.pools)
-    if tables is None:
-        tables = [[cost_table(task, i, p) for p in range(n_pools)] for i in range(k)]
+def priced_points(task: HeteroTask) -> int:
+    """The most points `best_priced` would evaluate for one assignment (what `PRICED_POINTS_LIMIT` bounds)."""
+    k, n_pools, tables = len(task.chain), len(task.pools), task.tables
     return max(
         math.prod(len(c) for c in priced_candidates(task, [tables[i][p] for i, p in enumerate(pools)], pools))
         for pools in itertools.product(range(n_pools), repeat=k)
@@ -791,11 +794,10 @@ def _priced_chunk(
 def search_hetero(task: HeteroTask, progress: Progress | None = None) -> dict[str, Schedule | None]:
     """The best collocated and the best disaggregated schedule over the node groups (None where impossible)."""
     collocated = pick([collocated_schedule(task, p) for p in range(len(task.pools))])
-    k, n_pools = len(task.chain), len(task.pools)
-    tables = [[cost_table(task, i, p) for p in range(n_pools)] for i in range(k)]
+    k, n_pools, tables = len(task.chain), len(task.pools), task.tables
     weight = float(task.base.rollout_batch_size - 1)
     found: list[Schedule] = []
-    priced = position_priced(task) and priced_points(task, tables) <= PRICED_POINTS_LIMIT
+    priced = position_priced(task) and priced_points(task) <= PRICED_POINTS_LIMIT
     coder = LinkCoder(task)
     assignments = list(itertools.product(range(n_pools), repeat=k))
     for done, pools in enumerate(assignments, 1):
@@ -861,7 +863,7 @@ def summarize(task: HeteroTask) -> HeteroSummary:
     for i, row in enumerate(task.options):
         for p, option in enumerate(row):
             pool = task.pools[p]
-            table = cost_table(task, i, p)
+            table = task.tables[i][p]
             finite = np.isfinite(table)
             best = int(np.argmin(table)) if finite.any() else 0
             why = option.why_not or (None if finite.any() else "no GPU count of the group fits its model-parallel size")

@@ -164,6 +164,7 @@ def build_result(
 ) -> AutotuneResult:
     collocated = schedules.get(COLLOCATED)
     groups = best.node_groups or (None,) * len(best.names)
+    priced = _priced_collectives(best, hetero)
     return AutotuneResult(
         task_type=task_type,
         mode=best.mode,
@@ -180,16 +181,21 @@ def build_result(
         hetero=hetero,
         sync_cost=best.sync,
         sync_link=best.sync_link,
-        collective_costs=_priced(best.names, best.collectives, hetero),
-        collective_links=dict(zip(best.names, best.collective_links, strict=False)) if hetero is not None else {},
+        collective_costs={name: seconds for name, seconds, _ in priced},
+        collective_links={name: link for name, _, link in priced},
     )
 
 
-def _priced(names: tuple[str, ...], seconds: tuple[float, ...], hetero: HeteroSummary | None) -> dict[str, float]:
-    """The components whose collectives the job priced (a collectives term in profile_data), with their cost."""
-    if hetero is None or not seconds:
-        return {}
-    return {name: cost for name, cost in zip(names, seconds, strict=True) if hetero.collective_gb.get(name)}
+def _priced_collectives(best: Schedule, hetero: HeteroSummary | None) -> list[tuple[str, float, str]]:
+    """(component, seconds, link) of each component whose collectives the job priced (a collectives term in
+    profile_data)."""
+    if hetero is None or not best.collectives:
+        return []
+    return [
+        (name, seconds, link)
+        for name, seconds, link in zip(best.names, best.collectives, best.collective_links, strict=True)
+        if hetero.collective_gb.get(name)
+    ]
 
 
 def summary_line(result: AutotuneResult) -> str:

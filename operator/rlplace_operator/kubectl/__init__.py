@@ -186,12 +186,12 @@ def logs(
             fail(f"RLJob {namespace}/{job} has no plan yet (it is not placed)")
         try:
             plan = plan_from_configmap(configmap)
-            process = plan.component(component).processes
+            processes = plan.component(component).processes
         except PlacementError as err:
             fail(f"RLJob {namespace}/{job}: {err}")
-        if not 0 <= rank < len(process):
-            fail(f"component '{component}' of {job} has ranks 0-{len(process) - 1}, not {rank}")
-        node = process[rank].node_name
+        if not 0 <= rank < len(processes):
+            fail(f"component '{component}' of {job} has ranks 0-{len(processes) - 1}, not {rank}")
+        node = processes[rank].node_name
         spec = RLJobSpec.model_validate(body["spec"])
         status = job_status(body)
         selector = driver_log_selector(job, spec.run.submission_mode, status.ray_cluster)
