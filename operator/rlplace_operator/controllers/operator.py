@@ -18,7 +18,7 @@ from rlplace_operator.diagnosis.causes import StartBounds
 from rlplace_operator.kube import Kube, api_client
 from rlplace_operator.reconcile.world import Settings
 from rlplace_operator.server import progress
-from rlplace_operator.server.metrics import metrics_app
+from rlplace_operator.server.metrics import OperatorMetrics, metrics_app
 
 #: Threads that run the (synchronous) handlers, and the size of the API client's connection pool.
 MAX_WORKERS = 32
@@ -99,6 +99,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     memo.checkpoint_requests = set()
     # The threads a queue pass reconciles its jobs on (controllers/rljob.py, nodegroup_jobs_recheck).
     memo.pass_pool = ThreadPoolExecutor(PASS_WORKERS, thread_name_prefix="rlplace-pass")
+    # Reconcile times and errors, and the latest queue pass's view of the jobs, served at /metrics.
+    memo.metrics = OperatorMetrics()
 
 
 @kopf.on.startup()
@@ -122,7 +124,9 @@ async def serve_progress(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> N
             logger.warning("progress endpoint served, but no --progress-url: jobs' pods are not told where it is")
         logger.info("progress endpoint on port %d (pods report to %s)", serving.progress_port, serving.progress_url)
     if serving.metrics_port is not None:
-        memo.servers.append(await progress.serve(metrics_app(service), "0.0.0.0", serving.metrics_port))
+        if memo.get("metrics") is None:
+            memo.metrics = OperatorMetrics()
+        memo.servers.append(await progress.serve(metrics_app(service, memo.metrics), "0.0.0.0", serving.metrics_port))
         logger.info("metrics on port %d (/metrics)", serving.metrics_port)
     memo.forgetter = asyncio.get_running_loop().create_task(progress.forget_idle_forever(service))
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextvars
 import logging
+import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -51,6 +52,7 @@ from rlplace_operator.reconcile.decide import needs_look
 from rlplace_operator.reconcile.observe import Observer
 from rlplace_operator.reconcile.run import run
 from rlplace_operator.reconcile.world import Job, job_of, job_of_body
+from rlplace_operator.server.metrics import OperatorMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -90,25 +92,43 @@ def snapshot_of(indexes: Mapping[str, Any]) -> Snapshot:
         raise kopf.TemporaryError(str(err), delay=1.0) from None
 
 
+def operator_metrics(memo: kopf.Memo) -> OperatorMetrics:
+    """The operator's metrics (controllers/operator.py makes them at start-up; a bare memo, as `kopf run` of this
+    module alone passes, gets a set nobody serves)."""
+    if memo.get("metrics") is None:
+        memo.metrics = OperatorMetrics()
+    return memo.metrics
+
+
 def observer_of(memo: kopf.Memo, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> Observer:
     """An Observer for one handler call, with the operator's settings and its checkpoint requests (set up by
     controllers/operator.py: the progress endpoint answers from them)."""
     return Observer(memo.kube, indexes, memo.ledger, snapshot, memo.settings, memo.checkpoint_requests)
 
 
-def look(memo: kopf.Memo, observer: Observer, job: Job, *, queue: Decision | None = None, retry: int = 0) -> None:
-    """One look at the job; a job that cannot be provisioned now raises kopf's error once its status says why."""
-    looked = run(memo.kube, memo.ledger, observer, job, queue=queue, retry=retry)
+def look(
+    memo: kopf.Memo,
+    observer: Observer,
+    job: Job,
+    trigger: str,
+    *,
+    queue: Decision | None = None,
+    retry: int = 0,
+) -> None:
+    """One look at the job (timed, and counted when it fails, under `trigger`: what made the operator look); a job
+    that cannot be provisioned now raises kopf's error once its status says why."""
+    with operator_metrics(memo).look(trigger):
+        looked = run(memo.kube, memo.ledger, observer, job, queue=queue, retry=retry)
     if looked.retry is not None:
         if looked.retry.permanent:
             raise kopf.PermanentError(looked.retry.message)
         raise kopf.TemporaryError(looked.retry.message, delay=looked.retry.delay)
 
 
-def _safely(memo: kopf.Memo, observer: Observer, job: Job, queue: Decision | None = None) -> None:
+def _safely(memo: kopf.Memo, observer: Observer, job: Job, trigger: str, queue: Decision | None = None) -> None:
     """One look for a job of a pass: its failure is logged and written to its status, never the pass's."""
     try:
-        look(memo, observer, job, queue=queue)
+        look(memo, observer, job, trigger, queue=queue)
     except (kopf.TemporaryError, kopf.PermanentError):
         return  # its status says why already
     except ApiException as err:
@@ -129,10 +149,12 @@ def rljob_changed(
     body: kopf.Body, memo: kopf.Memo, diff: kopf.Diff | None = None, retry: int = 0, **kwargs: Any
 ) -> None:
     """A job created, changed (spec or profile annotation) or found at start-up: look at it."""
-    look(memo, observer_of(memo, kwargs), job_of_body(body, profile_changed(diff)), retry=retry)
+    look(memo, observer_of(memo, kwargs), job_of_body(body, profile_changed(diff)), "rljob", retry=retry)
 
 
-def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any]) -> None:
+def _child_changed(
+    namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs: Mapping[str, Any], trigger: str
+) -> None:
     """Look at the job a RayCluster or RayJob belongs to (its deletion too: a job that still holds nodes and lost
     its child is planned again)."""
     if JOB_LABEL not in labels:
@@ -141,19 +163,19 @@ def _child_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, kwargs:
     entry = one(kwargs, RLJOB_INDEX, key)
     if entry is None or not holds_nodes(entry["status"]):
         return
-    _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
+    _safely(memo, observer_of(memo, kwargs), job_of(key, entry), trigger)
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYCLUSTER_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def raycluster_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
     """A job's RayCluster changed (readiness, KubeRay's events): look at the job."""
-    _child_changed(namespace, labels, memo, kwargs)
+    _child_changed(namespace, labels, memo, kwargs, "raycluster")
 
 
 @kopf.on.event(RAY_GROUP, RAY_VERSION, RAYJOB_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
 def rayjob_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwargs: Any) -> None:
     """A job's RayJob changed (the driver started, ended or was submitted again): look at the job."""
-    _child_changed(namespace, labels, memo, kwargs)
+    _child_changed(namespace, labels, memo, kwargs, "rayjob")
 
 
 @kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, WORKLOAD_PLURAL, labels={MANAGED_BY_LABEL: MANAGED_BY})
@@ -164,7 +186,7 @@ def workload_changed(namespace: str, labels: kopf.Labels, memo: kopf.Memo, **kwa
     key = (namespace, labels[JOB_LABEL])
     entry = one(kwargs, RLJOB_INDEX, key)
     if entry is not None:
-        _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
+        _safely(memo, observer_of(memo, kwargs), job_of(key, entry), "workload")
 
 
 @kopf.on.event(WORKLOAD_GROUP, WORKLOAD_VERSION, LOCALQUEUE_PLURAL)
@@ -175,7 +197,7 @@ def localqueue_changed(namespace: str, name: str, memo: kopf.Memo, **kwargs: Any
     for key in [k for k in list(index) if k[0] == namespace]:
         entry = one(kwargs, RLJOB_INDEX, key)
         if entry is not None and queue_name(entry.get("labels") or {}) == name and holds_nodes(entry["status"]):
-            _safely(memo, observer_of(memo, kwargs), job_of(key, entry))
+            _safely(memo, observer_of(memo, kwargs), job_of(key, entry), "localqueue")
 
 
 @kopf.timer(GROUP, VERSION, NODEGROUP_PLURAL, interval=TIMER_SECONDS)
@@ -184,7 +206,9 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     that waits, provisions or has not verified its driver's binding yet."""
     snapshot = snapshot_of(kwargs)
     ledger: Ledger = memo.ledger
+    started = time.perf_counter()
     decisions = queue_pass(ledger, admission_world(ledger, snapshot))
+    operator_metrics(memo).observe_pass(snapshot, ledger, time.perf_counter() - started)
     observer = observer_of(memo, kwargs, snapshot)
     looks: list[tuple[Job, Decision | None]] = []
     for key in list(snapshot.rljobs):
@@ -200,7 +224,10 @@ def nodegroup_jobs_recheck(name: str, memo: kopf.Memo, **kwargs: Any) -> None:
     # so a burst's admitted jobs are provisioned side by side, not one call after another. Each runs in a copy of
     # this handler's context: kopf's Events (kopf.info) read their settings from it.
     pool: ThreadPoolExecutor = memo.pass_pool
-    runs = [pool.submit(contextvars.copy_context().run, _safely, memo, observer, *job) for job in looks]
+    runs = [
+        pool.submit(contextvars.copy_context().run, _safely, memo, observer, job, "timer", queue)
+        for job, queue in looks
+    ]
     for done in runs:
         done.result()
 
