@@ -167,10 +167,12 @@ def free_gpus(
 
 
 def _pod_units(world: AdmissionWorld, exclude: JobKey | None) -> dict[str, dict[str, Mapping[str, int]]]:
+    """Node -> pod -> the units it requests, but for the pods of job `exclude` (None: every pod, also those of no
+    job: a pod of another user makes its node busy for the queue pass as for one job's admission)."""
     pods: dict[str, dict[str, Mapping[str, int]]] = {}
     for node in world.pods:
         for use in world.pods.get(node, ()):
-            if use.job != exclude:
+            if exclude is None or use.job != exclude:
                 pods.setdefault(node, {})[use.pod] = use.requests
     return pods
 
@@ -248,6 +250,44 @@ def queue_pass(ledger: Ledger, world: AdmissionWorld) -> dict[JobKey, Decision]:
             if isinstance(decision, Admitted):
                 ledger.reserve(key, decision)
         return decisions
+
+
+@dataclass(frozen=True)
+class GroupGpus:
+    """A NodeGroup's capacity as the queue sees it: GPUs (hardware units) of its ready nodes, those admitted
+    jobs hold, and those nobody holds (a device-plugin node counts free only while no pod takes a unit of it)."""
+
+    total: int
+    admitted: int
+    free: int
+    nodes: int
+    ready_nodes: int
+
+
+def group_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[str, GroupGpus]:
+    """Per NodeGroup of `snapshot`, its GPUs admitted and free (the metrics' view of what a pass admits from)."""
+    world = admission_world(ledger, snapshot)
+    with ledger.lock:
+        held, held_gpus = _held(ledger, world)
+    busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
+    free_dra = free_gpus(world, held_gpus)
+    result = {}
+    for name in snapshot.nodegroups:
+        group = ledger.group(name, indexed(snapshot.nodegroups, name))
+        units = {e.name: e.units for e in group.status.nodes}
+        ready = world.groups.get(name, [])
+        admitted = free = 0
+        for node in ready:
+            if node in world.dra_nodes:
+                admitted += len(held_gpus.get(node, {}))
+                free += len(free_dra.get(node, ()))
+            elif node in held:
+                admitted += units.get(node, 0)
+            elif node not in busy:
+                free += units.get(node, 0)
+        total = sum(units.get(node, 0) for node in ready)
+        result[name] = GroupGpus(total, admitted, free, len(group.status.nodes), len(ready))
+    return result
 
 
 def held_by_others(ledger: Ledger, world: AdmissionWorld, key: JobKey, nodes: Iterable[str]) -> dict[str, JobKey]:

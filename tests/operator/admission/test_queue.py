@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from rlplace_operator.admission.ledger import Holding, Ledger, PlannedDemand
 from rlplace_operator.admission.queue import AdmissionWorld as World
-from rlplace_operator.admission.queue import PodUse, admit, pod_unit_requests
+from rlplace_operator.admission.queue import PodUse, admit, pod_unit_requests, queue_pass
 from rlplace_operator.admission.rules import Admitted, GroupDemand, QueuedJob, Waiting
 from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.controllers.indexes import pod_units_index
@@ -78,6 +78,17 @@ def test_a_foreign_pod_makes_its_node_busy_but_a_jobs_own_pods_do_not() -> None:
     ledger = Ledger()
     state = world({("ns", "mine"): "Queued"}, pods=pods)
     assert admit(ledger, state, one_node_job("mine")).nodes == {"n1"}
+
+
+def test_the_queue_pass_leaves_a_node_with_a_foreign_pod_alone() -> None:
+    # A pod of no RLJob once counted for no job in the pass (its job, None, was the job left out): the pass
+    # reserved the busy node and the job's worker would have waited there for GPUs that pod holds.
+    pods = {"n0": [PodUse("other/train", None, {"nvidia.com/gpu": 8})]}
+    ledger = Ledger()
+    state = world({("ns", "mine"): "Queued"}, pods=pods)
+    ledger.remember_demand(("ns", "mine"), (), planned(one_node_job("mine")))
+    decision = queue_pass(ledger, state)[("ns", "mine")]
+    assert isinstance(decision, Admitted) and decision.nodes == {"n1"}
 
 
 def test_jobs_admitted_at_the_same_moment_never_share_a_node() -> None:
