@@ -30,6 +30,7 @@ LAYERS: dict[str, int] = {
     "reconcile": 6,
     "server": 7,
     "controllers": 8,
+    "monitoring": 8,
     "leadership": 2,
     "main": 9,
     "kubectl": 9,
