@@ -36,7 +36,7 @@ from placement_core.launcher.checkpoint import CheckpointStore, attempt
 from placement_core.launcher.demo_worker import print_table, roles, table
 from placement_core.launcher.groups import WorkerGroup, binding_report, resize_groups
 from placement_core.launcher.plan import LaunchPlan, MountedPlan
-from placement_core.launcher.synthetic import Law, component_gpus, parse_laws
+from placement_core.launcher.synthetic import Law, Slowdown, component_gpus, parse_laws, parse_slowdowns
 from placement_core.observe.progress import LogReporter, Reporter, StepTimer, reporter_from_env
 
 
@@ -51,6 +51,8 @@ class StepOptions:
     store: CheckpointStore | None = None
     laws: Mapping[str, Law] | None = None
     """The synthetic workload's laws (None: the demo workload)."""
+    slowdowns: tuple[Slowdown, ...] = ()
+    """The synthetic workload's stragglers (`--slow`)."""
     reporter: Reporter = dataclasses.field(default_factory=LogReporter)
 
 
@@ -104,7 +106,7 @@ def run_steps(groups: Mapping[str, WorkerGroup], plan: LaunchPlan, options: Step
         if options.laws is None:
             total_score += demo_step(groups, timer, step)
         else:
-            synthetic_step(groups, options.laws, gpus, timer, step)
+            synthetic_step(groups, options.laws, gpus, timer, step, options.slowdowns)
         measured = timer.report(step)  # before a save: the step's time is the step's
         if store is not None:
             # Saved and noted before the step's line, so a printed step is a recorded one.
@@ -252,9 +254,11 @@ def synthetic_step(
     gpus: Mapping[str, frozenset[tuple[int, int]]],
     timer: StepTimer,
     step: int = 1,
+    slowdowns: Sequence[Slowdown] = (),
 ) -> None:
     """One step of the synthetic workload (launcher.synthetic): every process of a component sleeps its law's
-    seconds; components sharing GPUs one after another, GPU-disjoint groups at the same time (a thread each).
+    seconds (and a straggler's extra in its steps); components sharing GPUs one after another, GPU-disjoint
+    groups at the same time (a thread each).
     The generator's ranks first get the step's weights. On a replaceable component the live ranks also sleep
     the lost ranks' shares, in rounds (a batch split over the replicas left), a share whose rank died included."""
     _, generator, _ = roles(groups)
@@ -264,6 +268,7 @@ def synthetic_step(
         try:
             for name in members:
                 seconds = laws[name].seconds(len(gpus[name]))
+                seconds += sum(slow.extra(step) for slow in slowdowns if slow.component == name)
                 spans = sleep_shares(groups[name], seconds, step - 1 if groups[name] is generator else None, timer)
                 timer.add(name, max(end for _, end in spans) - min(start for start, _ in spans))
         except BaseException as err:
@@ -319,12 +324,19 @@ def add_step_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="COMPONENT=EXPR",
         help="synthetic step time in seconds over the component's GPU count g: A/g, A/g+B or B",
     )
+    steps.add_argument(
+        "--slow",
+        action="append",
+        default=[],
+        metavar="COMPONENT=S@FROM-TO",
+        help="synthetic straggler: S more seconds per step of the component in steps FROM to TO",
+    )
 
 
 def step_options(args: argparse.Namespace, components: Sequence[str]) -> StepOptions | None:
     """The --steps mode's options, checked together; None without --steps."""
     if args.steps is None:
-        for flag, given in (("--checkpoint-every", args.checkpoint_every), ("--law", args.law)):
+        for flag, given in (("--checkpoint-every", args.checkpoint_every), ("--law", args.law), ("--slow", args.slow)):
             if given:
                 raise LaunchError(f"{flag} needs --steps")
         if args.workload != "demo":
@@ -334,13 +346,15 @@ def step_options(args: argparse.Namespace, components: Sequence[str]) -> StepOpt
         raise LaunchError(
             f"--steps must be 1 or more and --checkpoint-every 0 or more, got {args.steps}, {args.checkpoint_every}"
         )
-    if args.law and args.workload != "synthetic":
-        raise LaunchError("--law needs --workload synthetic")
+    for flag, given in (("--law", args.law), ("--slow", args.slow)):
+        if given and args.workload != "synthetic":
+            raise LaunchError(f"{flag} needs --workload synthetic")
     laws = parse_laws(args.law, components) if args.workload == "synthetic" else None
+    slowdowns = parse_slowdowns(args.slow, components)
     directory = args.checkpoint_dir or os.environ.get(CHECKPOINT_DIR_ENV)
     if args.checkpoint_every and not directory:
         raise LaunchError(
             f"--checkpoint-every needs a checkpoint directory (--checkpoint-dir or ${CHECKPOINT_DIR_ENV})"
         )
     store = CheckpointStore(directory, args.keep, attempt()) if directory else None
-    return StepOptions(args.steps, args.checkpoint_every, store, laws, reporter_from_env())
+    return StepOptions(args.steps, args.checkpoint_every, store, laws, slowdowns, reporter_from_env())

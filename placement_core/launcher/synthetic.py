@@ -10,7 +10,9 @@ at the same time. So an iteration takes, over the groups, the longest sum of its
     iteration = max over GPU-sharing groups of (sum of law(g) over the group's components)
 
 Laws are written `COMPONENT=EXPR` with EXPR one of `A/g`, `A/g+B`, `B` (A, B >= 0, in seconds), e.g.
-`actor=120/g` or `rollout=80/g+2`.
+`actor=120/g` or `rollout=80/g+2`. A straggler, `COMPONENT=S@FROM-TO` (`--slow`), adds S seconds to the
+component's step in steps FROM to TO: iterations that get slower and recover, as a slow node makes them (for
+trying the alerts on step times, docs/monitoring.md).
 """
 
 from __future__ import annotations
@@ -54,6 +56,38 @@ def parse_law(text: str) -> tuple[str, Law]:
     if a is not None and b is not None and match.group("plus") is None:
         raise LaunchError(f"--law: missing '+' between the terms in '{text}'")
     return component.strip(), Law(float(a or 0), float(b or 0))
+
+
+_SLOW = re.compile(rf"^\s*(?P<seconds>{_NUMBER})\s*@\s*(?P<first>\d+)\s*-\s*(?P<last>\d+)\s*$")
+
+
+@dataclass(frozen=True, slots=True)
+class Slowdown:
+    """Extra seconds of one component's step in steps `first` to `last` (1-based, both included)."""
+
+    component: str
+    seconds: float
+    first: int
+    last: int
+
+    def extra(self, step: int) -> float:
+        return self.seconds if self.first <= step <= self.last else 0.0
+
+
+def parse_slowdowns(texts: Iterable[str], components: Sequence[str]) -> tuple[Slowdown, ...]:
+    """`COMPONENT=S@FROM-TO` values of `--slow`; a bad one, or one for a component not launched, is one line."""
+    slowdowns = []
+    for text in texts:
+        component, sep, expr = text.partition("=")
+        match = _SLOW.match(expr)
+        if not sep or not component.strip() or match is None or int(match["first"]) > int(match["last"]):
+            raise LaunchError(f"--slow wants COMPONENT=SECONDS@FROM-TO (steps, FROM <= TO), got '{text}'")
+        if component.strip() not in components:
+            raise LaunchError(
+                f"--slow for '{component.strip()}', which is not launched (launched: {', '.join(components)})"
+            )
+        slowdowns.append(Slowdown(component.strip(), float(match["seconds"]), int(match["first"]), int(match["last"])))
+    return tuple(slowdowns)
 
 
 def parse_laws(texts: Iterable[str], components: Sequence[str]) -> dict[str, Law]:

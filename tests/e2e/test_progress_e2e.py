@@ -23,7 +23,7 @@ import yaml
 from kubernetes import client
 
 from e2e_cluster import wait_for
-from rlplace_fixtures import Jobs, kubectl, run_tool
+from rlplace_fixtures import Jobs, kubectl, kubectl_rlplace, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -172,6 +172,13 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     assert row[header.index("ITERATION") :].split()[0].isdigit(), table
     assert float(row[header.index("STEP") :].split()[0]) > 0, table
     assert row[header.index("BOTTLENECK") :].split()[0] == "rollout", table
+    # `kubectl rlplace why` of the running job: the bottleneck, and the component that waits for it most.
+    why = kubectl_rlplace(kubeconfig, "why", "progress", "-n", jobs.namespace)
+    assert why.returncode == 0, why.stderr
+    print(why.stdout)
+    first = why.stdout.splitlines()[0]
+    assert first.startswith(f"RLJob {jobs.namespace}/progress: rollout is the bottleneck: "), first
+    assert "reward idles" in first, first  # 0.25 s of a ~1.5 s iteration: the idlest
 
     url = env["RLPLACE_PROGRESS_URL"].replace("$(RLPLACE_NAMESPACE)", jobs.namespace)
     # Read before the test's own POSTs below: their report (iteration 0, actor only) starts the job's window over.
@@ -182,6 +189,10 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     assert any(line.startswith("rlplace_job_step_seconds{") for line in lines)
     assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
     assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
+    # What the queue pass saw of the job, and what its GPUs did per iteration (docs/monitoring.md).
+    assert any(line.startswith("rlplace_job_phase{") and 'phase="Running"' in line for line in lines)
+    assert any(line.startswith('rlplace_job_bottleneck{component="rollout"') for line in lines)
+    assert any(line.startswith('rlplace_component_gpu_seconds{component="rollout"') for line in lines)
 
     own = in_head(kubeconfig, jobs, pod, POST, url)
     assert own.startswith("202"), own

@@ -41,7 +41,7 @@ from placement_core.launcher.checkpoint import CheckpointStore
 
 from e2e_cluster import wait_for
 from invariants import Checker, ClusterState
-from rlplace_fixtures import kubectl, run_tool
+from rlplace_fixtures import kubectl, kubectl_rlplace, run_tool
 
 pytestmark = pytest.mark.e2e
 
@@ -166,6 +166,12 @@ def test_a_deleted_rollout_pod_is_replaced_while_the_job_runs_and_a_trainer_loss
     assert any(name in entry["why"] for name in new_pods) and worker.metadata.name not in new_pods, (entry, new_pods)
     assert stuck["attempts"] == 1 and not stuck.get("restarts"), stuck
     named_in = time.monotonic() - lost_at
+    # `kubectl rlplace why` leads with the lost ranks, where they were and why their replacement waits.
+    why = kubectl_rlplace(kubeconfig, "why", "replace", "-n", run_jobs.namespace)
+    assert why.returncode == 0, why.stderr
+    first = why.stdout.splitlines()[0]
+    assert first.startswith(f"RLJob {run_jobs.namespace}/replace: rollout runs "), first
+    assert "lost on real-4090-0" in first and TOKEN in first and "while the others go on" in first, first
     run_jobs.core.create_namespaced_secret(run_jobs.namespace, secret)
     secret_back = time.monotonic()
 

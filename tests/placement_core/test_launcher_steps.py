@@ -21,9 +21,11 @@ from placement_core.launcher import demo, steps
 from placement_core.launcher.checkpoint import CheckpointStore
 from placement_core.launcher.synthetic import (
     Law,
+    Slowdown,
     component_gpus,
     parse_law,
     parse_laws,
+    parse_slowdowns,
     predicted_iteration_seconds,
 )
 from placement_core.observe.progress import find_progress
@@ -79,6 +81,20 @@ def test_every_launched_component_needs_one_law() -> None:
         Law(1, 0).seconds(0)
 
 
+def test_a_straggler_slows_its_component_in_its_steps_only() -> None:
+    (slow,) = parse_slowdowns(["rollout = 2.5@3-5"], ["actor", "rollout"])
+    assert slow == Slowdown("rollout", 2.5, 3, 5)
+    assert [slow.extra(step) for step in (2, 3, 5, 6)] == [0.0, 2.5, 2.5, 0.0]
+    for text, message in (
+        ("rollout=2", r"^--slow wants COMPONENT=SECONDS@FROM-TO \(steps, FROM <= TO\), got 'rollout=2'$"),
+        ("rollout=2@5-3", r"got 'rollout=2@5-3'$"),
+        ("rollout=-1@1-2", r"got 'rollout=-1@1-2'$"),
+        ("critic=1@1-2", r"^--slow for 'critic', which is not launched \(launched: actor, rollout\)$"),
+    ):
+        with pytest.raises(LaunchError, match=message):
+            parse_slowdowns([text], ["actor", "rollout"])
+
+
 def test_collocated_components_take_turns_and_split_ones_overlap() -> None:
     """The declared model: the iteration is the longest per-GPU-group sum (what a placement change moves)."""
     laws = {"actor": Law(1.2, 0), "rollout": Law(0.8, 0.1), "reward": Law(0, 0.05)}
@@ -102,6 +118,9 @@ def test_collocated_components_take_turns_and_split_ones_overlap() -> None:
         (["--workload", "synthetic"], "error: --workload synthetic needs --steps"),
         (["--steps", "0"], "error: --steps must be 1 or more"),
         (["--steps", "3", "--law", "actor=1"], "error: --law needs --workload synthetic"),
+        (["--slow", "actor=1@1-2"], "error: --slow needs --steps"),
+        (["--steps", "3", "--slow", "actor=1@1-2"], "error: --slow needs --workload synthetic"),
+        (["--steps", "3", "--workload", "synthetic", "--law", "actor=1", "--slow", "actor=1"], "error: --slow wants"),
         (["--steps", "3", "--workload", "synthetic"], "needs a --law for every component; missing: actor"),
         (["--steps", "3", "--checkpoint-every", "1"], "error: --checkpoint-every needs a checkpoint directory"),
     ],
@@ -172,6 +191,21 @@ def test_synthetic_steps_follow_the_laws_for_the_placement(ray_cluster, tmp_path
         # Ray's call overhead adds to a step's wall time (0.4 s more on a loaded 2-core CI machine): the floor
         # is exact (collocated components run one after the other), the ceiling leaves room for the load.
         assert expected["iteration"] - 0.05 <= report.iteration_seconds <= expected["iteration"] + 0.5
+
+
+@pytest.mark.ray
+def test_a_straggler_slows_the_steps_it_names(ray_cluster, capsys) -> None:
+    plan = launcher.load_plan(plan_of({"actor": "0-3", "rollout": "4-7"}))
+    laws = parse_laws(["actor=0.4/g", "rollout=0.4/g"], ["actor", "rollout"])
+    slowdowns = parse_slowdowns(["rollout=0.5@3-3"], ["actor", "rollout"])
+    assert demo.run(plan, ["actor", "rollout"], steps.StepOptions(steps=4, laws=laws, slowdowns=slowdowns)) == 0
+    reports = {r.iteration: r for r in find_progress(capsys.readouterr().out)}
+    # Step 3's rollout sleeps 0.1 + 0.5 s; steps 2 and 4 (after the warm-up of step 1) only 0.1 s.
+    assert reports[3].seconds()["rollout"] >= 0.58, reports[3]
+    assert reports[3].iteration_seconds >= 0.58
+    for step in (2, 4):
+        assert reports[step].seconds()["rollout"] < 0.5, reports[step]
+        assert reports[step].seconds()["actor"] < 0.5, reports[step]
 
 
 @pytest.mark.ray

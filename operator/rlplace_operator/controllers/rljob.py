@@ -61,6 +61,9 @@ logger = logging.getLogger(__name__)
 #: verified their binding yet.
 TIMER_SECONDS = 2.0
 
+#: How soon a job's look that the API server refused is tried again.
+API_RETRY_SECONDS = 10.0
+
 _PROFILE_PATH = ("metadata", "annotations", PROFILE_ANNOTATION)
 
 
@@ -148,8 +151,15 @@ def _safely(memo: kopf.Memo, observer: Observer, job: Job, trigger: str, queue: 
 def rljob_changed(
     body: kopf.Body, memo: kopf.Memo, diff: kopf.Diff | None = None, retry: int = 0, **kwargs: Any
 ) -> None:
-    """A job created, changed (spec or profile annotation) or found at start-up: look at it."""
-    look(memo, observer_of(memo, kwargs), job_of_body(body, profile_changed(diff)), "rljob", retry=retry)
+    """A job created, changed (spec or profile annotation) or found at start-up: look at it. A call the API server
+    refuses (a missing RBAC rule, say) is said in one line and retried, as a timer's look says it, not as a
+    traceback."""
+    job = job_of_body(body, profile_changed(diff))
+    try:
+        look(memo, observer_of(memo, kwargs), job, "rljob", retry=retry)
+    except ApiException as err:
+        message = f"RLJob {job.namespace}/{job.name}: the API server refused a call ({err.status}: {api_message(err)})"
+        raise kopf.TemporaryError(message, delay=API_RETRY_SECONDS) from None
 
 
 def _child_changed(
