@@ -187,6 +187,19 @@ STUCK = {
         "its pods are not all running yet: image 'localhost/no-such:1' cannot be pulled",
         "kubectl get pods -n ml -l rlplace.io/job=job -o wide",
     ),
+    "an image that cannot be pulled, given back": (
+        {
+            "phase": "Queued",
+            "message": "worker pod 'job-w-1' (node rank 0, node 'real-4090-0') container 'ray-worker' cannot pull its "
+            "image: failed to resolve reference; gave the nodes back, retrying in 30 s (retry 1)",
+            "retryAfter": "2026-11-29T14:00:30Z",
+            "waitingFor": "its retry at 2026-11-29T14:00:30Z",
+            "conditions": [condition("Admitted", "False", "ImagePullFailed", "cannot pull its image")],
+        },
+        "it gave its nodes back and is retried at 2026-11-29T14:00:30Z: worker pod 'job-w-1' (node rank 0, node "
+        "'real-4090-0') container 'ray-worker' cannot pull its image",
+        "kubectl describe rljob -n ml job; kubectl get pods -n ml -l rlplace.io/job=job -o wide",
+    ),
     "a binding mismatch": (
         {
             "phase": "Running",

@@ -188,6 +188,12 @@ def _why(namespace: str, name: str, status: RLJobStatus, driver_log: str, pods: 
             f"kubectl get rljob -n {namespace} {name} -o yaml",
         )
     if phase in (JobPhase.PENDING, JobPhase.QUEUED):
+        if status.retry_after is not None and status.queue_position is None:
+            # It gave its nodes back after a failure that may pass: what failed is the message, not the queue.
+            return (
+                f"it gave its nodes back and is retried at {status.retry_after}: {message}",
+                f"kubectl describe rljob -n {namespace} {name}; {pods}",
+            )
         if admitted is not None and admitted.reason == WAITING_FOR_KUEUE:
             queue = f"; kubectl get clusterqueue {kueue.cluster_queue}" if kueue and kueue.cluster_queue else ""
             return f"Kueue has not admitted it: {status.waiting_for or admitted.message}", f"{workload}{queue}"
