@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 # starts its own local cluster unless you pointed KUBECONFIG at one (kind, say).
 operator demo crds: export KUBECONFIG ?= $(CURDIR)/.e2e/kubeconfig
 
-.PHONY: help setup host-packages tools images cluster-up cluster-down crds docs operator demo test test-unit test-e2e lint bench clean
+.PHONY: help setup host-packages tools images cluster-up cluster-down monitoring-up crds docs monitoring promtool operator demo test test-unit test-e2e lint bench clean
 
 help:  ## list the targets
 	@grep -E '^[a-z0-9-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | column -t -s $$'\t'
@@ -33,6 +33,9 @@ images: setup tools  ## build the real nodes' images without Docker (base, pause
 cluster-up: setup tools images  ## local control plane, kwok GPU nodes and real nodes (kubeconfig: .e2e/kubeconfig)
 	bash e2e/cluster/up.sh
 
+monitoring-up:  ## Prometheus + prometheus-operator on the running local cluster, prints its URL (or: RLPLACE_MONITORING=1 make cluster-up)
+	bash e2e/cluster/monitoring.sh up
+
 cluster-down:  ## stop the demo operator and every process cluster-up started, and remove the state
 	bash e2e/demo.sh stop-operator
 	bash e2e/cluster/down.sh
@@ -49,7 +52,13 @@ crds: setup  ## regenerate crds/ and the chart's CRDs (and docs/reference/) from
 docs: setup  ## regenerate the RLJob and NodeGroup field reference in docs/reference/ from the models
 	$(PY) -m rlplace_operator.api.docgen
 
-test-unit: setup host-packages  ## tests that need no cluster (Chromium included, for the plan's picture), in two processes (the Ray tests together in one)
+monitoring: setup  ## regenerate the chart's Grafana dashboards and alert rules from operator/rlplace_operator/monitoring/
+	$(PY) -m rlplace_operator.monitoring
+
+promtool:  ## build promtool alone (the unit tests check the chart's alert rules with it; cached like the other tools)
+	bash e2e/cluster/tools.sh --only=promtool
+
+test-unit: setup host-packages promtool  ## tests that need no cluster (Chromium and promtool included), in two processes (the Ray tests together in one)
 	$(PY) -m pytest -m 'not e2e' -n 2 --dist loadgroup
 
 test-e2e: setup tools images  ## only the tests that need a cluster (local control plane unless KUBECONFIG is set)

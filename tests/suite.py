@@ -232,7 +232,8 @@ def build(phases: list[Phase]) -> bool:
     both = side_by_side(
         phases,
         {
-            "tools": ["bash", "e2e/cluster/tools.sh"],
+            # With Prometheus and prometheus-operator: the monitoring e2e test starts them on its cluster.
+            "tools": ["bash", "e2e/cluster/tools.sh", "--monitoring"],
             "images": ["bash", "e2e/images/build.sh", *IMAGES_WITHOUT_TOOLS],
         },
     )

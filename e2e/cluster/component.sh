@@ -75,6 +75,7 @@ healthy() { # healthy <name>
     kwok) curl -fsS "http://127.0.0.1:$KWOK/healthz" ;;
     ray-operator) in_ns curl -fsS "http://127.0.0.1:$RAY_OPERATOR_PROBE/readyz" ;;
     kueue) in_ns curl -fsS "http://127.0.0.1:$KUEUE_PROBE/readyz" ;;
+    prometheus-operator) curl -fsS "http://127.0.0.1:$PROMETHEUS_OPERATOR/healthz" ;;
     containerd@*)
       local binary
       binary=$(grep -o -- '[^ ]*/containerd ' "$script" | head -1)

@@ -64,7 +64,7 @@ else
   # Then their containers (CoreDNS, test pods: clients of the apiserver, which otherwise waits for their
   # watches to end before it exits).
   teardown_real_nodes say
-  stop kueue ray-operator kwok kube-scheduler kube-controller-manager
+  stop prometheus-operator kueue ray-operator kwok kube-scheduler kube-controller-manager
   stop kube-apiserver
   stop etcd
 fi
@@ -89,6 +89,23 @@ if ((${#kueue_left[@]})); then
     sleep 0.1
   done
   ((${#kueue_left[@]} == 0)) || kill -KILL "${kueue_left[@]}" 2>/dev/null || true
+fi
+
+# prometheus-operator (monitoring.sh): also one whose PID was not recorded, found by the kubeconfig in its
+# environment (it has no --kubeconfig flag).
+prometheus_operator_pids() {
+  local f
+  for f in /proc/[0-9]*/environ; do
+    [[ $(basename "$(tr '\0' '\n' 2>/dev/null <"${f%environ}cmdline" | head -1)") == prometheus-operator ]] || continue
+    if tr '\0' '\n' 2>/dev/null <"$f" | grep -qxF "KUBECONFIG=$STATE/admin.kubeconfig"; then
+      f=${f#/proc/} && echo "${f%/environ}"
+    fi
+  done
+}
+mapfile -t po_left < <(prometheus_operator_pids)
+if ((${#po_left[@]})); then
+  log "stopping prometheus-operator processes left from a monitoring.sh up that did not finish (pid ${po_left[*]})"
+  kill -KILL "${po_left[@]}" 2>/dev/null || true
 fi
 
 # Real nodes: containers, shims, mounts, network namespaces, bridge, iptables chain, cgroups. Always, by the

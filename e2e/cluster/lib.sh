@@ -25,6 +25,8 @@ tool_version() {
     helm) echo "$HELM_VERSION" ;;
     kueue) echo "$KUEUE_VERSION" ;;
     dra-example-kubeletplugin) echo "$DRA_EXAMPLE_DRIVER_VERSION" ;;
+    prometheus | promtool) echo "$PROMETHEUS_VERSION" ;;
+    prometheus-operator | prometheus-config-reloader) echo "$PROMETHEUS_OPERATOR_VERSION" ;;
     *) echo "unknown tool $1" >&2; return 1 ;;
   esac
 }
@@ -36,17 +38,29 @@ tool_dir() {
     ctr | containerd-shim-runc-v2) echo "$E2E_CACHE/containerd-$CONTAINERD_VERSION" ;;
     bridge | host-local | loopback | portmap) echo "$E2E_CACHE/cni-plugins-$CNI_PLUGINS_VERSION" ;;
     pause) echo "$E2E_CACHE/pause-$KUBERNETES_VERSION" ;;
+    promtool) echo "$E2E_CACHE/prometheus-$PROMETHEUS_VERSION" ;;
     *) echo "$E2E_CACHE/$1-$(tool_version "$1")" ;;
   esac
 }
 tool_bin() { echo "$(tool_dir "$1")/$1"; }
 kuberay_crd_dir() { echo "$(tool_dir ray-operator)/crds"; }
 kueue_crd_dir() { echo "$(tool_dir kueue)/crds"; }
+prometheus_operator_crd_dir() { echo "$(tool_dir prometheus-operator)/crds"; }
+# The release a Prometheus module version stands for: v0.316.0 -> 3.16.0 (what `prometheus --version` prints).
+prometheus_release() {
+  local v=${PROMETHEUS_VERSION#v0.} major minor
+  major=${v%%.*}
+  minor=${major:1}
+  echo "${major:0:1}.$((10#$minor)).${v#*.}"
+}
 
 # shellcheck disable=SC2034 # used by the scripts that source this file
 E2E_TOOLS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl kwok ray-operator helm kueue
   kubelet kube-proxy containerd ctr containerd-shim-runc-v2 runc bridge host-local loopback portmap coredns pause
-  dra-example-kubeletplugin)
+  dra-example-kubeletplugin promtool)
+# Built only when monitoring is asked for (tools.sh --monitoring, RLPLACE_MONITORING=1; monitoring.sh up).
+# shellcheck disable=SC2034
+E2E_MONITORING_TOOLS=(prometheus prometheus-operator prometheus-config-reloader)
 # The CNI plugins the real nodes use (one directory: tool_dir bridge).
 # shellcheck disable=SC2034
 E2E_CNI_PLUGINS=(bridge host-local loopback portmap)
@@ -75,6 +89,8 @@ if real_nodes_on; then
   done
   unset _node
 fi
+# prometheus-operator, a host process while monitoring is on (monitoring.sh up writes monitoring.env first).
+[[ ! -f $E2E_DIR/cluster/monitoring.env ]] || E2E_COMPONENTS+=(prometheus-operator)
 
 # Print the PID of a running component of the cluster in $E2E_DIR; fail if it is not running.
 # A recorded PID only counts if that process was started as the component's binary (argv[0]; PIDs get

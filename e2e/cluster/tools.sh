@@ -5,14 +5,17 @@
 #   kueue (+ CRDs)
 #   and for the real nodes: kubelet, kube-proxy, containerd (+ ctr, containerd-shim-runc-v2), runc,
 #   the CNI plugins bridge/host-local/loopback/portmap, coredns, the pod sandbox binary pause, and
-#   dra-example-kubeletplugin (the fake-GPU DRA driver of the DRA real nodes)
+#   dra-example-kubeletplugin (the fake-GPU DRA driver of the DRA real nodes), and promtool (unit tests);
+#   with --monitoring (or RLPLACE_MONITORING=1) also prometheus, prometheus-operator (+ CRDs) and
+#   prometheus-config-reloader
 #
 # Each lands in ${XDG_CACHE_HOME:-$HOME/.cache}/rlplace/<tool>-<version>/ and is symlinked into .e2e/bin/.
 # A warm run only checks that every cached binary still answers its version command (~1 s).
 # A missing or broken binary is rebuilt. Go's own caches (modules, build cache) live under the same
 # directory, so a fresh clone or a version bump reuses everything already downloaded or compiled.
 #
-# Usage: e2e/cluster/tools.sh [--force]     (--force rebuilds everything)
+# Usage: e2e/cluster/tools.sh [--force] [--monitoring] [--only=TOOL]...
+#   (--force rebuilds everything; --only builds and checks just the tools named, e.g. promtool)
 set -euo pipefail
 # shellcheck disable=SC2034 # used by log() in lib.sh
 E2E_LOG_PREFIX=tools
@@ -20,7 +23,25 @@ E2E_LOG_PREFIX=tools
 source "$(dirname "$0")/lib.sh"
 
 FORCE=0
-[[ ${1:-} == --force ]] && FORCE=1
+MONITORING=0
+[[ ${RLPLACE_MONITORING:-0} == 0 ]] || MONITORING=1
+ONLY=()
+for arg in "$@"; do
+  case "$arg" in
+    --force) FORCE=1 ;;
+    --monitoring) MONITORING=1 ;;
+    --only=*) ONLY+=("${arg#--only=}") ;;
+    *) die "unknown argument $arg (usage: tools.sh [--force] [--monitoring] [--only=TOOL]...)" ;;
+  esac
+done
+TOOLS=("${E2E_TOOLS[@]}")
+((MONITORING)) && TOOLS+=("${E2E_MONITORING_TOOLS[@]}")
+if ((${#ONLY[@]})); then
+  for t in "${ONLY[@]}"; do
+    [[ " ${E2E_TOOLS[*]} ${E2E_MONITORING_TOOLS[*]} " == *" $t "* ]] || die "--only=$t: no such tool"
+  done
+  TOOLS=("${ONLY[@]}") # e.g. --only=promtool for the unit tests, without the control plane
+fi
 
 export GOTOOLCHAIN=local CGO_ENABLED=0
 export GOPATH="$E2E_CACHE/go"
@@ -41,6 +62,7 @@ check_args() { # the arguments that make a tool print its version
     dra-example-kubeletplugin) echo "--help" ;; # no version flag either; --help exits 0
     containerd-shim-runc-v2 | pause) echo "-v" ;;
     coredns) echo "-version" ;;
+    prometheus | promtool | prometheus-operator | prometheus-config-reloader) echo "--version" ;;
     bridge | host-local | loopback | portmap) echo "" ;; # without CNI_COMMAND a plugin prints its version
     *) echo "--version" ;;
   esac
@@ -68,12 +90,17 @@ check_tool() { # prints nothing on success, a reason on failure
   fi
   local ver
   ver=$(tool_version "$tool")
+  [[ $tool == prometheus || $tool == promtool ]] && ver=$(prometheus_release) # v0.316.0 -> 3.16.0
   if [[ $tool != ray-operator && $tool != kueue && $tool != dra-example-kubeletplugin && $out != *"${ver#v}"* ]]; then
     echo "reports a different version (want $ver): $(head -1 <<<"$out")"
     return 1
   fi
   if [[ $tool == kueue ]] && ! [[ -f $(kueue_crd_dir)/kueue.x-k8s.io_workloads.yaml && -f $(tool_dir kueue)/webhooks/manifests.yaml ]]; then
     echo "its CRDs or webhook manifests are missing"
+    return 1
+  fi
+  if [[ $tool == prometheus-operator ]] && ! [[ -f $(prometheus_operator_crd_dir)/monitoring.coreos.com_prometheuses.yaml ]]; then
+    echo "its CRDs are missing"
     return 1
   fi
   if [[ $tool == ray-operator ]] && ! compgen -G "$(kuberay_crd_dir)/ray.io_rayclusters.yaml" >/dev/null; then
@@ -320,6 +347,36 @@ build_pause() {
   mv -f "$dir/pause.new" "$dir/pause"
 }
 
+# Prometheus' ldflags (as its .promu.yml sets them), for the prometheus module and prometheus-operator alike.
+prometheus_ldflags() { # prometheus_ldflags <version as printed>
+  local v=github.com/prometheus/common/version
+  echo "-s -w -X $v.Version=$1 -X $v.Revision=rlplace-e2e -X $v.Branch=HEAD -X $v.BuildUser=rlplace-e2e -X $v.BuildDate=$(date -u +%Y%m%d-%H:%M:%S)"
+}
+
+# promtool (always: the unit tests check the chart's rules with it) and, with monitoring, prometheus: one
+# go build, only Kubernetes service discovery (the others pull in every cloud's SDK), no embedded web UI.
+build_prometheus() { # build_prometheus <cmd>...   (promtool, prometheus)
+  local mod=github.com/prometheus/prometheus pkgs=() c
+  for c in "$@"; do pkgs+=("$mod/cmd/$c"); done
+  CGO_ENABLED=0 build_multi "$mod" "$PROMETHEUS_VERSION" "$(prometheus_ldflags "$(prometheus_release)")" \
+    "remove_all_sd enable_kubernetes_sd" "${pkgs[@]}"
+}
+
+# prometheus-operator (cmd/operator, installed as prometheus-operator), its config reloader, and the
+# monitoring.coreos.com CRDs from the module's example/prometheus-operator-crd/.
+build_prometheus_operator() {
+  local mod=github.com/prometheus-operator/prometheus-operator crds moddir ld
+  ld=$(prometheus_ldflags "${PROMETHEUS_OPERATOR_VERSION#v}")
+  CGO_ENABLED=0 wrapper_build prometheus-operator "$mod" "$mod/cmd/operator" "$ld"
+  CGO_ENABLED=0 wrapper_build prometheus-config-reloader "$mod" "$mod/cmd/prometheus-config-reloader" "$ld"
+  moddir=$(cd "$E2E_CACHE/src/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" && go list -m -f '{{.Dir}}' "$mod")
+  crds=$(prometheus_operator_crd_dir)
+  rm -rf "$crds" && mkdir -p "$crds"
+  cp "$moddir"/example/prometheus-operator-crd/monitoring.coreos.com_*.yaml "$crds/"
+  chmod u+w "$crds"/*.yaml
+  log "  prometheus-operator CRDs: $(cd "$crds" && echo *.yaml)"
+}
+
 # ---------------------------------------------------------------------------------------------------------
 # Only one tools.sh at a time may build into the cache.
 exec 9>"$E2E_CACHE/.lock"
@@ -332,11 +389,11 @@ fi
 declare -A reason=()
 tmpd=$(mktemp -d)
 trap 'rm -rf "$tmpd"' EXIT
-for t in "${E2E_TOOLS[@]}"; do
+for t in "${TOOLS[@]}"; do
   if ((FORCE)); then echo "--force given" >"$tmpd/$t"; else (check_tool "$t" >"$tmpd/$t" 2>&1 || true) & fi
 done
 wait
-for t in "${E2E_TOOLS[@]}"; do
+for t in "${TOOLS[@]}"; do
   r=$(<"$tmpd/$t")
   if [[ -n $r ]]; then
     reason[$t]=$r
@@ -346,7 +403,7 @@ done
 
 if ((${#reason[@]})); then
   todo=()
-  for t in "${E2E_TOOLS[@]}"; do [[ -z ${reason[$t]:-} ]] || todo+=("$t"); done
+  for t in "${TOOLS[@]}"; do [[ -z ${reason[$t]:-} ]] || todo+=("$t"); done
   log "to build: ${todo[*]}  (cache: $E2E_CACHE)"
   total=$SECONDS
   # Two lanes side by side: Kubernetes (the longest build by far) and every other tool one after another.
@@ -370,6 +427,13 @@ if ((${#reason[@]})); then
     [[ -z ${reason[coredns]:-} ]] || build_coredns
     [[ -z ${reason[pause]:-} ]] || build_pause
     [[ -z ${reason[dra-example-kubeletplugin]:-} ]] || build_dra_example_driver
+    # prometheus and promtool share one build: both when monitoring is on and either is missing.
+    if [[ -n ${reason[prometheus]:-} ]] || { ((MONITORING)) && [[ -n ${reason[promtool]:-} ]]; }; then
+      build_prometheus promtool prometheus
+    elif [[ -n ${reason[promtool]:-} ]]; then
+      build_prometheus promtool
+    fi
+    [[ -z ${reason[prometheus-operator]:-}${reason[prometheus-config-reloader]:-} ]] || build_prometheus_operator
   }
   kubernetes_lane &
   kubernetes_pid=$!
@@ -387,7 +451,7 @@ fi
 
 # Symlinks for people: export PATH=$PWD/.e2e/bin:$PATH
 mkdir -p "$E2E_DIR/bin"
-for t in "${E2E_TOOLS[@]}"; do
+for t in "${TOOLS[@]}"; do
   ln -sfn "$(tool_bin "$t")" "$E2E_DIR/bin/$t"
 done
 log "all tools ready in $E2E_CACHE; symlinks in $E2E_DIR/bin (export PATH=$E2E_DIR/bin:\$PATH)"

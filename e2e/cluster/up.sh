@@ -512,6 +512,12 @@ wait_for kube-controller-manager "done creating the default ServiceAccount" \
 
 ((${#REAL_NODES[@]} == 0)) || source "$E2E_REPO/e2e/cluster/start-nodes.sh"
 
+# Prometheus and prometheus-operator, only when asked for (RLPLACE_MONITORING=1; monitoring.sh up does the same on
+# a running cluster). A failure here fails cluster-up, which then stops everything, prometheus-operator included.
+if [[ ${RLPLACE_MONITORING:-0} != 0 ]]; then
+  RLPLACE_E2E_DIR=$E2E_DIR bash "$E2E_REPO/e2e/cluster/monitoring.sh" up 8>&- >/dev/null
+fi
+
 cp "$STATE/admin.kubeconfig" "$KUBECONFIG_OUT.tmp" && mv "$KUBECONFIG_OUT.tmp" "$KUBECONFIG_OUT"
 log "cluster up in $((SECONDS - T0)) s: $("${KC[@]}" get nodes --no-headers | wc -l) nodes Ready"
 log "export KUBECONFIG=$KUBECONFIG_OUT   (kubectl etc.: export PATH=$E2E_DIR/bin:\$PATH)"

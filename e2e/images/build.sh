@@ -9,6 +9,11 @@
 #   ray-rlinf-test  ray + RLinf + test-only stand-ins             (e2e/images/ray-rlinf-test.Containerfile)
 #   operator    operator/Dockerfile itself, --build-arg BASE_IMAGE=<base>
 #
+# Only when named (e2e/cluster/monitoring.sh does), saved under images/monitoring/ so that the default image
+# set the real nodes are seeded with stays as it is:
+#   prometheus                  the prometheus binary from tools.sh --monitoring, FROM scratch, /bin/prometheus
+#   prometheus-config-reloader  prometheus-operator's config reloader, FROM scratch, /bin/prometheus-config-reloader
+#
 # Tools: debootstrap (rootfs) and buildah (daemonless; chroot isolation, its own storage under the cache).
 # Everything lands in ${XDG_CACHE_HOME:-$HOME/.cache}/rlplace/images/: buildah's storage (layer cache), the base
 # rootfs keyed by a hash of its inputs, and one docker-archive tarball per image (<name>.tar, what up.sh imports
@@ -49,11 +54,12 @@ RAY_VERSION=$(sed -n 's/^ray = \["ray==\([0-9.]*\)"\]$/\1/p' "$E2E_REPO/pyprojec
 image_id() { "${BUILDAH[@]}" images --noheading --no-trunc --format '{{.ID}}' "$1" 2>/dev/null | awk 'NR == 1'; }
 
 # Save an image as a docker-archive tarball named after it, unless the saved one is of the same image ID.
-save() { # save <image>
-  local image=$1 name id tar
+save() { # save <image> [directory, default $IMAGES_DIR]
+  local image=$1 dir=${2:-$IMAGES_DIR} name id tar
   name=${image#localhost/rlplace/}
   name=${name%%:*}
-  tar="$IMAGES_DIR/$name.tar"
+  mkdir -p "$dir"
+  tar="$dir/$name.tar"
   id=$(image_id "$image")
   [[ -n $id ]] || die "image $image was not built"
   if [[ -f $tar && $(cat "$tar.id" 2>/dev/null) == "$id" ]]; then
@@ -111,8 +117,8 @@ build_base() {
 }
 
 # An image of one static binary, FROM scratch.
-build_binary_image() { # build_binary_image <image> <binary>
-  local image=$1 bin=$2 ctr sum
+build_binary_image() { # build_binary_image <image> <binary> [its path in the image, default /<name>]
+  local image=$1 bin=$2 path=${3:-/$(basename "$2")} ctr sum
   [[ -x $bin ]] || die "$bin missing; run 'make tools' first"
   # Same binary, same image: a new commit would get a new ID (timestamps) and be imported again for nothing.
   sum=$(sha256sum "$bin" | cut -c1-64)
@@ -120,8 +126,8 @@ build_binary_image() { # build_binary_image <image> <binary>
     return
   fi
   ctr=$("${BUILDAH[@]}" from scratch)
-  "${BUILDAH[@]}" copy --quiet "$ctr" "$bin" "/$(basename "$bin")" >/dev/null
-  "${BUILDAH[@]}" config --entrypoint "[\"/$(basename "$bin")\"]" --cmd '' --annotation "rlplace.io/binary=$sum" "$ctr"
+  "${BUILDAH[@]}" copy --quiet "$ctr" "$bin" "$path" >/dev/null
+  "${BUILDAH[@]}" config --entrypoint "[\"$path\"]" --cmd '' --annotation "rlplace.io/binary=$sum" "$ctr"
   "${BUILDAH[@]}" commit --quiet --rm "$ctr" "$image" >/dev/null
 }
 
@@ -190,7 +196,16 @@ for w in "${want[@]}"; do
       bud "$OPERATOR_IMAGE" "$E2E_REPO/operator/Dockerfile" "$E2E_REPO" --build-arg "BASE_IMAGE=$BASE_IMAGE"
       save "$OPERATOR_IMAGE"
       ;;
-    *) die "unknown image '$w' (known: base pause coredns ray ray-rlplace ray-rlinf-test operator)" ;;
+    # The operator runs /bin/prometheus-config-reloader by that path (its Command); prometheus by the entrypoint.
+    prometheus)
+      build_binary_image "$PROMETHEUS_IMAGE" "$(tool_bin prometheus)" /bin/prometheus
+      save "$PROMETHEUS_IMAGE" "$IMAGES_DIR/monitoring"
+      ;;
+    prometheus-config-reloader)
+      build_binary_image "$PROMETHEUS_CONFIG_RELOADER_IMAGE" "$(tool_bin prometheus-config-reloader)" /bin/prometheus-config-reloader
+      save "$PROMETHEUS_CONFIG_RELOADER_IMAGE" "$IMAGES_DIR/monitoring"
+      ;;
+    *) die "unknown image '$w' (known: base pause coredns ray ray-rlplace ray-rlinf-test operator prometheus prometheus-config-reloader)" ;;
   esac
 done
 log "images ready in $IMAGES_DIR ($((SECONDS - T0)) s)"
