@@ -290,6 +290,34 @@ def group_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[str, GroupGpus]:
     return result
 
 
+def requested_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[JobKey, int]:
+    """Per job whose demand this process planned, the GPUs it asks for: on a DRA group the GPUs its plan uses per
+    node, on others every GPU of each node it needs (its workers take whole nodes), the node at each position
+    being the group's ready node there now."""
+    world = admission_world(ledger, snapshot)
+    with ledger.lock:
+        demands = [(key, planned) for key, (_, planned) in ledger.demands.items()]
+    units: dict[str, dict[str, int]] = {}
+    asked = {}
+    for key, planned in demands:
+        total = 0
+        for group in planned.demand:
+            if group.cpu_only:
+                continue
+            if group.gpus is not None:
+                total += sum(gpus for _, gpus in group.gpus)
+                continue
+            entry = indexed(snapshot.nodegroups, group.group)
+            if entry is None:
+                continue
+            if group.group not in units:
+                units[group.group] = {e.name: e.units for e in ledger.group(group.group, entry).status.nodes}
+            ready = world.groups.get(group.group, [])
+            total += sum(units[group.group].get(ready[at], 0) for at in group.used if at < len(ready))
+        asked[key] = total
+    return asked
+
+
 def held_by_others(ledger: Ledger, world: AdmissionWorld, key: JobKey, nodes: Iterable[str]) -> dict[str, JobKey]:
     """Of `nodes`, those another job holds (its RayCluster, or this process's reservation for it) -> that job.
     For nodes another admitter (Kueue) granted `key`: rlplace's queue may have given one to a job of its own a

@@ -94,12 +94,13 @@ def alert_rules(settings: AlertSettings = DEFAULT_SETTINGS) -> list[AlertRule]:
     return [
         AlertRule(
             name="RLJobQueuedWithFreeCapacity",
-            # The metrics do not say which node groups a job may use, so the job's GPUs are compared with the free
-            # GPUs of all node groups: the alert says "capacity exists that the job is not given", and the reason
-            # (a node group or topology level it cannot use, a quota) is for `kubectl rlplace why` to tell.
+            # The metrics do not say which node groups a job may use, so the GPUs the waiting job asks for are
+            # compared with the free GPUs of all node groups: the alert says "capacity exists that the job is not
+            # given", and the reason (a node group or topology level it cannot use, a quota) is for `kubectl
+            # rlplace why` to tell.
             expr=(
                 f"({waiting} > {s.queued_waiting_seconds}) and on (namespace, rljob) "
-                f"({series(m.JOB_GPUS)} <= on () group_left () {free_gpus})"
+                f"({series(m.JOB_REQUESTED_GPUS)} <= on () group_left () {free_gpus})"
             ),
             duration=s.queued_for,
             severity="warning",

@@ -109,6 +109,11 @@ def fleet() -> DashboardSpec:
             (Query(f"topk(10, {series(m.JOB_WAITING_SECONDS)})", "{{namespace}}/{{rljob}}"),),
             unit="s",
         ),
+        PanelSpec(
+            "GPUs asked for by waiting jobs",
+            "Per Pending or Queued job, the GPUs its plan asks for (whole nodes count all their GPUs).",
+            (Query(f"topk(10, {series(m.JOB_REQUESTED_GPUS)})", "{{namespace}}/{{rljob}}"),),
+        ),
     )
     gpu_panels = (
         PanelSpec(

@@ -69,6 +69,12 @@ JOB_WAITING_SECONDS = MetricName(
     "Seconds a Pending or Queued job has waited for admission (since it was made or last gave its nodes back)",
 )
 JOB_GPUS = MetricName("rlplace_job_gpus", JOB_LABELS, "GPUs the job's placement uses (status.gpus)")
+JOB_REQUESTED_GPUS = MetricName(
+    "rlplace_job_requested_gpus",
+    JOB_LABELS,
+    "GPUs a Pending or Queued job asks for: its plan on its node groups' ready nodes (whole nodes count all their "
+    "GPUs)",
+)
 COMPONENT_GPUS = MetricName("rlplace_component_gpus", COMPONENT_LABELS, "GPUs of the component's processes")
 JOB_PREDICTED_SECONDS = MetricName(
     "rlplace_job_predicted_iteration_seconds",

@@ -34,7 +34,7 @@ from prometheus_client.registry import Collector
 from pydantic import ValidationError
 
 from rlplace_operator.admission.ledger import Ledger
-from rlplace_operator.admission.queue import GroupGpus, group_gpus
+from rlplace_operator.admission.queue import GroupGpus, group_gpus, requested_gpus
 from rlplace_operator.api import conditions
 from rlplace_operator.api.names import JobKey
 from rlplace_operator.api.status import JobPhase, RLJobStatus
@@ -398,8 +398,8 @@ class Exposition:
 
 
 class LiveCollector(Collector):
-    """What is rendered at each scrape: jobs counted by phase and reason, the waiting jobs' seconds, the NodeGroups'
-    GPUs and nodes, the progress endpoint's counters."""
+    """What is rendered at each scrape: jobs counted by phase and reason, the waiting jobs' seconds and the GPUs they
+    ask for, the NodeGroups' GPUs and nodes, the progress endpoint's counters."""
 
     def __init__(self, service: ProgressService, metrics: OperatorMetrics) -> None:
         self.service = service
@@ -408,18 +408,22 @@ class LiveCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         fleet = self.metrics.fleet
         jobs, waiting = _family(names.JOBS), _family(names.JOB_WAITING_SECONDS)
+        requested = _family(names.JOB_REQUESTED_GPUS)
         if fleet is not None:
             now = self.metrics.clock()
             counts: dict[tuple[str, str, str], int] = {}
+            asked = requested_gpus(fleet.ledger, fleet.snapshot)
             for (namespace, job), view in fleet.views.items():
                 phase = view.status.phase.value if view.status.phase is not None else view.raw_phase
                 counts[(namespace, phase, view.reason)] = counts.get((namespace, phase, view.reason), 0) + 1
                 since = view.waiting_since()
                 if since is not None:
                     waiting.add_metric([namespace, job], round(max(0.0, now - since), 3))
+                    if (namespace, job) in asked:
+                        requested.add_metric([namespace, job], asked[(namespace, job)])
             for labels, count in sorted(counts.items()):
                 jobs.add_metric(list(labels), count)
-        yield from (jobs, waiting)
+        yield from (jobs, waiting, requested)
         if fleet is not None:
             yield from _group_families(group_gpus(fleet.ledger, fleet.snapshot))
         stats = self.service.stats

@@ -109,6 +109,8 @@ def test_service_monitor_selects_the_operator_service_port() -> None:
     (endpoint,) = monitor["spec"]["endpoints"]
     assert endpoint["port"] in [port["name"] for port in service["spec"]["ports"]]
     assert endpoint["path"] == "/metrics"
+    # The jobs' own `namespace` label is kept (not renamed exported_namespace beside the operator pod's).
+    assert endpoint["honorLabels"] is True
 
 
 def test_pod_monitor_selects_the_jobs_ray_pods() -> None:

@@ -11,9 +11,11 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client.parser import text_string_to_metric_families
 
 from placement_core.observe.progress import ComponentTime, IterationReport
-from rlplace_operator.admission.ledger import Holding, Ledger
+from rlplace_operator.admission.ledger import Holding, Ledger, PlannedDemand
 from rlplace_operator.admission.queue import PodUse
+from rlplace_operator.admission.rules import GroupDemand
 from rlplace_operator.api.nodegroup import NodeGroupStatus
+from rlplace_operator.api.rljob import RLJobSpec
 from rlplace_operator.reconcile.world import Job
 from rlplace_operator.server import metric_names as names
 from rlplace_operator.server.metrics import Exposition, OperatorMetrics
@@ -121,6 +123,27 @@ def test_each_job_shows_its_phase_reason_waiting_time_restarts_and_binding() -> 
         value(found, "rlplace_component_processes", namespace="ns", rljob="run", component="rollout", state="launched")
         == 6
     )
+
+
+def test_a_waiting_job_shows_the_gpus_its_plan_asks_for() -> None:
+    # Its planned demand: node positions 0 and 1 of a800 (whole nodes: all their GPUs) and 3 GPUs of a DRA node.
+    ledger = Ledger()
+    spec = RLJobSpec.model_validate(
+        {"nodeGroups": ["a800"], "componentPlacement": [{"components": "a", "placement": "0"}]}
+    )
+    demand = (
+        GroupDemand("a800", 2, frozenset({0, 1})),
+        GroupDemand("dra", 1, frozenset({0}), gpus=((0, 3),)),
+        GroupDemand("cpu", 1, frozenset({0}), cpu_only=True),
+    )
+    ledger.remember_demand(("ns", "queued"), (), PlannedDemand(demand, spec, None))
+    metrics = OperatorMetrics(clock=NOW.timestamp)
+    fleet(metrics, ledger, queued=QUEUED, run=RUNNING)
+    found = scrape(metrics)
+    a800 = NodeGroupStatus.model_validate(cluster_snapshot().nodegroups["a800"][0][1])
+    whole = sum([n.units for n in a800.nodes if n.ready][:2])
+    assert value(found, "rlplace_job_requested_gpus", namespace="ns", rljob="queued") == whole + 3
+    assert ("rlplace_job_requested_gpus", frozenset({"namespace": "ns", "rljob": "run"}.items())) not in found
 
 
 def test_node_groups_show_gpus_admitted_and_free() -> None:
