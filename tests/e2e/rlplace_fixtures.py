@@ -136,10 +136,11 @@ OPERATOR_LEADER_SELECTOR = f"{OPERATOR_POD_SELECTOR},{ROLE_LABEL}=leader"
 OPERATOR_REPLICAS = 2
 
 
-def install_chart(kubeconfig: str, *values: str, strings: tuple[str, ...] = ()) -> None:
-    """`helm upgrade --install` of the chart as release rlplace in rlplace-system with `values` (key=value) and
-    `strings` (key=value kept a string), waiting until its Deployment is ready."""
-    settings = [arg for value in values for arg in ("--set", value)]
+def install_chart(kubeconfig: str, *values: str, strings: tuple[str, ...] = (), files: tuple[Path, ...] = ()) -> None:
+    """`helm upgrade --install` of the chart as release rlplace in rlplace-system with values `files`, `values`
+    (key=value) and `strings` (key=value kept a string), waiting until its Deployment is ready."""
+    settings = [arg for path in files for arg in ("--values", str(path))]
+    settings += [arg for value in values for arg in ("--set", value)]
     settings += [arg for value in strings for arg in ("--set-string", value)]
     run_tool(
         "helm",
@@ -175,6 +176,18 @@ class InClusterOperator:
         self.repository, self.tag = image.rsplit(":", 1)
         self.log_path = log_path
         self.running = False
+        self.values: Path | None = None
+        """A values file every install adds (`configure`), e.g. the monitoring objects of the chart."""
+
+    def configure(self, values: dict | None) -> None:
+        """Install the chart again with `values` added (None: without them again); the Deployment is unchanged by
+        values that only add objects (monitors, rules, dashboards), so the operator keeps running."""
+        if values is None:
+            self.values = None
+        else:
+            self.values = self.log_path.with_name("chart-values-e2e.yaml")
+            self.values.write_text(yaml.safe_dump(values))
+        self._install(OPERATOR_REPLICAS)
 
     def _install(self, replicas: int) -> None:
         install_chart(
@@ -186,6 +199,7 @@ class InClusterOperator:
             # The e2e run's scale tests index a few hundred pods and jobs: more than the default 256Mi.
             "resources.limits.memory=768Mi",
             strings=(f"nodeSelector.{REAL_NODE_LABEL.replace('.', chr(92) + '.')}=true",),
+            files=(self.values,) if self.values is not None else (),
         )
 
     def _pods(self, selector: str = OPERATOR_POD_SELECTOR, output: str = "name") -> list[str]:
