@@ -190,7 +190,8 @@ def test_step_times_reach_the_job_only_from_its_own_pods(
     assert any(line.startswith('rlplace_component_busy_seconds{component="rollout"') for line in lines)
     assert any(line.startswith('rlplace_component_idle_ratio{component="reward"') for line in lines)
     # What the queue pass saw of the job, and what its GPUs did per iteration (docs/monitoring.md).
-    assert any(line.startswith("rlplace_job_phase{") and 'phase="Running"' in line for line in lines)
+    phase = f'rlplace_job_phase{{namespace="{jobs.namespace}",phase="Running",reason="Running",rljob="progress"}} 1.0'
+    assert phase in metrics.splitlines(), [line for line in metrics.splitlines() if "rlplace_job_phase{" in line]
     assert any(line.startswith('rlplace_job_bottleneck{component="rollout"') for line in lines)
     assert any(line.startswith('rlplace_component_gpu_seconds{component="rollout"') for line in lines)
 
