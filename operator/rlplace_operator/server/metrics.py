@@ -150,42 +150,22 @@ class OperatorMetrics:
     def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self.clock = clock
         self.registry = CollectorRegistry()
-        self.reconcile_seconds = Histogram(
-            names.RECONCILE_SECONDS.name,
-            names.RECONCILE_SECONDS.help,
-            names.RECONCILE_SECONDS.labels,
-            registry=self.registry,
-            buckets=RECONCILE_BUCKETS,
-        )
-        self.reconcile_errors = Counter(
-            names.RECONCILE_ERRORS.name.removesuffix("_total"),
-            names.RECONCILE_ERRORS.help,
-            names.RECONCILE_ERRORS.labels,
-            registry=self.registry,
-        )
-        self.queue_pass_seconds = Histogram(
-            names.QUEUE_PASS_SECONDS.name,
-            names.QUEUE_PASS_SECONDS.help,
-            registry=self.registry,
-            buckets=RECONCILE_BUCKETS,
-        )
-        self.api_errors = Counter(
-            names.API_ERRORS.name.removesuffix("_total"),
-            names.API_ERRORS.help,
-            names.API_ERRORS.labels,
-            registry=self.registry,
-        )
-        self.queue_wait = Histogram(
-            names.QUEUE_WAIT_SECONDS.name,
-            names.QUEUE_WAIT_SECONDS.help,
-            names.QUEUE_WAIT_SECONDS.labels,
-            registry=self.registry,
-            buckets=QUEUE_WAIT_BUCKETS,
-        )
+        self.reconcile_seconds = self._histogram(names.RECONCILE_SECONDS, RECONCILE_BUCKETS)
+        self.reconcile_errors = self._counter(names.RECONCILE_ERRORS)
+        self.queue_pass_seconds = self._histogram(names.QUEUE_PASS_SECONDS, RECONCILE_BUCKETS)
+        self.api_errors = self._counter(names.API_ERRORS)
+        self.queue_wait = self._histogram(names.QUEUE_WAIT_SECONDS, QUEUE_WAIT_BUCKETS)
         self.fleet: Fleet | None = None
         self._lock = threading.Lock()
         self._admissions: dict[JobKey, str] = {}
         """Per job, the admission (its Admitted condition's transition time) the queue wait has counted."""
+
+    def _histogram(self, metric: names.MetricName, buckets: tuple[float, ...]) -> Histogram:
+        return Histogram(metric.name, metric.help, metric.labels, registry=self.registry, buckets=buckets)
+
+    def _counter(self, metric: names.MetricName) -> Counter:
+        # prometheus-client adds the _total a counter's series carry.
+        return Counter(metric.name.removesuffix("_total"), metric.help, metric.labels, registry=self.registry)
 
     @contextlib.contextmanager
     def look(self, trigger: str) -> Iterator[None]:
