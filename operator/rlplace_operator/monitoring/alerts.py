@@ -124,7 +124,8 @@ def alert_rules(settings: AlertSettings = DEFAULT_SETTINGS) -> list[AlertRule]:
                 f"A process of RLJob {JOB_NAME} found from inside that its node or GPUs differ from its plan "
                 "(BindingVerified False). Its step times and memory use are not what the plan predicts. Run "
                 "`kubectl rlplace why {{ $labels.rljob }} -n {{ $labels.namespace }}` for the process, then check "
-                "the node's device plugin or DRA driver; deleting the pod makes the job restart on its plan."
+                "the node's device plugin or DRA driver: the job is not restarted (an attempt on the same nodes "
+                "would fail the same way)."
             ),
         ),
         AlertRule(
