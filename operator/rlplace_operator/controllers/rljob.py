@@ -120,8 +120,10 @@ def look(
 ) -> None:
     """One look at the job (timed, and counted when it fails, under `trigger`: what made the operator look); a job
     that cannot be provisioned now raises kopf's error once its status says why."""
-    with operator_metrics(memo).look(trigger):
+    metrics = operator_metrics(memo)
+    with metrics.look(trigger):
         looked = run(memo.kube, memo.ledger, observer, job, queue=queue, retry=retry)
+    metrics.decided_again(looked.decided_again)
     if looked.retry is not None:
         if looked.retry.permanent:
             raise kopf.PermanentError(looked.retry.message)

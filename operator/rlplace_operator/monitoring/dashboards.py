@@ -380,6 +380,19 @@ def operator() -> DashboardSpec:
             width=8,
         ),
         PanelSpec(
+            "Looks decided again",
+            "Looks at a job decided again on the job read anew, per second: conflict (a status write refused "
+            "with 409: someone wrote in between), stale (decided on the watch's copy, behind the job).",
+            (
+                Query(
+                    f"sum {by(m.RECONCILE_RETRIES, 'reason')} (rate({series(m.RECONCILE_RETRIES)}{rate}))",
+                    "{{reason}}",
+                ),
+            ),
+            unit="ops",
+            width=8,
+        ),
+        PanelSpec(
             "Progress reports by code",
             "Step-time reports the jobs' head pods POSTed, per second, by the HTTP status they got.",
             (

@@ -32,6 +32,10 @@ class Looked:
     """Look again after this many seconds (None: the next event will do)."""
     retry: Retry | None = None
     """The job could not be provisioned now (its status says why): retry as this says."""
+    decided_again: tuple[str, ...] = ()
+    """Why the look decided again on the job read anew, once per time: `conflict` (the API server refused a write
+    of a job read anew: someone wrote in between), `stale` (it had decided on the watch's copy, which was
+    behind the job or cannot be provisioned from)."""
 
 
 def run(
@@ -40,6 +44,7 @@ def run(
     """observe -> decide -> write the status (conditional) -> act; again on a conflict. A job to provision is
     decided on as it is now (read from the API), its children applied before its status is written."""
     fresh = False
+    again: list[str] = []
     for _ in range(MAX_CONFLICTS):
         world = observer.look(job, queue, fresh)
         outcome = decide(job, world)
@@ -51,7 +56,7 @@ def run(
                 make_children(kube, job, outcome)
                 write_provisioned(kube, job, status_wire(outcome.status))
                 act(kube, ledger, job, outcome, observer.checkpoint_requests)
-                return Looked(outcome.requeue_after)
+                return Looked(outcome.requeue_after, decided_again=tuple(again))
             if any(isinstance(a, Provision) for a in outcome.actions):
                 if not job.fresh:
                     # Children are applied before the status is written: decide on the job as it is now, not on an
@@ -61,15 +66,16 @@ def run(
                 make_children(kube, job, outcome)
                 write_provisioned(kube, job, status_wire(outcome.status))
                 act(kube, ledger, job, outcome, observer.checkpoint_requests)
-                return Looked(None, outcome.retry)
+                return Looked(None, outcome.retry, tuple(again))
             write_status(kube, job, outcome)
         except StatusConflict:
-            again = reread(kube, job)
-            if again is None:
-                return Looked()
-            job, queue, fresh = again, None, True
+            again.append("conflict" if job.fresh else "stale")
+            reread_job = reread(kube, job)
+            if reread_job is None:
+                return Looked(decided_again=tuple(again))
+            job, queue, fresh = reread_job, None, True
             continue
         act(kube, ledger, job, outcome, observer.checkpoint_requests)
-        return Looked(outcome.requeue_after)
+        return Looked(outcome.requeue_after, decided_again=tuple(again))
     logger.info("RLJob %s/%s: status kept changing under its reconcile; its next trigger looks again", *job.key)
-    return Looked(LOOK_AGAIN_SECONDS)
+    return Looked(LOOK_AGAIN_SECONDS, decided_again=tuple(again))

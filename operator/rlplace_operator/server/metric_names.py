@@ -128,6 +128,12 @@ RECONCILE_ERRORS = MetricName(
     ("trigger", "kind"),
     "Looks at a job that failed: kind=api (the API server refused a call), kind=error (anything else)",
 )
+RECONCILE_RETRIES = MetricName(
+    "rlplace_reconcile_retries_total",
+    ("reason",),
+    "Looks at a job decided again on the job read anew: reason=conflict (a status write refused with 409 Conflict: "
+    "someone wrote in between), reason=stale (decided on the watch's copy, which was behind the job)",
+)
 QUEUE_PASS_SECONDS = MetricName(
     "rlplace_queue_pass_duration_seconds", (), "Histogram of the seconds one queue pass (every waiting job) takes"
 )

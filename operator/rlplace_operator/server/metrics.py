@@ -16,7 +16,7 @@ import contextlib
 import dataclasses
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from aiohttp import web
@@ -154,6 +154,7 @@ class OperatorMetrics:
         self.reconcile_errors = self._counter(names.RECONCILE_ERRORS)
         self.queue_pass_seconds = self._histogram(names.QUEUE_PASS_SECONDS, RECONCILE_BUCKETS)
         self.api_errors = self._counter(names.API_ERRORS)
+        self.reconcile_retries = self._counter(names.RECONCILE_RETRIES)
         self.queue_wait = self._histogram(names.QUEUE_WAIT_SECONDS, QUEUE_WAIT_BUCKETS)
         self.fleet: Fleet | None = None
         self._lock = threading.Lock()
@@ -185,6 +186,11 @@ class OperatorMetrics:
             raise
         finally:
             self.reconcile_seconds.labels(trigger).observe(time.perf_counter() - start)
+
+    def decided_again(self, reasons: Iterable[str]) -> None:
+        """A look decided again on the job read anew, for each of `reasons` (reconcile.run.Looked.decided_again)."""
+        for reason in reasons:
+            self.reconcile_retries.labels(reason).inc()
 
     def observe_pass(self, snapshot: Snapshot, ledger: Ledger, seconds: float) -> None:
         """A queue pass ran on `snapshot`: keep it for the next scrape and count the admissions it shows."""

@@ -198,6 +198,7 @@ def test_a_look_is_timed_and_its_failures_counted_by_kind() -> None:
         raise kopf.TemporaryError("waits", delay=1)  # how a look says it waits
     with pytest.raises(RuntimeError), metrics.look("rljob"):
         raise RuntimeError("a bug")
+    metrics.decided_again(("stale", "conflict", "stale"))
     found = scrape(metrics)
     assert value(found, "rlplace_reconcile_duration_seconds_count", trigger="timer") == 2
     assert value(found, "rlplace_reconcile_duration_seconds_count", trigger="rljob") == 3
@@ -206,6 +207,8 @@ def test_a_look_is_timed_and_its_failures_counted_by_kind() -> None:
     assert ("rlplace_reconcile_errors_total", frozenset({"trigger": "rljob", "kind": "api"}.items())) not in found
     assert value(found, "rlplace_api_errors_total", code="500") == 1
     assert value(found, "rlplace_api_errors_total", code="404") == 1
+    assert value(found, "rlplace_reconcile_retries_total", reason="stale") == 2
+    assert value(found, "rlplace_reconcile_retries_total", reason="conflict") == 1
 
 
 def report(iteration: int, wall: float, **busy: float) -> IterationReport:
