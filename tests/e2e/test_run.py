@@ -13,7 +13,9 @@ Two tiers:
 
 from __future__ import annotations
 
+import html
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +27,7 @@ from test_restricted import head_user, restrict, restricted_pods
 
 from placement_core.observe.verify import find_report
 
-from e2e_cluster import wait_for
+from e2e_cluster import e2e_dir, wait_for
 from rlplace_fixtures import Jobs, kubectl, kubectl_rlplace, pinned_nodes, run_tool
 
 pytestmark = pytest.mark.e2e
@@ -355,6 +357,37 @@ def test_example_job_succeeds_in_a_restricted_namespace_with_every_process_verif
     assert "ran concurrently: overlap" in log
     if name == "rljob-heterogeneous-run.yaml":
         assert_kubectl_rlplace_shows(kubeconfig, run_jobs.namespace, job, plan)
+        assert_picture_is_the_plan(kubeconfig, run_jobs, job, plan)
+
+
+def assert_picture_is_the_plan(kubeconfig: str, run_jobs: RunJobs, job: str, plan: dict) -> None:
+    """`kubectl rlplace get JOB --svg FILE` draws each GPU of the plan, cell by cell (each square's tooltip names
+    its node, GPU and components), and agrees with status.placement: each component's GPUs and nodes."""
+    path = e2e_dir() / f"{run_jobs.namespace}-{job}.svg"
+    drawn = kubectl_rlplace(kubeconfig, "get", job, "-n", run_jobs.namespace, "--svg", str(path))
+    assert drawn.returncode == 0, drawn.stderr
+    svg = path.read_text()
+    path.unlink()
+    cells = {}
+    for where, gpu, holders in re.findall(r"<title>([^<,]+), GPU (\d+): ([^<]+)</title>", svg):
+        assert " nodes " not in where, where  # each node of this example is a row of its own
+        if html.unescape(holders) != "no process":
+            cells[(where, int(gpu))] = sorted(html.unescape(holders).split(", "))
+    planned: dict[tuple[str, int], list[str]] = {}
+    for name, component in plan["components"].items():
+        for process in component["processes"]:
+            if process["hardware_type"] == "Accelerator":
+                for gpu in process["local_hardware_ranks"]:
+                    holders = planned.setdefault((process["node_name"], gpu), [])
+                    if name not in holders:
+                        holders.append(name)
+    assert cells == {cell: sorted(names) for cell, names in planned.items()}
+    summary = run_jobs.status(job)["placement"]["components"]
+    for component in summary:
+        held = [cell for cell, names in cells.items() if component["name"] in names]
+        if held:
+            assert len(held) == component["gpus"], (component, held)
+            assert sorted({node for node, _ in held}) == sorted(component["nodes"]), (component, held)
 
 
 def assert_kubectl_rlplace_shows(kubeconfig: str, namespace: str, job: str, plan: dict) -> None:
