@@ -272,32 +272,38 @@ def group_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[str, GroupGpus]:
     busy = busy_nodes(_pod_units(world, None), world.unit_resources, held)
     free_dra = free_gpus(world, held_gpus)
     result = {}
-    for name in snapshot.nodegroups:
-        group = ledger.group(name, indexed(snapshot.nodegroups, name))
-        units = {e.name: e.units for e in group.status.nodes}
-        ready = world.groups.get(name, [])
+    for name, ready in _ready_units(ledger, snapshot, world).items():
         admitted = free = 0
-        for node in ready:
+        for node, units in ready:
             if node in world.dra_nodes:
                 admitted += len(held_gpus.get(node, {}))
                 free += len(free_dra.get(node, ()))
             elif node in held:
-                admitted += units.get(node, 0)
+                admitted += units
             elif node not in busy:
-                free += units.get(node, 0)
-        total = sum(units.get(node, 0) for node in ready)
-        result[name] = GroupGpus(total, admitted, free, len(group.status.nodes), len(ready))
+                free += units
+        total = sum(units for _, units in ready)
+        nodes = len(ledger.group(name, indexed(snapshot.nodegroups, name)).status.nodes)
+        result[name] = GroupGpus(total, admitted, free, nodes, len(ready))
     return result
+
+
+def _ready_units(ledger: Ledger, snapshot: Snapshot, world: AdmissionWorld) -> dict[str, list[tuple[str, int]]]:
+    """Per NodeGroup, its ready nodes in rank order with the hardware units each has (its status's count)."""
+    ready = {}
+    for name in snapshot.nodegroups:
+        units = {e.name: e.units for e in ledger.group(name, indexed(snapshot.nodegroups, name)).status.nodes}
+        ready[name] = [(node, units.get(node, 0)) for node in world.groups.get(name, [])]
+    return ready
 
 
 def requested_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[JobKey, int]:
     """Per job whose demand this process planned, the GPUs it asks for: on a DRA group the GPUs its plan uses per
     node, on others every GPU of each node it needs (its workers take whole nodes), the node at each position
     being the group's ready node there now."""
-    world = admission_world(ledger, snapshot)
+    ready = _ready_units(ledger, snapshot, admission_world(ledger, snapshot))
     with ledger.lock:
         demands = [(key, planned) for key, (_, planned) in ledger.demands.items()]
-    units: dict[str, dict[str, int]] = {}
     asked = {}
     for key, planned in demands:
         total = 0
@@ -307,13 +313,8 @@ def requested_gpus(ledger: Ledger, snapshot: Snapshot) -> dict[JobKey, int]:
             if group.gpus is not None:
                 total += sum(gpus for _, gpus in group.gpus)
                 continue
-            entry = indexed(snapshot.nodegroups, group.group)
-            if entry is None:
-                continue
-            if group.group not in units:
-                units[group.group] = {e.name: e.units for e in ledger.group(group.group, entry).status.nodes}
-            ready = world.groups.get(group.group, [])
-            total += sum(units[group.group].get(ready[at], 0) for at in group.used if at < len(ready))
+            nodes = ready.get(group.group, [])
+            total += sum(nodes[at][1] for at in group.used if at < len(nodes))
         asked[key] = total
     return asked
 

@@ -79,7 +79,6 @@ def _seconds(value: object) -> float | None:
 class JobView:
     """What the metrics read of one job: its status parsed once per version of its index entry."""
 
-    key: JobKey
     created: float | None
     status: RLJobStatus
     raw_phase: str
@@ -87,16 +86,21 @@ class JobView:
     """The index entry it was read from (a job whose entry is the same object has not changed)."""
 
     @classmethod
-    def of(cls, key: JobKey, entry: Mapping[str, Any]) -> JobView:
+    def of(cls, entry: Mapping[str, Any]) -> JobView:
         raw = entry.get("status") or {}
         try:
             status = RLJobStatus.model_validate(raw)
         except ValidationError:  # a status this operator did not write (another version's): its phase only
             status = RLJobStatus()
-        return cls(key, _seconds(entry.get("created")), status, str(raw.get("phase") or "Unknown"), entry)
+        return cls(_seconds(entry.get("created")), status, str(raw.get("phase") or "Unknown"), entry)
 
     def condition(self, type_: str) -> conditions.Condition | None:
         return next((c for c in self.status.conditions if c.type == type_), None)
+
+    @property
+    def phase(self) -> str:
+        """Its phase as written (a status this operator could not read keeps the phase it says)."""
+        return self.status.phase.value if self.status.phase is not None else self.raw_phase
 
     @property
     def reason(self) -> str:
@@ -203,7 +207,7 @@ class OperatorMetrics:
             if entry is None:
                 continue
             view = known.get(key)
-            views[key] = view if view is not None and view.entry is entry else JobView.of(key, entry)
+            views[key] = view if view is not None and view.entry is entry else JobView.of(entry)
         admitted = []
         with self._lock:
             self.fleet = Fleet(snapshot, ledger, views)
@@ -226,7 +230,7 @@ def job_families(key: JobKey, view: JobView | None, window: Window | None) -> li
     held: dict[str, int] = {}
     if view is not None:
         status = view.status
-        phase = status.phase.value if status.phase is not None else view.raw_phase
+        phase = view.phase
         families[names.JOB_PHASE.name].add_metric([*labels, phase, view.reason], 1)
         if status.gpus is not None:
             families[names.JOB_GPUS.name].add_metric(labels, status.gpus)
@@ -400,7 +404,7 @@ class LiveCollector(Collector):
             counts: dict[tuple[str, str, str], int] = {}
             asked = requested_gpus(fleet.ledger, fleet.snapshot)
             for (namespace, job), view in fleet.views.items():
-                phase = view.status.phase.value if view.status.phase is not None else view.raw_phase
+                phase = view.phase
                 counts[(namespace, phase, view.reason)] = counts.get((namespace, phase, view.reason), 0) + 1
                 since = view.waiting_since()
                 if since is not None:
