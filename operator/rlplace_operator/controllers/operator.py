@@ -74,6 +74,14 @@ class DigestDiffBaseStorage(kopf.AnnotationsDiffBaseStorage):
         return _digested(essence)
 
 
+def operator_metrics(memo: kopf.Memo) -> OperatorMetrics:
+    """The operator's metrics (`configure` makes them at start-up; a bare memo, as `kopf run` of a controller module
+    alone passes, gets a set nobody serves)."""
+    if memo.get("metrics") is None:
+        memo.metrics = OperatorMetrics()
+    return memo.metrics
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Progress and last-handled state live in annotations, so the structural status schema never has to
@@ -124,9 +132,9 @@ async def serve_progress(memo: kopf.Memo, logger: logging.Logger, **_: Any) -> N
             logger.warning("progress endpoint served, but no --progress-url: jobs' pods are not told where it is")
         logger.info("progress endpoint on port %d (pods report to %s)", serving.progress_port, serving.progress_url)
     if serving.metrics_port is not None:
-        if memo.get("metrics") is None:
-            memo.metrics = OperatorMetrics()
-        memo.servers.append(await progress.serve(metrics_app(service, memo.metrics), "0.0.0.0", serving.metrics_port))
+        memo.servers.append(
+            await progress.serve(metrics_app(service, operator_metrics(memo)), "0.0.0.0", serving.metrics_port)
+        )
         logger.info("metrics on port %d (/metrics)", serving.metrics_port)
     memo.forgetter = asyncio.get_running_loop().create_task(progress.forget_idle_forever(service))
 

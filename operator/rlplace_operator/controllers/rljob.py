@@ -47,12 +47,12 @@ from rlplace_operator.api.names import (
 )
 from rlplace_operator.api.status import holds_nodes
 from rlplace_operator.cluster.snapshot import RLJOB_INDEX, IndexChanging, Snapshot, indexed, one
+from rlplace_operator.controllers.operator import operator_metrics
 from rlplace_operator.kube import api_message
 from rlplace_operator.reconcile.decide import needs_look
 from rlplace_operator.reconcile.observe import Observer
 from rlplace_operator.reconcile.run import run
 from rlplace_operator.reconcile.world import Job, job_of, job_of_body
-from rlplace_operator.server.metrics import OperatorMetrics
 
 logger = logging.getLogger(__name__)
 
@@ -93,14 +93,6 @@ def snapshot_of(indexes: Mapping[str, Any]) -> Snapshot:
         return Snapshot.of(indexes)
     except IndexChanging as err:
         raise kopf.TemporaryError(str(err), delay=1.0) from None
-
-
-def operator_metrics(memo: kopf.Memo) -> OperatorMetrics:
-    """The operator's metrics (controllers/operator.py makes them at start-up; a bare memo, as `kopf run` of this
-    module alone passes, gets a set nobody serves)."""
-    if memo.get("metrics") is None:
-        memo.metrics = OperatorMetrics()
-    return memo.metrics
 
 
 def observer_of(memo: kopf.Memo, indexes: Mapping[str, Any], snapshot: Snapshot | None = None) -> Observer:
